@@ -1,1 +1,12 @@
-export {};
+export type { Consumer, JsMsg } from "@nats-io/jetstream";
+export type { KV, KvEntry } from "@nats-io/kv";
+export {
+  type AppendResult,
+  Bus,
+  type BusOptions,
+  connectBus,
+  type DurableSpec,
+  type RunHistory,
+  type StoredEvent,
+} from "./bus.js";
+export { BusConfigurationError, BusError, BusUnavailableError, ConcurrencyError } from "./errors.js";

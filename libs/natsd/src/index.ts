@@ -1,1 +1,46 @@
-export {};
+export {
+  NatsdError,
+  type NatsdErrorCode,
+  NatsServerInstallError,
+  NatsServerInstallUnsupportedError,
+  NatsServerNotFoundError,
+  NatsServerStartError,
+  NatsServerStartTimeoutError,
+} from "./errors.js";
+export {
+  defaultToolsDir,
+  describeSearch,
+  type FindNatsServerOptions,
+  findNatsServer,
+  findWorkspaceRoot,
+  NATS_SERVER_ENV,
+  type NatsServerBinary,
+  type NatsServerSearch,
+  type SearchOutcome,
+  type SearchSource,
+  type SearchStep,
+  searchNatsServer,
+} from "./find.js";
+export { type NatsServerInfo, type ReadServerInfoOptions, readServerInfo } from "./info.js";
+export {
+  type EnsureNatsServerOptions,
+  ensureNatsServer,
+  type InstallNatsServerOptions,
+  installNatsServer,
+  MANUAL_INSTALL_HINT,
+} from "./install.js";
+export {
+  parsePortsFile,
+  type RunningNatsServer,
+  type StartNatsServerOptions,
+  startNatsServer,
+} from "./start.js";
+export type { Exec, ExecOptions, ExecResult, System, Which } from "./system.js";
+export {
+  compareVersions,
+  formatVersion,
+  MIN_NATS_SERVER_VERSION,
+  parseVersion,
+  satisfiesMinimum,
+  type Version,
+} from "./version.js";

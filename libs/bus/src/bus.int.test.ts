@@ -1,0 +1,154 @@
+import {
+  Api,
+  createIdGenerator,
+  type Envelope,
+  type EventPayload,
+  foldRun,
+  makeEnvelope,
+  RunSource,
+} from "@holdfast/events";
+import { natsUrl, uniqueNamespace } from "@holdfast/test-harness";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Bus, connectBus } from "./bus.js";
+import { ConcurrencyError } from "./errors.js";
+
+const newId = createIdGenerator();
+let bus: Bus;
+
+beforeAll(async () => {
+  bus = await connectBus({ servers: natsUrl(), prefix: uniqueNamespace("bus"), name: "bus-int-test" });
+  await bus.provision();
+});
+afterAll(async () => {
+  await bus.close();
+});
+
+function started(step: number): EventPayload {
+  return {
+    $case: "stepStarted",
+    value: {
+      stepId: `step-${step}`,
+      step,
+      api: Api.API_OPENAI_CHAT_COMPLETIONS,
+      model: "gpt-4o-mini",
+      stream: false,
+      identity: { source: RunSource.RUN_SOURCE_HEADER, key: "x-run-id", fingerprint: "", generation: 0 },
+      messageCount: 1,
+      upstream: "http://127.0.0.1:1",
+      gateway: "test",
+    },
+  };
+}
+
+function envelope(runId: string, sequence: number, payload = started(sequence)): Envelope {
+  return makeEnvelope({ id: newId(), runId, sequence, timestampMs: Date.now(), tag: "", payload });
+}
+
+async function appendRun(runId: string, count: number): Promise<number> {
+  let last = 0;
+  for (let i = 1; i <= count; i++) last = (await bus.append(envelope(runId, i), last)).streamSequence;
+  return last;
+}
+
+describe("event bus", () => {
+  it("provisions idempotently: a second provision of the same stream changes nothing", async () => {
+    const before = await bus.jsm.streams.info(bus.eventsStream);
+    await bus.provision();
+    const after = await bus.jsm.streams.info(bus.eventsStream);
+    expect(after.config).toEqual(before.config);
+    expect(after.config).toMatchObject({
+      storage: "file",
+      allow_direct: true,
+      deny_delete: true,
+      deny_purge: true,
+    });
+  });
+
+  it("replays one run's events in order, and only that run's", async () => {
+    await appendRun("replay-a", 3);
+    await appendRun("replay-b", 2);
+    await bus.append(envelope("replay-a", 4), (await bus.readRun("replay-a")).lastStreamSequence);
+    const history = await bus.readRun("replay-a");
+    expect(history.events.map((e) => e.envelope.sequence)).toEqual([1, 2, 3, 4]);
+    expect(history.events.every((e) => e.envelope.runId === "replay-a")).toBe(true);
+    expect(
+      foldRun(
+        "replay-a",
+        history.events.map((e) => e.envelope),
+      ).steps,
+    ).toHaveLength(4);
+  });
+
+  it("replays a run longer than one read batch", async () => {
+    await appendRun("long-run", 1_200);
+    const history = await bus.readRun("long-run");
+    expect(history.events).toHaveLength(1_200);
+    expect(history.events.at(-1)?.envelope.sequence).toBe(1_200);
+  });
+
+  it("reads an unknown run as empty", async () => {
+    expect(await bus.readRun("never-seen")).toEqual({
+      runId: "never-seen",
+      events: [],
+      lastStreamSequence: 0,
+    });
+  });
+
+  it("refuses an append on a stale expected sequence with a typed ConcurrencyError", async () => {
+    const last = await appendRun("occ", 2);
+    const stale = bus.append(envelope("occ", 3), last - 1);
+    await expect(stale).rejects.toBeInstanceOf(ConcurrencyError);
+    await expect(bus.append(envelope("occ", 3), last - 1)).rejects.toMatchObject({
+      code: "HOLDFAST_CONCURRENCY",
+      retryable: true,
+      actualStreamSequence: last,
+    });
+    // Nothing was written by the refused appends.
+    expect((await bus.readRun("occ")).events).toHaveLength(2);
+  });
+
+  it("lets exactly one of two racing writers append at the same position", async () => {
+    const last = await appendRun("race", 1);
+    const results = await Promise.allSettled([
+      bus.append(envelope("race", 2), last),
+      bus.append(envelope("race", 2), last),
+    ]);
+    expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
+    expect(
+      results.filter((r) => r.status === "rejected" && r.reason instanceof ConcurrencyError),
+    ).toHaveLength(1);
+    expect((await bus.readRun("race")).events.map((e) => e.envelope.sequence)).toEqual([1, 2]);
+  });
+
+  it("writes a retried append once and reports it as a duplicate", async () => {
+    const last = await appendRun("retry", 1);
+    const event = envelope("retry", 2);
+    const first = await bus.append(event, last);
+    const again = await bus.append(event, last);
+    expect(again).toEqual({ streamSequence: first.streamSequence, duplicate: true });
+    expect((await bus.readRun("retry")).events).toHaveLength(2);
+  });
+
+  it("keeps runs with awkward ids apart and each one whole", async () => {
+    const ids = [
+      "a.b",
+      "a",
+      "a.*",
+      "a.>",
+      ">",
+      "*",
+      "with space",
+      "ünïcödé",
+      "日本語",
+      "🚀",
+      "_YQ",
+      "a_b",
+      "A.B",
+    ];
+    for (const [i, id] of ids.entries()) await appendRun(id, i + 1);
+    for (const [i, id] of ids.entries()) {
+      const history = await bus.readRun(id);
+      expect(history.events.map((e) => e.envelope.runId)).toEqual(Array(i + 1).fill(id));
+    }
+  });
+});

@@ -1,0 +1,306 @@
+import {
+  type DecodedEnvelope,
+  decodeEnvelope,
+  type Envelope,
+  encodeEnvelope,
+  type Subjects,
+  subjects as subjectsFor,
+} from "@holdfast/events";
+import {
+  AckPolicy,
+  type Consumer,
+  type ConsumerConfig,
+  DeliverPolicy,
+  DiscardPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamClient,
+  type JetStreamManager,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type StreamConfig,
+} from "@nats-io/jetstream";
+import { type KV, Kvm } from "@nats-io/kv";
+import { connect, headers, type NatsConnection, nanos } from "@nats-io/transport-node";
+import { BusConfigurationError, BusUnavailableError, ConcurrencyError } from "./errors.js";
+
+export interface BusOptions {
+  /** One URL or a comma-separated list, e.g. nats://127.0.0.1:4222. */
+  servers: string;
+  /** Subject and stream prefix: one deployment (or one test) per prefix. */
+  prefix: string;
+  /** Connection name shown by `nats server report connections`. */
+  name: string;
+  /** JetStream replicas for streams this bus creates (3 in a production cluster). */
+  replicas?: number;
+  /** How long an append waits for the stream's acknowledgement. */
+  appendTimeoutMs?: number;
+}
+
+export interface AppendResult {
+  streamSequence: number;
+  /** The event was already in the log (a retried append); nothing was written twice. */
+  duplicate: boolean;
+}
+
+export interface StoredEvent {
+  envelope: DecodedEnvelope;
+  streamSequence: number;
+}
+
+export interface RunHistory {
+  runId: string;
+  events: StoredEvent[];
+  /** Stream sequence of the run's last event; 0 for a run with no events. */
+  lastStreamSequence: number;
+}
+
+export interface DurableSpec {
+  name: string;
+  filterSubject: string;
+  /** Redelivery delay for unacknowledged messages. */
+  ackWaitMs: number;
+  /** Upper bound of unacknowledged messages in flight. */
+  maxAckPending: number;
+  ackPolicy?: "explicit" | "all";
+}
+
+// JetStream API error: a stream with that name exists (with another configuration).
+const STREAM_NAME_IN_USE = 10058;
+const DUPLICATE_WINDOW_MS = 2 * 60_000;
+const READ_BATCH = 512;
+
+/** Connects to NATS. The connection reconnects forever; callers see errors per operation. */
+export async function connectBus(options: BusOptions): Promise<Bus> {
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      servers: options.servers.split(",").map((s) => s.trim()),
+      name: options.name,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 250,
+    });
+  } catch (cause) {
+    throw new BusUnavailableError(`cannot connect to NATS at ${options.servers}`, { cause });
+  }
+  const jsm = await jetstreamManager(nc);
+  return new Bus(nc, jetstream(nc), jsm, subjectsFor(options.prefix), options);
+}
+
+export class Bus {
+  readonly subjects: Subjects;
+
+  constructor(
+    readonly nc: NatsConnection,
+    readonly js: JetStreamClient,
+    readonly jsm: JetStreamManager,
+    subjects: Subjects,
+    private readonly options: BusOptions,
+  ) {
+    this.subjects = subjects;
+  }
+
+  get eventsStream(): string {
+    return this.subjects.eventsStream;
+  }
+
+  /**
+   * Creates the event stream, or brings an existing one to the configuration this version
+   * wants. Safe to call from every service at every start.
+   */
+  async provision(): Promise<void> {
+    const want: Partial<StreamConfig> & { name: string } = {
+      name: this.eventsStream,
+      description: "Holdfast run events: the log every projection is derived from",
+      subjects: [this.subjects.allRuns],
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      discard: DiscardPolicy.Old,
+      num_replicas: this.options.replicas ?? 1,
+      max_age: 0,
+      duplicate_window: nanos(DUPLICATE_WINDOW_MS),
+      allow_direct: true,
+      // The log is append-only: no message is deleted or purged by a client.
+      deny_delete: true,
+      deny_purge: true,
+    };
+    const existing = await this.jsm.streams.info(this.eventsStream).catch((error: unknown) => {
+      if (isApiError(error, JetStreamApiCodes.StreamNotFound)) return undefined;
+      throw error;
+    });
+    if (existing === undefined) {
+      try {
+        await this.jsm.streams.add(want);
+        return;
+      } catch (error) {
+        // Another service created it between our look and our add: fall through to update.
+        if (!isApiError(error, STREAM_NAME_IN_USE)) throw error;
+      }
+    }
+    const current = existing?.config ?? (await this.jsm.streams.info(this.eventsStream)).config;
+    if (current.storage !== want.storage) {
+      throw new BusConfigurationError(
+        `stream ${this.eventsStream} uses ${current.storage} storage; Holdfast needs file storage`,
+      );
+    }
+    const drift =
+      current.num_replicas !== want.num_replicas ||
+      current.allow_direct !== true ||
+      current.deny_delete !== true ||
+      current.deny_purge !== true ||
+      !current.subjects?.includes(this.subjects.allRuns);
+    if (drift) {
+      await this.jsm.streams.update(this.eventsStream, {
+        ...current,
+        subjects: [...new Set([...(current.subjects ?? []), this.subjects.allRuns])],
+        num_replicas: want.num_replicas,
+        allow_direct: true,
+        deny_delete: true,
+        deny_purge: true,
+      });
+    }
+  }
+
+  /**
+   * Appends one event to its run, only if the run's last event is still at
+   * `expectedLastStreamSequence` (0: the run has no events yet). The event id is the
+   * JetStream message id, so a retried append never writes the event twice.
+   *
+   * Throws ConcurrencyError when another writer got there first.
+   */
+  async append(envelope: Envelope, expectedLastStreamSequence: number): Promise<AppendResult> {
+    const type = envelope.type as Parameters<Subjects["runEvent"]>[1];
+    const subject = this.subjects.runEvent(envelope.runId, type);
+    const h = headers();
+    h.set("Holdfast-Type", envelope.type);
+    h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
+    h.set("Content-Type", "application/protobuf");
+    try {
+      const ack = await this.js.publish(subject, encodeEnvelope(envelope), {
+        msgID: envelope.id,
+        headers: h,
+        timeout: this.options.appendTimeoutMs ?? 5_000,
+        expect: {
+          lastSubjectSequence: expectedLastStreamSequence,
+          lastSubjectSequenceSubject: this.subjects.run(envelope.runId),
+        },
+      });
+      return { streamSequence: ack.seq, duplicate: ack.duplicate };
+    } catch (error) {
+      if (isApiError(error, JetStreamApiCodes.StreamWrongLastSequence)) {
+        // A retry of an append that already landed fails the sequence check before the
+        // dedupe check: recognise our own event and report it as a duplicate.
+        const landed = await this.findLanded(subject, envelope.id);
+        if (landed !== undefined) return { streamSequence: landed, duplicate: true };
+        throw new ConcurrencyError(envelope.runId, expectedLastStreamSequence, wrongLastSequence(error));
+      }
+      if (error instanceof JetStreamApiError) throw error;
+      throw new BusUnavailableError(`append to ${this.eventsStream} failed`, { cause: error });
+    }
+  }
+
+  private async findLanded(subject: string, eventId: string): Promise<number | undefined> {
+    const last = await this.jsm.direct
+      .getMessage(this.eventsStream, { last_by_subj: subject })
+      .catch(() => null);
+    if (last && last.header.get("Nats-Msg-Id") === eventId) return last.seq;
+    return undefined;
+  }
+
+  /** Every event of one run, in order, read directly from the stream (no consumer needed). */
+  async readRun(runId: string): Promise<RunHistory> {
+    const filter = this.subjects.run(runId);
+    const events: StoredEvent[] = [];
+    let from = 1;
+    for (;;) {
+      let received = 0;
+      try {
+        const batch = await this.jsm.direct.getBatch(this.eventsStream, {
+          seq: from,
+          next_by_subj: filter,
+          batch: READ_BATCH,
+        });
+        for await (const message of batch) {
+          received += 1;
+          events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+          from = message.seq + 1;
+        }
+      } catch (error) {
+        if (!isNotFound(error)) throw error;
+      }
+      if (received < READ_BATCH) break;
+    }
+    return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? 0 };
+  }
+
+  /** Creates the durable pull consumer, or updates what JetStream allows to change. */
+  async ensureDurable(spec: DurableSpec): Promise<Consumer> {
+    const config: Partial<ConsumerConfig> = {
+      durable_name: spec.name,
+      ack_policy: spec.ackPolicy === "all" ? AckPolicy.All : AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      filter_subject: spec.filterSubject,
+      ack_wait: nanos(spec.ackWaitMs),
+      max_ack_pending: spec.maxAckPending,
+      max_deliver: -1,
+    };
+    const existing = await this.jsm.consumers.info(this.eventsStream, spec.name).catch((error: unknown) => {
+      if (isApiError(error, JetStreamApiCodes.ConsumerNotFound)) return undefined;
+      throw error;
+    });
+    if (existing === undefined) {
+      await this.jsm.consumers.add(this.eventsStream, config);
+    } else {
+      if (existing.config.ack_policy !== config.ack_policy) {
+        throw new BusConfigurationError(
+          `consumer ${spec.name} acknowledges with policy "${existing.config.ack_policy}", not "${config.ack_policy}"; delete it to let Holdfast recreate it`,
+        );
+      }
+      const c = existing.config;
+      if (
+        c.filter_subject !== config.filter_subject ||
+        c.ack_wait !== config.ack_wait ||
+        c.max_ack_pending !== config.max_ack_pending
+      ) {
+        await this.jsm.consumers.update(this.eventsStream, spec.name, {
+          filter_subject: config.filter_subject,
+          ack_wait: config.ack_wait,
+          max_ack_pending: config.max_ack_pending,
+        });
+      }
+    }
+    return this.js.consumers.get(this.eventsStream, spec.name);
+  }
+
+  /**
+   * A JetStream key-value bucket under this bus's prefix (created if missing), for small
+   * pointers a service must share across instances and restarts.
+   */
+  async keyValue(bucket: string): Promise<KV> {
+    const name = `${this.subjects.prefix.toUpperCase()}_${bucket}`;
+    return new Kvm(this.js).create(name, {
+      history: 1,
+      replicas: this.options.replicas ?? 1,
+      storage: StorageType.File,
+    });
+  }
+
+  async close(): Promise<void> {
+    if (!this.nc.isClosed()) await this.nc.drain();
+  }
+}
+
+function isApiError(error: unknown, code: number): boolean {
+  return error instanceof JetStreamApiError && error.code === code;
+}
+
+function isNotFound(error: unknown): boolean {
+  return error instanceof Error && /message not found|no message found/i.test(error.message);
+}
+
+function wrongLastSequence(error: unknown): number | undefined {
+  const match = error instanceof Error ? /wrong last sequence: (\d+)/.exec(error.message) : null;
+  return match ? Number(match[1]) : undefined;
+}

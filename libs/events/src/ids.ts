@@ -1,0 +1,39 @@
+import { randomFillSync } from "node:crypto";
+
+/**
+ * Returns a UUIDv7 generator (RFC 9562). Ids sort by creation time; within one
+ * millisecond a 12-bit counter in `rand_a` keeps them strictly increasing per generator,
+ * so events appended by one process sort in the order they were made.
+ */
+export function createIdGenerator(clock: () => number = Date.now): () => string {
+  let lastMs = -1;
+  let counter = 0;
+  const random = new Uint8Array(10);
+  return () => {
+    let ms = clock();
+    if (ms <= lastMs) {
+      counter += 1;
+      if (counter > 0xfff) {
+        // Counter exhausted: borrow the next millisecond rather than lose ordering.
+        lastMs += 1;
+        counter = 0;
+      }
+      ms = lastMs;
+    } else {
+      lastMs = ms;
+      counter = 0;
+    }
+    randomFillSync(random);
+    const hex = ms.toString(16).padStart(12, "0");
+    const randA = (0x7000 | counter).toString(16);
+    const variant = ((random[0]! & 0x3f) | 0x80).toString(16).padStart(2, "0");
+    let tail = variant;
+    for (let i = 1; i < 8; i++) tail += random[i]!.toString(16).padStart(2, "0");
+    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${randA}-${tail.slice(0, 4)}-${tail.slice(4, 16)}`;
+  };
+}
+
+/** Milliseconds since the epoch encoded in a UUIDv7. */
+export function timestampOfId(id: string): number {
+  return Number.parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
+}

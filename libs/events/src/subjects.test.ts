@@ -1,0 +1,75 @@
+import { describe, expect, it } from "vitest";
+import { InvalidRunIdError } from "./errors.js";
+import { MAX_RUN_ID_LENGTH, runIdFromToken, runToken, subjects } from "./subjects.js";
+
+// What NATS forbids or treats specially inside a subject token.
+const UNSAFE_IN_TOKEN = /[.*>\s]|[^\x21-\x7e]/;
+
+describe("run tokens", () => {
+  const awkward = [
+    "agent-7",
+    "a.b",
+    "a*b",
+    "a>b",
+    "orders.>",
+    "*",
+    ">",
+    "with space",
+    "tab\there".replace("\t", " "),
+    "ünïcödé",
+    "日本語のラン",
+    "emoji 🚀 run",
+    "_leading-underscore",
+    "Agent-7",
+    "x".repeat(MAX_RUN_ID_LENGTH),
+  ];
+
+  it("never puts a character NATS treats specially into a subject token", () => {
+    for (const id of awkward) expect(runToken(id)).not.toMatch(UNSAFE_IN_TOKEN);
+  });
+
+  it("keeps every id distinct and recoverable", () => {
+    const tokens = awkward.map(runToken);
+    expect(new Set(tokens).size).toBe(awkward.length);
+    for (const id of awkward) expect(runIdFromToken(runToken(id))).toBe(id);
+  });
+
+  it("leaves plain ids readable", () => {
+    expect(runToken("agent-7")).toBe("agent-7");
+    expect(runToken("run_2026_12_02")).toBe("run_2026_12_02");
+  });
+
+  it("cannot be confused by an id that looks like an encoded token", () => {
+    const encodedOfDot = runToken("a.b");
+    expect(encodedOfDot.startsWith("_")).toBe(true);
+    // An agent naming its run exactly like that token gets a different token.
+    expect(runToken(encodedOfDot)).not.toBe(encodedOfDot);
+  });
+
+  it("refuses ids that cannot name a run", () => {
+    expect(() => runToken("")).toThrow(InvalidRunIdError);
+    expect(() => runToken("x".repeat(MAX_RUN_ID_LENGTH + 1))).toThrow(/limit is 256/);
+    expect(() => runToken("line\nbreak")).toThrow(/control character/);
+  });
+});
+
+describe("subjects", () => {
+  const s = subjects("hf");
+
+  it("puts one run's events under one wildcard and each type in the last token", () => {
+    expect(s.runEvent("a.b", "StepStarted")).toBe(`hf.run.${runToken("a.b")}.StepStarted`);
+    expect(s.run("a.b")).toBe(`hf.run.${runToken("a.b")}.*`);
+    expect(s.ofType("StepFailed")).toBe("hf.run.*.StepFailed");
+    expect(s.allRuns).toBe("hf.run.>");
+    expect(s.eventsStream).toBe("HF_EVENTS");
+  });
+
+  it("recovers the run id from a subject", () => {
+    for (const id of ["agent-7", "a.b.c", "🚀 x"])
+      expect(s.runIdOf(s.runEvent(id, "StepCompleted"))).toBe(id);
+  });
+
+  it("rejects a prefix that is not a safe token", () => {
+    expect(() => subjects("Bad.Prefix")).toThrow(/must match/);
+  });
+});

@@ -1,0 +1,318 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { NatsServerStartError, NatsServerStartTimeoutError } from "./errors.js";
+import { readServerInfo } from "./info.js";
+import { tail } from "./system.js";
+
+export interface StartNatsServerOptions {
+  readonly binary: string;
+  /** JetStream data lives here; starting again on the same directory finds the same streams. */
+  readonly storeDir: string;
+  /** Interface to listen on; default 127.0.0.1 so a dev or test server is not exposed. */
+  readonly host?: string;
+  /** 0 (the default) lets the server pick a free port, which the handle reports. */
+  readonly port?: number;
+  readonly serverName?: string;
+  /** Send the server's log here instead of keeping it in memory. */
+  readonly logFile?: string;
+  /** JetStream fsync interval, e.g. "2m", "10s" or "always". */
+  readonly syncInterval?: string;
+  readonly maxPayload?: number;
+  /** Also open the HTTP monitoring endpoint (varz, jsz, healthz) on a free port. */
+  readonly monitor?: boolean;
+  /** Passed through as-is, after the options above. */
+  readonly extraArgs?: readonly string[];
+  readonly startTimeoutMs?: number;
+  /** How long `stop()` waits after SIGTERM before it sends SIGKILL. */
+  readonly stopTimeoutMs?: number;
+}
+
+export interface RunningNatsServer extends AsyncDisposable {
+  /** `nats://host:port`, with a wildcard listen address replaced by loopback. */
+  readonly url: string;
+  readonly port: number;
+  readonly pid: number;
+  readonly storeDir: string;
+  /** `http://host:port` when started with `monitor: true`. */
+  readonly monitorUrl: string | undefined;
+  /** Resolves with the exit code, or null when a signal ended the process. Never rejects. */
+  readonly exited: Promise<number | null>;
+  /** The last few KiB of the server's stdout/stderr (empty when it logs to `logFile`). */
+  output(): string;
+  /** SIGTERM, wait, SIGKILL after `stopTimeoutMs`. Safe to call more than once. */
+  stop(): Promise<void>;
+}
+
+const OUTPUT_LIMIT = 64 * 1024;
+const POLL_MS = 20;
+
+/**
+ * Spawns nats-server with JetStream and resolves once it accepts NATS clients. The port
+ * comes from the server's own ports file rather than from a port probed beforehand, so
+ * two launchers racing for the same free port cannot happen.
+ */
+export async function startNatsServer(options: StartNatsServerOptions): Promise<RunningNatsServer> {
+  const host = options.host ?? "127.0.0.1";
+  const storeDir = resolve(options.storeDir);
+  const startTimeoutMs = options.startTimeoutMs ?? 30_000;
+  const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
+  await mkdir(storeDir, { recursive: true });
+  const runDir = await mkdtemp(join(tmpdir(), "holdfast-natsd-"));
+
+  const args = ["-js", "-sd", storeDir, "-a", host, "-p", String(options.port || -1)];
+  args.push("--ports_file_dir", runDir);
+  if (options.monitor) args.push("-m", "-1");
+  if (options.serverName !== undefined) args.push("-n", options.serverName);
+  if (options.logFile !== undefined) args.push("-l", resolve(options.logFile));
+  // These two have no command-line flag; command-line flags win over the file for the rest.
+  const config = configFile(options);
+  if (config !== undefined) {
+    const path = join(runDir, "nats-server.conf");
+    await writeFile(path, config);
+    args.unshift("-c", path);
+  }
+  args.push(...(options.extraArgs ?? []));
+
+  const output = new OutputTail(OUTPUT_LIMIT);
+  const child = spawn(options.binary, args, { stdio: ["ignore", "pipe", "pipe"] });
+  child.stdout?.setEncoding("utf8").on("data", (chunk: string) => output.push(chunk));
+  child.stderr?.setEncoding("utf8").on("data", (chunk: string) => output.push(chunk));
+
+  let running = true;
+  let starting = true;
+  const exited = new Promise<number | null>((resolveExit) => {
+    child.once("close", (code) => {
+      running = false;
+      liveServers.delete(child);
+      resolveExit(code);
+    });
+  });
+  const describeOutput = async () => describeServerOutput(output.text(), options.logFile);
+
+  const aborter = new AbortController();
+  const died = new Promise<never>((_, reject) => {
+    child.once("error", (error) => {
+      reject(new NatsServerStartError(`Could not run ${options.binary}: ${error.message}`, { cause: error }));
+    });
+    void exited.then(async (code) => {
+      if (!starting) return;
+      reject(
+        new NatsServerStartError(
+          `nats-server exited (code ${code}) before it was ready.\n` +
+            `Command: ${options.binary} ${args.join(" ")}\n${await describeOutput()}`,
+        ),
+      );
+    });
+  });
+  // Stops the readiness polls as soon as the process is gone, and keeps a rejection nobody
+  // awaits any more (the race below already settled) from surfacing as unhandled.
+  died.catch(() => aborter.abort());
+
+  const pid = child.pid;
+  if (pid === undefined) {
+    const error = await died.then(
+      () => undefined,
+      (reason: unknown) => reason,
+    );
+    await rm(runDir, { recursive: true, force: true });
+    throw error;
+  }
+  liveServers.add(child);
+  ensureExitHook();
+
+  let port: number;
+  let monitorUrl: string | undefined;
+  try {
+    const deadline = Date.now() + startTimeoutMs;
+    const ports = await Promise.race([waitForPortsFile(runDir, pid, deadline, aborter.signal), died]);
+    port = ports.port;
+    monitorUrl = ports.monitorUrl;
+    await Promise.race([waitForInfo(natsUrl(host, port), deadline, aborter.signal), died]);
+  } catch (error) {
+    aborter.abort();
+    child.kill("SIGKILL");
+    await exited;
+    await rm(runDir, { recursive: true, force: true });
+    if (error instanceof TimedOut) {
+      throw new NatsServerStartTimeoutError(
+        `nats-server (pid ${pid}) did not accept connections within ${startTimeoutMs} ms ` +
+          `(${error.message}); it was killed.\n${await describeOutput()}`,
+      );
+    }
+    throw error;
+  }
+
+  starting = false;
+
+  let stopping: Promise<void> | undefined;
+  const stop = () => {
+    stopping ??= (async () => {
+      if (running) {
+        child.kill("SIGTERM");
+        const killer = setTimeout(() => child.kill("SIGKILL"), stopTimeoutMs);
+        await exited;
+        clearTimeout(killer);
+      }
+      await rm(runDir, { recursive: true, force: true });
+    })();
+    return stopping;
+  };
+
+  return {
+    url: natsUrl(host, port),
+    port,
+    pid,
+    storeDir,
+    monitorUrl,
+    exited,
+    output: () => output.text(),
+    stop,
+    [Symbol.asyncDispose]: stop,
+  };
+}
+
+function configFile(options: StartNatsServerOptions): string | undefined {
+  const lines: string[] = [];
+  if (options.maxPayload !== undefined) lines.push(`max_payload: ${Math.trunc(options.maxPayload)}`);
+  if (options.syncInterval !== undefined) {
+    lines.push(`jetstream {`, `  sync_interval: ${JSON.stringify(options.syncInterval)}`, `}`);
+  }
+  return lines.length === 0 ? undefined : `${lines.join("\n")}\n`;
+}
+
+class TimedOut extends Error {
+  override readonly name = "TimedOut";
+}
+
+async function waitForPortsFile(
+  dir: string,
+  pid: number,
+  deadline: number,
+  signal: AbortSignal,
+): Promise<{ port: number; monitorUrl: string | undefined }> {
+  const suffix = `_${pid}.ports`;
+  while (!signal.aborted) {
+    const name = (await readdir(dir)).find((entry) => entry.endsWith(suffix));
+    if (name !== undefined) {
+      // The server may still be writing it; an unparsable read is retried.
+      const parsed = parsePortsFile(await readFile(join(dir, name), "utf8").catch(() => ""));
+      if (parsed !== undefined) return parsed;
+    }
+    if (Date.now() > deadline) throw new TimedOut("no ports file was written");
+    await sleep(POLL_MS);
+  }
+  throw new TimedOut("aborted");
+}
+
+/** The ports file is `{"nats":["nats://127.0.0.1:4222"],"monitoring":["http://…"]}`. */
+export function parsePortsFile(text: string): { port: number; monitorUrl: string | undefined } | undefined {
+  let parsed: { nats?: unknown; monitoring?: unknown };
+  try {
+    parsed = JSON.parse(text) as typeof parsed;
+  } catch {
+    return undefined;
+  }
+  const first = (value: unknown) =>
+    Array.isArray(value) && typeof value[0] === "string" ? value[0] : undefined;
+  const client = first(parsed.nats);
+  if (client === undefined) return undefined;
+  const port = Number(new URL(client).port);
+  if (!Number.isInteger(port) || port <= 0) return undefined;
+  const monitor = first(parsed.monitoring);
+  return { port, monitorUrl: monitor === undefined ? undefined : loopbackUrl(monitor) };
+}
+
+async function waitForInfo(url: string, deadline: number, signal: AbortSignal): Promise<void> {
+  let lastError = "";
+  while (!signal.aborted) {
+    try {
+      await readServerInfo(url, { timeoutMs: Math.max(250, Math.min(2_000, deadline - Date.now())), signal });
+      return;
+    } catch (error) {
+      lastError = error instanceof Error ? error.message : String(error);
+    }
+    if (Date.now() > deadline) throw new TimedOut(`last connect to ${url}: ${lastError}`);
+    await sleep(POLL_MS);
+  }
+  throw new TimedOut("aborted");
+}
+
+function natsUrl(host: string, port: number): string {
+  return `nats://${formatHost(connectHost(host))}:${port}`;
+}
+
+function loopbackUrl(url: string): string {
+  const parsed = new URL(url);
+  parsed.hostname = formatHost(connectHost(parsed.hostname.replace(/^\[(.*)\]$/, "$1")));
+  return parsed.origin;
+}
+
+/** A wildcard listen address is not something a client can dial. */
+function connectHost(host: string): string {
+  if (host === "" || host === "0.0.0.0") return "127.0.0.1";
+  if (host === "::") return "::1";
+  return host;
+}
+
+function formatHost(host: string): string {
+  return host.includes(":") ? `[${host}]` : host;
+}
+
+async function describeServerOutput(captured: string, logFile: string | undefined): Promise<string> {
+  const parts: string[] = [];
+  if (captured.trim() !== "") parts.push(`Server output:\n${tail(captured)}`);
+  if (logFile !== undefined) parts.push(`Server log (${logFile}):\n${await readTail(logFile)}`);
+  return parts.length === 0 ? "The server printed nothing." : parts.join("\n");
+}
+
+async function readTail(path: string, bytes = 4096): Promise<string> {
+  try {
+    const file = await open(path, "r");
+    try {
+      const { size } = await file.stat();
+      const start = Math.max(0, size - bytes);
+      const buffer = Buffer.alloc(size - start);
+      await file.read(buffer, 0, buffer.length, start);
+      return tail(buffer.toString("utf8"));
+    } finally {
+      await file.close();
+    }
+  } catch (error) {
+    return `(unreadable: ${error instanceof Error ? error.message : String(error)})`;
+  }
+}
+
+class OutputTail {
+  private chunks: string[] = [];
+  private length = 0;
+
+  constructor(private readonly limit: number) {}
+
+  push(chunk: string): void {
+    this.chunks.push(chunk);
+    this.length += chunk.length;
+    while (this.length > this.limit && this.chunks.length > 1) {
+      this.length -= this.chunks.shift()?.length ?? 0;
+    }
+  }
+
+  text(): string {
+    return this.chunks.join("");
+  }
+}
+
+// A server outliving the process that started it would keep its port and store-dir lock,
+// so a crashed test run would break the next one. One hook serves every server started here.
+const liveServers = new Set<ChildProcess>();
+let exitHookInstalled = false;
+
+function ensureExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.once("exit", () => {
+    for (const child of liveServers) child.kill("SIGTERM");
+  });
+}

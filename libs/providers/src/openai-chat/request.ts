@@ -1,0 +1,121 @@
+import { isRecord } from "../json.js";
+
+/** What the gateway needs to know about a Chat Completions request before forwarding it. */
+export interface ChatRequestView {
+  readonly model: string;
+  readonly stream: boolean;
+  /** The client asked for the usage-only chunk (`stream_options.include_usage: true`). */
+  readonly clientWantsUsage: boolean;
+  readonly messageCount: number;
+  /** Text of every system and developer message, in order, separated by a blank line. */
+  readonly systemPrompt: string;
+  /** Text of the first message that is not a system or developer message; "" if none. */
+  readonly firstMessage: string;
+  readonly metadata: Record<string, unknown> | undefined;
+}
+
+/** Why a request was refused, ready for `openAIErrorBody(message, { param })`. */
+export interface RequestProblem {
+  readonly message: string;
+  readonly param: string | null;
+}
+
+export type ChatRequestResult =
+  | { readonly ok: true; readonly request: ChatRequestView }
+  | { readonly ok: false; readonly error: RequestProblem };
+
+const SYSTEM_ROLES = new Set(["system", "developer"]);
+
+/**
+ * Checks the few fields the gateway relies on and reads them. Everything else is the
+ * provider's to validate: the body is forwarded as it came.
+ */
+export function readChatRequest(body: unknown): ChatRequestResult {
+  if (!isRecord(body)) return refuse("The request body must be a JSON object.", null);
+
+  const model = body.model;
+  if (typeof model !== "string" || model.length === 0) {
+    return refuse("'model' must be a non-empty string.", "model");
+  }
+
+  const stream = body.stream;
+  if (stream !== undefined && stream !== null && typeof stream !== "boolean") {
+    return refuse("'stream' must be a boolean.", "stream");
+  }
+
+  const streamOptions = body.stream_options;
+  if (streamOptions !== undefined && streamOptions !== null && !isRecord(streamOptions)) {
+    return refuse("'stream_options' must be an object.", "stream_options");
+  }
+
+  const metadata = body.metadata;
+  if (metadata !== undefined && metadata !== null && !isRecord(metadata)) {
+    return refuse("'metadata' must be an object.", "metadata");
+  }
+
+  const messages = body.messages;
+  if (!Array.isArray(messages)) return refuse("'messages' must be an array.", "messages");
+
+  const system: string[] = [];
+  let firstMessage: string | undefined;
+  for (let i = 0; i < messages.length; i++) {
+    const message: unknown = messages[i];
+    if (!isRecord(message)) return refuse(`'messages[${i}]' must be an object.`, `messages[${i}]`);
+    const role = message.role;
+    if (typeof role !== "string") {
+      return refuse(`'messages[${i}].role' must be a string.`, `messages[${i}].role`);
+    }
+    const content = message.content;
+    if (content !== undefined && content !== null && typeof content !== "string" && !Array.isArray(content)) {
+      return refuse(
+        `'messages[${i}].content' must be a string, an array of content parts, or null.`,
+        `messages[${i}].content`,
+      );
+    }
+    // Only the text that is used gets built: long histories cost one pass of type checks.
+    if (SYSTEM_ROLES.has(role)) system.push(contentText(content));
+    else if (firstMessage === undefined) firstMessage = contentText(content);
+  }
+
+  return {
+    ok: true,
+    request: {
+      model,
+      stream: stream === true,
+      clientWantsUsage: isRecord(streamOptions) && streamOptions.include_usage === true,
+      messageCount: messages.length,
+      systemPrompt: system.join("\n\n"),
+      firstMessage: firstMessage ?? "",
+      metadata: isRecord(metadata) ? metadata : undefined,
+    },
+  };
+}
+
+/**
+ * The body to send upstream when the gateway must meter a stream: the provider only
+ * reports usage on streams that ask for it. The caller's object is not changed.
+ */
+export function withStreamUsage(body: Record<string, unknown>): Record<string, unknown> {
+  const options = isRecord(body.stream_options) ? body.stream_options : undefined;
+  return { ...body, stream_options: { ...options, include_usage: true } };
+}
+
+/**
+ * The text of a message's content. Parts that are not text (images, audio, files) stand
+ * in as their JSON, so the same request always reads the same and different attachments
+ * read differently.
+ */
+function contentText(content: string | unknown[] | null | undefined): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  const texts: string[] = [];
+  for (const part of content) {
+    if (isRecord(part) && part.type === "text" && typeof part.text === "string") texts.push(part.text);
+    else texts.push(JSON.stringify(part) ?? "null");
+  }
+  return texts.join("\n");
+}
+
+function refuse(message: string, param: string | null): ChatRequestResult {
+  return { ok: false, error: { message, param } };
+}

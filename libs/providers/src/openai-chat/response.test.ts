@@ -1,0 +1,255 @@
+import { describe, expect, it } from "vitest";
+import { SseParser } from "../sse.js";
+import { ChatStreamMeter, summarizeChatCompletion } from "./response.js";
+import { readChatUsage } from "./usage.js";
+
+function chunk(choices: unknown[], usage: unknown = null): string {
+  return `data: ${JSON.stringify({
+    id: "chatcmpl-B9xQ",
+    object: "chat.completion.chunk",
+    created: 1741000000,
+    model: "gpt-4o-mini-2024-07-18",
+    service_tier: "default",
+    system_fingerprint: "fp_06737a9306",
+    choices,
+    usage,
+  })}\n\n`;
+}
+
+function toolDelta(toolCalls: unknown[]): unknown {
+  return { index: 0, delta: { tool_calls: toolCalls }, logprobs: null, finish_reason: null };
+}
+
+// Shaped like OpenAI's stream for two parallel tool calls with include_usage: the first
+// call's name arrives once, its arguments in fragments; then the second call; then the
+// finish chunk; then the usage-only chunk; then [DONE].
+const TOOL_STREAM = [
+  chunk([
+    {
+      index: 0,
+      delta: {
+        role: "assistant",
+        content: null,
+        tool_calls: [
+          { index: 0, id: "call_W1", type: "function", function: { name: "get_weather", arguments: "" } },
+        ],
+        refusal: null,
+      },
+      logprobs: null,
+      finish_reason: null,
+    },
+  ]),
+  chunk([toolDelta([{ index: 0, function: { arguments: '{"city":' } }])]),
+  chunk([toolDelta([{ index: 0, function: { arguments: '"Paris"}' } }])]),
+  chunk([
+    toolDelta([{ index: 1, id: "call_T2", type: "function", function: { name: "get_time", arguments: "" } }]),
+  ]),
+  chunk([toolDelta([{ index: 1, function: { arguments: '{"tz":"CET"}' } }])]),
+  chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: "tool_calls" }]),
+  chunk([], {
+    prompt_tokens: 1234,
+    completion_tokens: 56,
+    total_tokens: 1290,
+    prompt_tokens_details: { cached_tokens: 1024, audio_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0 },
+  }),
+  "data: [DONE]\n\n",
+].join("");
+
+/** Runs a stream through the parser and the meter the way the gateway does. */
+function meterStream(text: string): { meter: ChatStreamMeter; usageOnly: boolean[]; forwarded: string } {
+  const parser = new SseParser();
+  const meter = new ChatStreamMeter();
+  const usageOnly: boolean[] = [];
+  let forwarded = "";
+  for (const event of [...parser.push(text), ...parser.flush()]) {
+    const seen = event.data === undefined ? { usageOnly: false } : meter.observe(event.data);
+    usageOnly.push(seen.usageOnly);
+    if (!seen.usageOnly) forwarded += event.raw;
+  }
+  return { meter, usageOnly, forwarded };
+}
+
+describe("ChatStreamMeter", () => {
+  it("given an OpenAI tool-call stream with usage, then it reads model, usage, finish reason and calls in order", () => {
+    const { meter } = meterStream(TOOL_STREAM);
+    expect(meter.summary()).toEqual({
+      model: "gpt-4o-mini-2024-07-18",
+      usage: { reported: true, inputTokens: 1234, outputTokens: 56, cachedInputTokens: 1024 },
+      finishReason: "tool_calls",
+      toolCalls: ["get_weather", "get_time"],
+    });
+  });
+
+  it("given the same stream, then only the usage chunk is marked usage-only and hiding it leaves the rest intact", () => {
+    const { usageOnly, forwarded } = meterStream(TOOL_STREAM);
+    expect(usageOnly).toEqual([false, false, false, false, false, false, true, false]);
+    const usageChunkStart = TOOL_STREAM.lastIndexOf("data: {");
+    const usageChunkEnd = TOOL_STREAM.indexOf("data: [DONE]");
+    expect(forwarded).toBe(TOOL_STREAM.slice(0, usageChunkStart) + TOOL_STREAM.slice(usageChunkEnd));
+  });
+
+  it("given a stream without usage, then usage is not reported rather than zero", () => {
+    const { meter } = meterStream(
+      chunk([{ index: 0, delta: { content: "Hi" }, finish_reason: null }]) +
+        chunk([{ index: 0, delta: {}, finish_reason: "stop" }]) +
+        "data: [DONE]\n\n",
+    );
+    expect(meter.summary()).toEqual({
+      model: "gpt-4o-mini-2024-07-18",
+      usage: { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+      finishReason: "stop",
+      toolCalls: [],
+    });
+  });
+
+  it("given a leading chunk with no choices and no usage (Azure's filter results), then it is not usage-only", () => {
+    const meter = new ChatStreamMeter();
+    const seen = meter.observe(JSON.stringify({ model: "", choices: [], prompt_filter_results: [] }));
+    meter.observe(JSON.stringify({ model: "gpt-4o", choices: [{ index: 0, delta: { content: "x" } }] }));
+    expect(seen.usageOnly).toBe(false);
+    expect(meter.summary().model).toBe("gpt-4o");
+  });
+
+  it.each([["[DONE]"], ["not json"], ["{truncated"], [""], ["[1,2]"], ["null"], ['"text"']])(
+    "given data %j, then it is ignored without throwing",
+    (data) => {
+      const meter = new ChatStreamMeter();
+      expect(meter.observe(data)).toEqual({ usageOnly: false });
+      expect(meter.summary()).toEqual({
+        model: undefined,
+        usage: { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+        finishReason: undefined,
+        toolCalls: [],
+      });
+    },
+  );
+
+  it("given whole tool calls repeated without an index but with ids, then each call counts once", () => {
+    const meter = new ChatStreamMeter();
+    const call = (id: string, name: string) =>
+      JSON.stringify({ choices: [{ delta: { tool_calls: [{ id, function: { name, arguments: "{}" } }] } }] });
+    meter.observe(call("a", "search"));
+    meter.observe(call("a", "search"));
+    meter.observe(call("b", "search"));
+    expect(meter.summary().toolCalls).toEqual(["search", "search"]);
+  });
+
+  it("given tool calls on a second choice, then they are not counted", () => {
+    const meter = new ChatStreamMeter();
+    meter.observe(
+      JSON.stringify({
+        choices: [
+          {
+            index: 1,
+            delta: { tool_calls: [{ index: 0, function: { name: "other" } }] },
+            finish_reason: "length",
+          },
+        ],
+      }),
+    );
+    expect(meter.summary()).toMatchObject({ toolCalls: [], finishReason: undefined });
+  });
+
+  it("given Groq's usage under x_groq in the last chunk, then usage is read from there", () => {
+    const meter = new ChatStreamMeter();
+    meter.observe(
+      JSON.stringify({
+        model: "llama-3.3-70b-versatile",
+        choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+        x_groq: { id: "req_1", usage: { prompt_tokens: 10, completion_tokens: 5 } },
+      }),
+    );
+    expect(meter.summary().usage).toEqual({
+      reported: true,
+      inputTokens: 10,
+      outputTokens: 5,
+      cachedInputTokens: 0,
+    });
+  });
+});
+
+describe("summarizeChatCompletion", () => {
+  it("given a completion with tool calls and cached prompt tokens, then it reads the same summary a stream would", () => {
+    const summary = summarizeChatCompletion({
+      id: "chatcmpl-B9xR",
+      object: "chat.completion",
+      created: 1741000000,
+      model: "gpt-4o-2024-08-06",
+      choices: [
+        {
+          index: 0,
+          message: {
+            role: "assistant",
+            content: null,
+            tool_calls: [
+              {
+                id: "call_1",
+                type: "function",
+                function: { name: "get_weather", arguments: '{"city":"Paris"}' },
+              },
+              { id: "call_2", type: "function", function: { name: "get_time", arguments: "{}" } },
+            ],
+            refusal: null,
+          },
+          logprobs: null,
+          finish_reason: "tool_calls",
+        },
+      ],
+      usage: {
+        prompt_tokens: 2006,
+        completion_tokens: 300,
+        total_tokens: 2306,
+        prompt_tokens_details: { cached_tokens: 1920 },
+      },
+    });
+    expect(summary).toEqual({
+      model: "gpt-4o-2024-08-06",
+      usage: { reported: true, inputTokens: 2006, outputTokens: 300, cachedInputTokens: 1920 },
+      finishReason: "tool_calls",
+      toolCalls: ["get_weather", "get_time"],
+    });
+  });
+
+  it("given something that is not a completion, then nothing is known and nothing throws", () => {
+    expect(summarizeChatCompletion("oops")).toEqual({
+      model: undefined,
+      usage: { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+      finishReason: undefined,
+      toolCalls: [],
+    });
+  });
+});
+
+describe("readChatUsage", () => {
+  it.each([
+    ["null", null],
+    ["absent", undefined],
+    ["an empty object", {}],
+    ["string counts", { prompt_tokens: "10", completion_tokens: "2" }],
+  ])("given usage that is %s, then it is not reported", (_case, usage) => {
+    expect(readChatUsage(usage)).toEqual({
+      reported: false,
+      inputTokens: 0,
+      outputTokens: 0,
+      cachedInputTokens: 0,
+    });
+  });
+
+  it("given counts without details, then cached tokens are zero", () => {
+    expect(readChatUsage({ prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 })).toEqual({
+      reported: true,
+      inputTokens: 7,
+      outputTokens: 3,
+      cachedInputTokens: 0,
+    });
+  });
+
+  it("given negative or non-finite counts, then they read as zero", () => {
+    expect(readChatUsage({ prompt_tokens: -5, completion_tokens: Number.POSITIVE_INFINITY })).toMatchObject({
+      reported: true,
+      inputTokens: 0,
+      outputTokens: 0,
+    });
+  });
+});

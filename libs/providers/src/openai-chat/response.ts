@@ -1,0 +1,142 @@
+import { isRecord } from "../json.js";
+import { NO_USAGE, type UsageReport } from "../usage.js";
+import { readChatUsage } from "./usage.js";
+
+/**
+ * What the gateway records about a finished Chat Completions call. With `n > 1` only the
+ * first choice counts: it is the one an agent continues from.
+ */
+export interface ChatCompletionSummary {
+  readonly model: string | undefined;
+  readonly usage: UsageReport;
+  readonly finishReason: string | undefined;
+  /** Names of the functions the model called, in the order it called them. */
+  readonly toolCalls: readonly string[];
+}
+
+/** Reads a non-streamed `chat.completion` response. */
+export function summarizeChatCompletion(json: unknown): ChatCompletionSummary {
+  if (!isRecord(json)) return { model: undefined, usage: NO_USAGE, finishReason: undefined, toolCalls: [] };
+  const choice = firstChoice(json.choices);
+  const toolCalls: string[] = [];
+  let finishReason: string | undefined;
+  if (choice !== undefined) {
+    if (typeof choice.finish_reason === "string") finishReason = choice.finish_reason;
+    const message = choice.message;
+    if (isRecord(message) && Array.isArray(message.tool_calls)) {
+      for (const call of message.tool_calls) {
+        const name = functionName(call);
+        if (name !== undefined) toolCalls.push(name);
+      }
+    }
+  }
+  return { model: modelName(json.model), usage: readUsage(json), finishReason, toolCalls };
+}
+
+export interface StreamObservation {
+  /**
+   * This chunk is the usage-only one (`choices: []` with a `usage` object) that the
+   * provider sends because the gateway asked for it; a client that did not ask should
+   * not see it.
+   */
+  readonly usageOnly: boolean;
+}
+
+const USAGE_ONLY: StreamObservation = Object.freeze({ usageOnly: true });
+const NOT_USAGE_ONLY: StreamObservation = Object.freeze({ usageOnly: false });
+
+/**
+ * Meters a streamed Chat Completions response. Feed it the `data` of every SSE event in
+ * order; `summary()` then says what a non-streamed response would have.
+ */
+export class ChatStreamMeter {
+  #model: string | undefined;
+  #usage: UsageReport = NO_USAGE;
+  #finishReason: string | undefined;
+  // Keyed by the delta's `index`, which later argument fragments repeat without the name.
+  readonly #toolCalls = new Map<number | string, string>();
+
+  observe(data: string): StreamObservation {
+    // Cheap exit before JSON.parse: "[DONE]", keepalive text, anything not an object.
+    if (!startsLikeObject(data)) return NOT_USAGE_ONLY;
+    let chunk: unknown;
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      return NOT_USAGE_ONLY;
+    }
+    if (!isRecord(chunk)) return NOT_USAGE_ONLY;
+
+    if (this.#model === undefined) this.#model = modelName(chunk.model);
+    const usage = readUsage(chunk);
+    // Some providers repeat a running total in every chunk; the last one is the whole call.
+    if (usage.reported) this.#usage = usage;
+
+    const choices = chunk.choices;
+    if (!Array.isArray(choices)) return NOT_USAGE_ONLY;
+    if (choices.length === 0) return isRecord(chunk.usage) ? USAGE_ONLY : NOT_USAGE_ONLY;
+    for (const choice of choices) {
+      if (!isRecord(choice) || (choice.index !== undefined && choice.index !== 0)) continue;
+      if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
+      const delta = choice.delta;
+      if (isRecord(delta) && Array.isArray(delta.tool_calls)) this.#observeToolCalls(delta.tool_calls);
+    }
+    return NOT_USAGE_ONLY;
+  }
+
+  summary(): ChatCompletionSummary {
+    return {
+      model: this.#model,
+      usage: this.#usage,
+      finishReason: this.#finishReason,
+      toolCalls: [...this.#toolCalls.values()],
+    };
+  }
+
+  #observeToolCalls(calls: unknown[]): void {
+    for (const call of calls) {
+      if (!isRecord(call)) continue;
+      const name = functionName(call);
+      if (name === undefined) continue;
+      // OpenAI names a call once, in its first fragment; providers that repeat the whole
+      // call in later chunks must not count it twice. Without an index, the id tells calls apart.
+      const key =
+        typeof call.index === "number" ? call.index : typeof call.id === "string" ? call.id : undefined;
+      if (key === undefined) this.#toolCalls.set(`#${this.#toolCalls.size}`, name);
+      else if (!this.#toolCalls.has(key)) this.#toolCalls.set(key, name);
+    }
+  }
+}
+
+function startsLikeObject(data: string): boolean {
+  for (let i = 0; i < data.length; i++) {
+    const code = data.charCodeAt(i);
+    if (code === 0x7b /* { */) return true;
+    if (code !== 0x20 && code !== 0x09 && code !== 0x0a && code !== 0x0d) return false;
+  }
+  return false;
+}
+
+function readUsage(json: Record<string, unknown>): UsageReport {
+  const usage = readChatUsage(json.usage);
+  if (usage.reported) return usage;
+  // Groq has reported streamed usage under `x_groq` instead of the standard field.
+  const groq = json.x_groq;
+  return isRecord(groq) ? readChatUsage(groq.usage) : usage;
+}
+
+function firstChoice(choices: unknown): Record<string, unknown> | undefined {
+  if (!Array.isArray(choices)) return undefined;
+  const choice: unknown = choices[0];
+  return isRecord(choice) ? choice : undefined;
+}
+
+function functionName(call: unknown): string | undefined {
+  if (!isRecord(call) || !isRecord(call.function)) return undefined;
+  const name = call.function.name;
+  return typeof name === "string" && name.length > 0 ? name : undefined;
+}
+
+function modelName(model: unknown): string | undefined {
+  return typeof model === "string" && model.length > 0 ? model : undefined;
+}

@@ -1,0 +1,195 @@
+import { findProvider } from "@pydantic/genai-prices";
+import { describe, expect, it } from "vitest";
+import { InvalidPriceOverrideError } from "./errors.js";
+import { createPricer, providerFromUpstream } from "./prices.js";
+import type { UsageReport } from "./usage.js";
+
+function usage(inputTokens: number, outputTokens: number, cachedInputTokens = 0): UsageReport {
+  return { reported: true, inputTokens, outputTokens, cachedInputTokens };
+}
+
+// gpt-4o-mini's list price: $0.15 per million input tokens, $0.075 cached, $0.60 output.
+const GPT_4O_MINI = { input: 150_000_000, cachedInput: 75_000_000, output: 600_000_000 };
+
+describe("createPricer, from the bundled catalog", () => {
+  const pricer = createPricer();
+
+  it("given a million input tokens of gpt-4o-mini, then the cost is its list price", () => {
+    expect(pricer.price({ model: "gpt-4o-mini", usage: usage(1_000_000, 0), provider: "openai" })).toEqual({
+      known: true,
+      nanoUsd: GPT_4O_MINI.input,
+    });
+  });
+
+  it("given a million output tokens, then the cost is the output list price", () => {
+    expect(pricer.price({ model: "gpt-4o-mini", usage: usage(0, 1_000_000) })).toEqual({
+      known: true,
+      nanoUsd: GPT_4O_MINI.output,
+    });
+  });
+
+  it("given a dated snapshot name, then it prices like its model, with or without a provider", () => {
+    const call = usage(1_000_000, 1_000_000);
+    const expected = { known: true, nanoUsd: GPT_4O_MINI.input + GPT_4O_MINI.output };
+    expect(pricer.price({ model: "gpt-4o-mini-2024-07-18", usage: call, provider: "openai" })).toEqual(
+      expected,
+    );
+    expect(pricer.price({ model: "gpt-4o-mini-2024-07-18", usage: call })).toEqual(expected);
+  });
+
+  it("given cached input tokens, then they are charged at the cache rate and only the rest at full rate", () => {
+    const result = pricer.price({ model: "gpt-4o-mini", usage: usage(1_000_000, 1_000_000, 500_000) });
+    expect(result).toEqual({
+      known: true,
+      nanoUsd: GPT_4O_MINI.input / 2 + GPT_4O_MINI.cachedInput / 2 + GPT_4O_MINI.output,
+    });
+  });
+
+  it("given a model the catalog does not know, then the price is unknown, not zero", () => {
+    expect(pricer.price({ model: "my-finetune-v7", usage: usage(1000, 1000) })).toEqual({
+      known: false,
+      nanoUsd: 0,
+    });
+  });
+
+  it("given a provider that does not serve the model, then the price is unknown", () => {
+    expect(pricer.price({ model: "gpt-4o-mini", usage: usage(1000, 1000), provider: "anthropic" })).toEqual({
+      known: false,
+      nanoUsd: 0,
+    });
+  });
+
+  it("given usage the provider did not report, then the price is unknown", () => {
+    const unreported = { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
+    expect(pricer.price({ model: "gpt-4o-mini", usage: unreported })).toEqual({ known: false, nanoUsd: 0 });
+  });
+
+  it("given more cached tokens than input tokens, then the price is unknown instead of an exception", () => {
+    expect(pricer.price({ model: "gpt-4o-mini", usage: usage(10, 0, 20) })).toEqual({
+      known: false,
+      nanoUsd: 0,
+    });
+  });
+
+  it("given reported zero usage, then the call is known to cost nothing", () => {
+    expect(pricer.price({ model: "gpt-4o-mini", usage: usage(0, 0) })).toEqual({ known: true, nanoUsd: 0 });
+  });
+
+  it("given a half-nano result from the catalog, then it rounds away from zero", () => {
+    // gemini-1.5-flash cache reads cost $0.01875 per million: 18.75 nano a token, 37.5 for two.
+    expect(pricer.price({ model: "gemini-1.5-flash", usage: usage(2, 0, 2), provider: "google" })).toEqual({
+      known: true,
+      nanoUsd: 38,
+    });
+  });
+
+  it("given a model whose price changed, then the call's date picks the price", () => {
+    const call = usage(1_000_000, 0);
+    const before = pricer.price({
+      model: "o3",
+      usage: call,
+      provider: "openai",
+      at: new Date("2025-05-01T00:00:00Z"),
+    });
+    const after = pricer.price({
+      model: "o3",
+      usage: call,
+      provider: "openai",
+      at: new Date("2025-07-01T00:00:00Z"),
+    });
+    expect(before).toEqual({ known: true, nanoUsd: 10_000_000_000 });
+    expect(after).toEqual({ known: true, nanoUsd: 2_000_000_000 });
+  });
+
+  it("given many small calls, then their nano sums equal the price of one call of the same size", () => {
+    const one = pricer.price({ model: "gpt-4o-mini", usage: usage(1, 1) });
+    const thousand = pricer.price({ model: "gpt-4o-mini", usage: usage(1000, 1000) });
+    expect(Number.isInteger(one.nanoUsd)).toBe(true);
+    expect(one.nanoUsd * 1000).toBe(thousand.nanoUsd);
+  });
+});
+
+describe("createPricer, with overrides", () => {
+  it("given an override for a model the catalog lacks, then it prices from the override", () => {
+    const pricer = createPricer({
+      overrides: { "my-finetune-v7": { input_per_mtok: 2, output_per_mtok: 8 } },
+    });
+    expect(pricer.price({ model: "my-finetune-v7", usage: usage(1_000_000, 500_000) })).toEqual({
+      known: true,
+      nanoUsd: 2_000_000_000 + 4_000_000_000,
+    });
+  });
+
+  it("given an override for a catalog model, then the override wins, for that exact name only", () => {
+    const pricer = createPricer({ overrides: { "gpt-4o-mini": { input_per_mtok: 1, output_per_mtok: 1 } } });
+    expect(
+      pricer.price({ model: "gpt-4o-mini", usage: usage(1_000_000, 0), provider: "openai" }).nanoUsd,
+    ).toBe(1_000_000_000);
+    expect(pricer.price({ model: "gpt-4o-mini-2024-07-18", usage: usage(1_000_000, 0) }).nanoUsd).toBe(
+      GPT_4O_MINI.input,
+    );
+  });
+
+  it("given an override without a cached rate, then cached tokens cost the full input rate", () => {
+    const pricer = createPricer({ overrides: { m: { input_per_mtok: 4, output_per_mtok: 0 } } });
+    expect(pricer.price({ model: "m", usage: usage(1_000_000, 0, 750_000) }).nanoUsd).toBe(4_000_000_000);
+  });
+
+  it("given an override with a cached rate, then cached tokens get the discount", () => {
+    const pricer = createPricer({
+      overrides: { m: { input_per_mtok: 4, output_per_mtok: 0, cached_input_per_mtok: 0.4 } },
+    });
+    expect(pricer.price({ model: "m", usage: usage(1_000_000, 0, 750_000) }).nanoUsd).toBe(
+      1_000_000_000 + 300_000_000,
+    );
+  });
+
+  it.each([
+    [1, 2],
+    [3, 5],
+    [2, 3],
+  ])("given %i tokens at 1.5 nano each, then the half rounds away from zero to %i", (tokens, nano) => {
+    const pricer = createPricer({ overrides: { m: { input_per_mtok: 0.0015, output_per_mtok: 0 } } });
+    expect(pricer.price({ model: "m", usage: usage(tokens, 0) }).nanoUsd).toBe(nano);
+  });
+
+  it("given a half that binary arithmetic lands just below, then it still rounds up", () => {
+    // 3 × 0.0375 × 1000 is 112.49999999999999 in floating point; the true cost is 112.5.
+    const pricer = createPricer({ overrides: { m: { input_per_mtok: 0.0375, output_per_mtok: 0 } } });
+    expect(pricer.price({ model: "m", usage: usage(3, 0) }).nanoUsd).toBe(113);
+  });
+
+  it("given an override with a negative or missing rate, then creating the pricer fails naming model and field", () => {
+    const bad = { m: { input_per_mtok: -1, output_per_mtok: 1 } };
+    expect(() => createPricer({ overrides: bad })).toThrow(InvalidPriceOverrideError);
+    expect(() => createPricer({ overrides: bad })).toThrow(/'m'.*'input_per_mtok'/);
+    const missing = { m: { input_per_mtok: 1 } } as unknown as Record<string, never>;
+    expect(() => createPricer({ overrides: missing })).toThrow(/'output_per_mtok'/);
+  });
+});
+
+describe("providerFromUpstream", () => {
+  it.each([
+    ["https://api.openai.com/v1", "openai"],
+    ["https://api.anthropic.com", "anthropic"],
+    ["https://api.groq.com/openai/v1", "groq"],
+    ["https://generativelanguage.googleapis.com/v1beta/openai/", "google"],
+    ["https://api.mistral.ai/v1", "mistral"],
+    ["https://api.deepseek.com", "deepseek"],
+    ["https://openrouter.ai/api/v1", "openrouter"],
+    ["https://api.x.ai/v1", "x-ai"],
+    ["https://API.OpenAI.com:443/v1", "openai"],
+  ])("given %s, then the provider is %s, an id the catalog knows", (url, id) => {
+    expect(providerFromUpstream(url)).toBe(id);
+    expect(findProvider({ providerId: id })?.id).toBe(id);
+  });
+
+  it.each([
+    ["http://localhost:8080/v1"],
+    ["https://my-resource.openai.azure.com"],
+    ["not a url"],
+    ["https://openai.com.evil.example"],
+  ])("given %s, then the provider is unknown", (url) => {
+    expect(providerFromUpstream(url)).toBeUndefined();
+  });
+});

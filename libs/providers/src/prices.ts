@@ -1,0 +1,160 @@
+import { calcPrice } from "@pydantic/genai-prices";
+import { InvalidPriceOverrideError } from "./errors.js";
+import type { UsageReport } from "./usage.js";
+
+/** A configured price, in USD per million tokens, for a model the catalog lacks or misprices. */
+export interface PriceOverride {
+  readonly input_per_mtok: number;
+  readonly output_per_mtok: number;
+  /** Defaults to `input_per_mtok`: no cache discount unless one is configured. */
+  readonly cached_input_per_mtok?: number;
+}
+
+export interface PriceInput {
+  readonly model: string;
+  readonly usage: UsageReport;
+  /** A provider id as the catalog knows it (see `providerFromUpstream`); absent, the model name decides. */
+  readonly provider?: string | undefined;
+  /** When the call was made: some prices change by date or time of day. Defaults to now. */
+  readonly at?: Date | undefined;
+}
+
+/**
+ * The cost of one call in billionths of a US dollar, an integer so that sums are exact.
+ * `known: false` means there is no price, never that the call was free.
+ */
+export interface PriceResult {
+  readonly known: boolean;
+  readonly nanoUsd: number;
+}
+
+export interface Pricer {
+  price(input: PriceInput): PriceResult;
+}
+
+export interface PricerOptions {
+  /** Keyed by exact model name; checked before the catalog. */
+  readonly overrides?: Readonly<Record<string, PriceOverride>>;
+}
+
+const UNKNOWN: PriceResult = Object.freeze({ known: false, nanoUsd: 0 });
+const NANO_PER_USD = 1e9;
+const NANO_PER_MTOK_PER_TOKEN = NANO_PER_USD / 1e6;
+
+interface Rates {
+  readonly input: number;
+  readonly cachedInput: number;
+  readonly output: number;
+}
+
+/**
+ * Prices calls from configured overrides, then from genai-prices' bundled catalog. The
+ * catalog is never updated over the network: prices change with a dependency upgrade,
+ * reviewed, not under a running gateway.
+ */
+export function createPricer(options: PricerOptions = {}): Pricer {
+  const overrides = new Map<string, Rates>();
+  for (const [model, override] of Object.entries(options.overrides ?? {})) {
+    overrides.set(model, ratesOf(model, override));
+  }
+
+  return {
+    price({ model, usage, provider, at }: PriceInput): PriceResult {
+      if (!usage.reported) return UNKNOWN;
+      // Cached tokens are part of the input; more cached than input is a provider bug
+      // that no price can make sense of.
+      if (usage.cachedInputTokens > usage.inputTokens) return UNKNOWN;
+      const rates = overrides.get(model);
+      if (rates !== undefined) {
+        const uncached = usage.inputTokens - usage.cachedInputTokens;
+        const nano =
+          (uncached * rates.input +
+            usage.cachedInputTokens * rates.cachedInput +
+            usage.outputTokens * rates.output) *
+          NANO_PER_MTOK_PER_TOKEN;
+        return { known: true, nanoUsd: roundNano(nano) };
+      }
+      return priceFromCatalog(model, usage, provider, at);
+    },
+  };
+}
+
+function priceFromCatalog(
+  model: string,
+  usage: UsageReport,
+  provider: string | undefined,
+  at: Date | undefined,
+): PriceResult {
+  let result: ReturnType<typeof calcPrice>;
+  try {
+    result = calcPrice(
+      {
+        // genai-prices wants the total input and the cached part of it separately.
+        input_tokens: usage.inputTokens,
+        cache_read_tokens: usage.cachedInputTokens,
+        output_tokens: usage.outputTokens,
+      },
+      model,
+      { providerId: provider, timestamp: at },
+    );
+  } catch {
+    // The catalog refuses usage it cannot decompose; that is a missing price, not a crash.
+    return UNKNOWN;
+  }
+  if (result === null || !Number.isFinite(result.total_price)) return UNKNOWN;
+  return { known: true, nanoUsd: roundNano(result.total_price * NANO_PER_USD) };
+}
+
+/**
+ * Rounds half away from zero. Prices arrive as binary fractions, so an exact half such as
+ * 112.5 can land on 112.49999999999999; snapping to 15 significant digits first removes
+ * that noise without touching any digit a real price has.
+ */
+function roundNano(nano: number): number {
+  const snapped = Number(nano.toPrecision(15));
+  const rounded = Math.round(Math.abs(snapped));
+  return snapped < 0 ? -rounded : rounded;
+}
+
+function ratesOf(model: string, override: PriceOverride): Rates {
+  const input = checkedRate(model, "input_per_mtok", override.input_per_mtok);
+  const output = checkedRate(model, "output_per_mtok", override.output_per_mtok);
+  const cachedInput =
+    override.cached_input_per_mtok === undefined
+      ? input
+      : checkedRate(model, "cached_input_per_mtok", override.cached_input_per_mtok);
+  return { input, cachedInput, output };
+}
+
+function checkedRate(model: string, field: string, value: unknown): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+    throw new InvalidPriceOverrideError(model, field, value);
+  }
+  return value;
+}
+
+const PROVIDER_BY_HOST: ReadonlyMap<string, string> = new Map([
+  ["api.openai.com", "openai"],
+  ["api.anthropic.com", "anthropic"],
+  ["api.groq.com", "groq"],
+  ["generativelanguage.googleapis.com", "google"],
+  ["api.mistral.ai", "mistral"],
+  ["api.deepseek.com", "deepseek"],
+  ["openrouter.ai", "openrouter"],
+  ["api.x.ai", "x-ai"],
+]);
+
+/**
+ * The catalog's provider id for an upstream base URL, when the host is one Holdfast
+ * knows. Any other host (a self-hosted model, a regional endpoint) gives undefined and
+ * the model name alone picks the price.
+ */
+export function providerFromUpstream(url: string): string | undefined {
+  let host: string;
+  try {
+    host = new URL(url).hostname.toLowerCase();
+  } catch {
+    return undefined;
+  }
+  return PROVIDER_BY_HOST.get(host);
+}

@@ -1,0 +1,70 @@
+import { describe, expect, it } from "vitest";
+import { scrubSecrets } from "./secrets.js";
+
+describe("scrubSecrets", () => {
+  it("given a configured secret anywhere in the text, then every occurrence is redacted", () => {
+    const secret = "hf-upstream-9f8e7d6c5b4a";
+    const text = `key ${secret} failed; retried with ${secret}.`;
+    expect(scrubSecrets(text, [secret])).toBe("key [redacted] failed; retried with [redacted].");
+  });
+
+  it("given two secrets where one contains the other, then no remainder of the longer one survives", () => {
+    expect(scrubSecrets("token=abcdef123456XYZ", ["abcdef", "abcdef123456XYZ"])).not.toMatch(/123456|XYZ/);
+  });
+
+  it("given an empty secret, then the text is not mangled", () => {
+    expect(scrubSecrets("plain text", [""])).toBe("plain text");
+  });
+
+  it("given a bearer token, then the token goes and the word stays", () => {
+    const text =
+      "upstream said: Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl was rejected";
+    const scrubbed = scrubSecrets(text, []);
+    expect(scrubbed).not.toContain("eyJ");
+    expect(scrubbed).toContain("Bearer [redacted]");
+  });
+
+  it("given a bearer token that is not key-shaped, then it is still redacted", () => {
+    expect(scrubSecrets("sent Bearer opaque_token_value_123", [])).toBe("sent Bearer [redacted]");
+  });
+
+  it("given OpenAI's masked key echo, then no fragment of the key survives and the sentence reads on", () => {
+    const message =
+      "Incorrect API key provided: sk-bad***...1234. You can find your API key at https://platform.openai.com/account/api-keys.";
+    const scrubbed = scrubSecrets(message, []);
+    expect(scrubbed).toBe(
+      "Incorrect API key provided: [redacted]. You can find your API key at https://platform.openai.com/account/api-keys.",
+    );
+  });
+
+  it.each([
+    ["an OpenAI project key", "sk-proj-AbCdEf0123456789_xyz-ABCDEFGHIJ"],
+    ["a masked project key", "sk-proj-********************************************wxyz"],
+    ["an Anthropic key", "sk-ant-api03-AbC_dEf-0123456789abcdefghij-klmnOPQ"],
+    ["an OpenRouter key", "sk-or-v1-0123456789abcdef0123456789abcdef"],
+    ["a Groq key", "gsk_0123456789ABCDEFabcdef0123456789"],
+    ["an xAI key", "xai-0123456789ABCDEFabcdef"],
+    ["a Google key", "AIzaSyA1234567890abcdefghijklmnopqrstu"],
+    ["a masked key of unknown shape", "hfk_ab12***...yz89"],
+    ["a starred key of unknown shape", "abc123**********wxyz"],
+  ])("given %s in a message, then it is redacted whole", (_case, key) => {
+    const scrubbed = scrubSecrets(`rejected key ${key} for this org`, []);
+    expect(scrubbed).toBe("rejected key [redacted] for this org");
+  });
+
+  it("given an API key in an echoed header or URL, then the value is redacted and the name kept", () => {
+    expect(scrubSecrets('headers: {"x-api-key": "my-custom-key-value"}', [])).toBe(
+      'headers: {"x-api-key": "[redacted]"}',
+    );
+    expect(scrubSecrets("GET /v1/models?api_key=zzz999&x=1", [])).toBe(
+      "GET /v1/models?api_key=[redacted]&x=1",
+    );
+  });
+
+  it("given ordinary error prose, then it is left as it was", () => {
+    const text =
+      "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth. " +
+      "This is a task-based, risk-free, **important** message with a rating of *** and model gpt-4o-mini.";
+    expect(scrubSecrets(text, [])).toBe(text);
+  });
+});

@@ -1,0 +1,19 @@
+/**
+ * Token usage of one model call, the same shape whichever provider reported it.
+ * `reported: false` means the provider said nothing, which is not the same as zero.
+ */
+export interface UsageReport {
+  readonly reported: boolean;
+  /** Every prompt token, cached ones included. */
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  /** The part of `inputTokens` served from the provider's prompt cache. */
+  readonly cachedInputTokens: number;
+}
+
+export const NO_USAGE: UsageReport = Object.freeze({
+  reported: false,
+  inputTokens: 0,
+  outputTokens: 0,
+  cachedInputTokens: 0,
+});

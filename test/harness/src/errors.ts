@@ -1,0 +1,20 @@
+export type HarnessErrorCode = "HOLDFAST_HARNESS_NO_NATS_URL" | "HOLDFAST_HARNESS_WAIT_TIMEOUT";
+
+export abstract class HarnessError extends Error {
+  abstract readonly code: HarnessErrorCode;
+  abstract readonly retryable: boolean;
+}
+
+/** A test asked for the shared NATS server in a tier whose global setup does not start one. */
+export class NatsUrlUnavailableError extends HarnessError {
+  override readonly name = "NatsUrlUnavailableError";
+  readonly code = "HOLDFAST_HARNESS_NO_NATS_URL";
+  readonly retryable = false;
+}
+
+/** {@link waitFor} gave up; the message says what was awaited and what the last attempt saw. */
+export class WaitForTimeoutError extends HarnessError {
+  override readonly name = "WaitForTimeoutError";
+  readonly code = "HOLDFAST_HARNESS_WAIT_TIMEOUT";
+  readonly retryable = false;
+}
