@@ -1,1 +1,5 @@
-export {};
+export { type ConfigKeyDescription, describeConfig } from "./describe.js";
+export { ConfigError, type ConfigIssue } from "./errors.js";
+export { type LoadConfigOptions, loadConfig } from "./load.js";
+export { redactConfig } from "./redact.js";
+export { type Config, configSchema, type DeepPartial, LOG_LEVELS } from "./schema.js";

@@ -1,0 +1,162 @@
+import { makeTempDir } from "@holdfast/test-harness";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Analytics, openAnalytics } from "./client.js";
+import { QueryError } from "./errors.js";
+import { loadMigrations, migrate } from "./migrate.js";
+import { listRuns, runSql } from "./queries.js";
+import { highWater, insertRows, nanoUsdToDecimal, type RawEventRow, type StepRow } from "./tables.js";
+
+let dir: Awaited<ReturnType<typeof makeTempDir>>;
+let analytics: Analytics;
+
+beforeAll(async () => {
+  dir = await makeTempDir("analytics");
+  analytics = await openAnalytics({ dataDir: `${dir.path}/ch`, database: "holdfast_test" });
+  await migrate(analytics);
+});
+afterAll(async () => {
+  await analytics.close();
+  await dir[Symbol.asyncDispose]();
+});
+
+function raw(runId: string, seq: number, type: string, extra: Partial<RawEventRow> = {}): RawEventRow {
+  return {
+    event_id: `${runId}-${seq}`,
+    type,
+    schema_version: 1,
+    run_id: runId,
+    run_seq: seq,
+    stream_seq: seq,
+    ts: 1_764_680_000_000 + seq,
+    tag: "prod",
+    payload: JSON.stringify({ model: "gpt-4o-mini" }),
+    ...extra,
+  };
+}
+
+function step(runId: string, seq: number, cost: string | null): StepRow {
+  return {
+    step_id: `${runId}-s${seq}`,
+    run_id: runId,
+    step: 1,
+    tag: "prod",
+    api: "openai_chat_completions",
+    model: "gpt-4o-mini-2024-07-18",
+    stream: false,
+    status: "completed",
+    failure_reason: "",
+    upstream_status: 200,
+    error_type: "",
+    error_code: "",
+    usage_reported: true,
+    input_tokens: 100,
+    output_tokens: 20,
+    cached_input_tokens: 0,
+    cost_usd: cost,
+    latency_ms: 30,
+    first_byte_ms: 10,
+    finish_reason: "stop",
+    tool_calls: ["get_weather"],
+    finished_at: 1_764_680_000_000 + seq,
+    event_id: `${runId}-${seq}`,
+    stream_seq: seq,
+  };
+}
+
+describe("analytics store (embedded ClickHouse)", () => {
+  it("runs embedded and migrates idempotently", async () => {
+    expect(analytics.engine).toBe("embedded");
+    const all = (await loadMigrations()).map((m) => m.name);
+    // The first migrate of this database applied everything; a second applies nothing.
+    const again = await migrate(analytics);
+    const third = await migrate(analytics);
+    expect(again.length === 0 || again.join() === all.join()).toBe(true);
+    expect(third).toEqual([]);
+    const tables = await runSql(
+      analytics,
+      "SELECT name FROM system.tables WHERE database = currentDatabase() ORDER BY name",
+      {
+        maxRows: 100,
+      },
+    );
+    expect(tables.rows.map((r) => r.name)).toEqual(
+      expect.arrayContaining(["raw_events_v1", "steps_v1", "runs_v1", "runs", "steps", "events"]),
+    );
+  });
+
+  it("keeps a checkpoint per table: the highest stream sequence it holds", async () => {
+    expect(await highWater(analytics, "steps_v1")).toBe(0);
+    await insertRows(analytics, "raw_events_v1", [
+      raw("r1", 1, "StepStarted"),
+      raw("r1", 2, "StepCompleted"),
+    ]);
+    await insertRows(analytics, "steps_v1", [step("r1", 2, "0.000001500")]);
+    expect(await highWater(analytics, "raw_events_v1")).toBe(2);
+    expect(await highWater(analytics, "steps_v1")).toBe(2);
+  });
+
+  it("sums cost exactly and keeps an unknown cost out of the sum, counted apart", async () => {
+    await insertRows(analytics, "raw_events_v1", [
+      raw("r2", 3, "StepStarted"),
+      raw("r2", 4, "StepCompleted"),
+      raw("r2", 5, "StepStarted"),
+      raw("r2", 6, "StepCompleted"),
+      raw("r2", 7, "StepStarted"),
+    ]);
+    await insertRows(analytics, "steps_v1", [
+      step("r2", 4, nanoUsdToDecimal(100_000_001)),
+      step("r2", 6, null),
+    ]);
+    const [r2] = (await listRuns(analytics, { limit: 10 })).filter((r) => r.run_id === "r2");
+    expect(r2).toMatchObject({
+      run_id: "r2",
+      tag: "prod",
+      model: "gpt-4o-mini-2024-07-18",
+      status: "running",
+      steps: 3,
+      in_flight: 1,
+      completed: 2,
+      input_tokens: 200,
+      unpriced_steps: 1,
+    });
+    const exact = await runSql(
+      analytics,
+      "SELECT toString(sum(cost_usd)) AS total FROM steps WHERE run_id = 'r2'",
+      {
+        maxRows: 1,
+      },
+    );
+    expect(exact.rows[0]?.total).toBe("0.100000001");
+  });
+
+  it("refuses writes through the operator query path", async () => {
+    await expect(
+      runSql(analytics, "INSERT INTO steps_v1 (step_id) VALUES ('x')", { maxRows: 10 }),
+    ).rejects.toBeInstanceOf(QueryError);
+    await expect(runSql(analytics, "DROP TABLE steps_v1", { maxRows: 10 })).rejects.toThrow(
+      /starts with DROP/,
+    );
+    await expect(runSql(analytics, "SELECT 1; DROP TABLE steps_v1", { maxRows: 10 })).rejects.toThrow(
+      /one statement/,
+    );
+    // Reads still work after refused writes, and so do the projector's own writes.
+    expect((await runSql(analytics, "SELECT count() AS n FROM steps_v1;", { maxRows: 10 })).rows).toEqual([
+      { n: 3 },
+    ]);
+    await insertRows(analytics, "raw_events_v1", [raw("r3", 8, "StepStarted")]);
+    expect(await highWater(analytics, "raw_events_v1")).toBe(8);
+  });
+
+  it("names the problem in a bad query", async () => {
+    await expect(runSql(analytics, "SELECT FROM WHERE", { maxRows: 10 })).rejects.toThrow(/Syntax error/);
+    await expect(runSql(analytics, "SELECT * FROM no_such_table", { maxRows: 10 })).rejects.toThrow(
+      /no_such_table/,
+    );
+  });
+
+  it("converts nano-dollars to exact decimal text", () => {
+    expect(nanoUsdToDecimal(0)).toBe("0.000000000");
+    expect(nanoUsdToDecimal(1)).toBe("0.000000001");
+    expect(nanoUsdToDecimal(1_234_567_890_123)).toBe("1234.567890123");
+  });
+});

@@ -1,0 +1,26 @@
+/** Errors of the analytics store. `retryable` says whether the same call can succeed later. */
+export abstract class AnalyticsError extends Error {
+  abstract readonly code: string;
+  abstract readonly retryable: boolean;
+}
+
+/** ClickHouse could not be opened or reached. */
+export class AnalyticsUnavailableError extends AnalyticsError {
+  override readonly name = "AnalyticsUnavailableError";
+  readonly code = "HOLDFAST_ANALYTICS_UNAVAILABLE";
+  readonly retryable = true;
+}
+
+/** A query was refused by ClickHouse (syntax, unknown table, readonly). Carries ClickHouse's message. */
+export class QueryError extends AnalyticsError {
+  override readonly name = "QueryError";
+  readonly code = "HOLDFAST_QUERY_FAILED";
+  readonly retryable = false;
+}
+
+/** A migration failed; the database is left at the last migration that succeeded. */
+export class MigrationError extends AnalyticsError {
+  override readonly name = "MigrationError";
+  readonly code = "HOLDFAST_MIGRATION_FAILED";
+  readonly retryable = false;
+}

@@ -1,0 +1,39 @@
+import * as z from "zod";
+import { unwrap } from "./introspect.js";
+import { configSchema } from "./schema.js";
+import { envVarName } from "./sources.js";
+
+export interface ConfigKeyDescription {
+  /** Dotted key as written in YAML; `<model>` stands for any model name under prices. */
+  readonly key: string;
+  /** The variable that overrides it. */
+  readonly env: string;
+  /** Default before path expansion (so "~/.holdfast", not the current user's home); undefined when unset. */
+  readonly default: unknown;
+  readonly description: string;
+}
+
+/** Every configurable key in schema order, for the README's config reference and `holdfast config`. */
+export const describeConfig = (): ConfigKeyDescription[] => {
+  const entries: ConfigKeyDescription[] = [];
+  const walk = (schema: z.ZodType, path: readonly string[], defaultValue: unknown): void => {
+    const { schema: inner, description } = unwrap(schema);
+    if (inner instanceof z.ZodObject) {
+      for (const [key, child] of Object.entries(inner.shape as Record<string, z.ZodType>)) {
+        walk(child, [...path, key], childOf(defaultValue, key));
+      }
+      return;
+    }
+    const key = path.join(".");
+    entries.push({ key, env: envVarName(key), default: defaultValue, description: description ?? "" });
+    // A record's entries all share one shape, described once under a placeholder name.
+    if (inner instanceof z.ZodRecord) walk(inner.def.valueType as z.ZodType, [...path, "<model>"], undefined);
+  };
+  walk(configSchema, [], configSchema.parse({}));
+  return entries;
+};
+
+const childOf = (value: unknown, key: string): unknown =>
+  value !== null && typeof value === "object" && Object.hasOwn(value, key)
+    ? (value as Record<string, unknown>)[key]
+    : undefined;

@@ -1,0 +1,233 @@
+import * as z from "zod";
+
+// Every leaf carries its own "expected …" phrase so that an error reads the same whichever
+// check failed (type, range or format) and whichever layer supplied the value.
+
+const HTTP_TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const FIELD_PATH = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
+const GO_DURATION = /^(always|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$/;
+
+const integer = (min: number, max: number) => {
+  const error = `expected an integer from ${min} to ${max}`;
+  return z.int({ error }).min(min, { error }).max(max, { error });
+};
+
+const positiveInteger = () => {
+  const error = "expected a positive integer";
+  return z.int({ error }).positive({ error });
+};
+
+const positiveNumber = () => {
+  const error = "expected a number greater than 0";
+  return z.number({ error }).positive({ error });
+};
+
+const usdPerMillionTokens = () => {
+  const error = "expected a number of at least 0 (USD per million tokens)";
+  return z.number({ error }).nonnegative({ error });
+};
+
+const text = (what: string) => {
+  const error = `expected ${what}`;
+  return z.string({ error }).min(1, { error });
+};
+
+const matching = (pattern: RegExp, what: string) => {
+  const error = `expected ${what} matching ${pattern.source}`;
+  return z.string({ error }).regex(pattern, { error });
+};
+
+const url = (...schemes: string[]) =>
+  z.url({
+    protocol: new RegExp(`^(${schemes.join("|")})$`),
+    error: `expected a URL starting with ${schemes.map((scheme) => `${scheme}://`).join(" or ")}`,
+  });
+
+// `~user/…` would otherwise be taken as a relative directory literally named "~user".
+const path = () =>
+  text("a path").refine((value) => !/^~[^/\\]/.test(value), {
+    error: "expected a path; only a leading ~/ is expanded (to the home directory)",
+  });
+
+const list = <T extends z.ZodType>(item: T, what: string) =>
+  z.array(item, { error: `expected a list of ${what}` });
+
+const flag = () => z.boolean({ error: "expected true or false" });
+
+const headerName = () => {
+  const error = "expected an HTTP header name";
+  return z.string({ error }).regex(HTTP_TOKEN, { error });
+};
+
+// A section may be omitted entirely: `prefault({})` (unlike `default({})`) still runs the
+// inner defaults on the empty object.
+const mapping = { error: "expected a mapping of keys to values" };
+
+export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+
+const price = z.strictObject(
+  {
+    input_per_mtok: usdPerMillionTokens().describe("USD per million input (prompt) tokens."),
+    output_per_mtok: usdPerMillionTokens().describe("USD per million output (completion) tokens."),
+    cached_input_per_mtok: usdPerMillionTokens()
+      .optional()
+      .describe("USD per million cached input tokens, for providers that discount them."),
+  },
+  { error: "expected a mapping with input_per_mtok and output_per_mtok" },
+);
+
+export const configSchema = z
+  .strictObject({
+    data_dir: path()
+      .default("~/.holdfast")
+      .describe("Where Holdfast keeps the embedded NATS store, embedded ClickHouse and its state."),
+    log_level: z
+      .enum(LOG_LEVELS, { error: `expected one of ${LOG_LEVELS.join(", ")}` })
+      .default("info")
+      .describe("Least severe log level written by every service."),
+    gateway: z
+      .strictObject(
+        {
+          host: text("a host name or IP address")
+            .default("127.0.0.1")
+            .describe("Interface the gateway listens on."),
+          port: integer(0, 65535).default(4141).describe("Port the gateway listens on; 0 picks a free port."),
+          upstream: url("http", "https")
+            // The gateway appends the API path, so a trailing slash would double up.
+            .transform((value) => value.replace(/\/+$/, ""))
+            .default("https://api.openai.com/v1")
+            .describe(
+              "Provider base URL, as an SDK would use it (OPENAI_BASE_URL); the gateway appends /chat/completions.",
+            ),
+          max_body_bytes: positiveInteger()
+            .default(33_554_432)
+            .describe("Largest request body the gateway accepts, in bytes."),
+          upstream_timeout_ms: positiveInteger()
+            .default(600_000)
+            .describe(
+              "How long the gateway waits for the provider before failing the step, in milliseconds.",
+            ),
+          instance_id: text("a non-empty string")
+            .optional()
+            .describe("Identifies this gateway in recorded events; when unset the gateway derives one."),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("The HTTP gateway agents send their model calls to."),
+    nats: z
+      .strictObject(
+        {
+          url: url("nats", "tls")
+            .optional()
+            .describe("NATS server to use; when unset, `holdfast up` starts its own nats-server."),
+          host: text("a host name or IP address")
+            .default("127.0.0.1")
+            .describe("Interface the embedded nats-server listens on."),
+          port: integer(0, 65535)
+            .default(0)
+            .describe("Port of the embedded nats-server; 0 picks a free port."),
+          prefix: matching(/^[a-z][a-z0-9_]{0,31}$/, "a lowercase name")
+            .default("hf")
+            .describe("Prefix of every subject and stream name, so several installs can share a server."),
+          replicas: integer(1, 5).default(1).describe("JetStream stream replicas."),
+          server_bin: path()
+            .optional()
+            .describe("nats-server executable for the embedded server; a bare name is looked up on PATH."),
+          sync_interval: matching(GO_DURATION, 'a duration like "2m" or "always"')
+            .optional()
+            .describe('How often the embedded nats-server fsyncs JetStream data, e.g. "2m" or "always".'),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("The NATS JetStream server that carries Holdfast's events."),
+    clickhouse: z
+      .strictObject(
+        {
+          url: url("http", "https")
+            .optional()
+            .describe("ClickHouse HTTP endpoint; when unset, embedded chDB under data_dir/clickhouse."),
+          database: matching(/^[A-Za-z_][A-Za-z0-9_]*$/, "a database name")
+            .default("holdfast")
+            .describe("Database holding Holdfast's tables."),
+          username: text("a user name").default("default").describe("ClickHouse user."),
+          password: z
+            .string({ error: "expected a string (quote it in YAML if it looks like a number)" })
+            .default("")
+            .describe("ClickHouse password."),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("The ClickHouse database the projector writes and queries read."),
+    projector: z
+      .strictObject(
+        {
+          host: text("a host name or IP address")
+            .default("127.0.0.1")
+            .describe("Interface the projector's HTTP API listens on."),
+          port: integer(0, 65535)
+            .default(0)
+            .describe("Port of the projector's HTTP API; 0 picks a free port."),
+          batch_size: integer(1, 10_000).default(500).describe("Events written to ClickHouse per insert."),
+          consumer: matching(/^[A-Za-z0-9_-]+$/, "a consumer name")
+            .default("projector")
+            .describe("Durable JetStream consumer name the projector reads through."),
+          ack_wait_ms: positiveInteger()
+            .default(30_000)
+            .describe("How long a batch a projector took may stay unacknowledged before it is redelivered."),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("The projector, which folds events into ClickHouse tables."),
+    identification: z
+      .strictObject(
+        {
+          headers: list(headerName(), "header names")
+            .default(["X-Holdfast-Run", "X-Run-Id", "X-Session-Id", "X-Conversation-Id"])
+            .describe("Request headers that name the run, in order of preference."),
+          body_fields: list(matching(FIELD_PATH, "a dotted field path"), "dotted field paths")
+            .default([
+              "metadata.run_id",
+              "metadata.session_id",
+              "metadata.conversation_id",
+              "metadata.thread_id",
+              "metadata.trace_id",
+            ])
+            .describe("Request body fields that name the run, in order of preference, after the headers."),
+          traceparent: flag()
+            .default(true)
+            .describe("Identify the run by the trace id of a W3C traceparent header."),
+          idle_minutes: positiveNumber()
+            .default(30)
+            .describe(
+              "Minutes of silence after which a fingerprinted agent's next call starts a new run (generation).",
+            ),
+          tag_headers: list(headerName(), "header names")
+            .default(["X-Holdfast-Tag"])
+            .describe("Request headers whose values tag the run."),
+          tag_fields: list(matching(FIELD_PATH, "a dotted field path"), "dotted field paths")
+            .default(["metadata.tag"])
+            .describe("Request body fields whose values tag the run."),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("How the gateway tells which run a request belongs to."),
+    prices: z
+      .record(text("a model name"), price, { error: "expected a mapping of model names to prices" })
+      .default({})
+      .describe("Price per model in USD per million tokens, used to cost each step."),
+  })
+  .describe("Holdfast configuration.");
+
+/** The parsed configuration: snake_case keys as in the YAML file, defaults filled, paths absolute. */
+export type Config = z.output<typeof configSchema>;
+
+export type DeepPartial<T> = T extends readonly unknown[]
+  ? T
+  : T extends object
+    ? { [K in keyof T]?: DeepPartial<T[K]> | undefined }
+    : T;
