@@ -1,5 +1,6 @@
-import { type Api, apiToJSON, failureReasonToJSON, RunSource, runSourceToJSON } from "@holdfast/proto";
+import { RunSource } from "@holdfast/proto";
 import type { DecodedEnvelope } from "../envelope.js";
+import { apiName, failureReasonName, runSourceName } from "../names.js";
 
 export type StepStatus = "in_flight" | "completed" | "failed";
 
@@ -76,8 +77,6 @@ export function initialState(runId: string): RunState {
   };
 }
 
-const apiName = (api: Api) => apiToJSON(api).replace(/^API_/, "").toLowerCase();
-
 /**
  * Folds one event into a run. Pure. An event at or below `lastSequence` was already
  * folded (a redelivery) and changes nothing, so folding is idempotent.
@@ -125,9 +124,7 @@ export function evolve(state: RunState, event: DecodedEnvelope): RunState {
           state.identifiedBy ??
           (identity && identity.source !== RunSource.RUN_SOURCE_UNSPECIFIED
             ? {
-                source: runSourceToJSON(identity.source)
-                  .replace(/^RUN_SOURCE_/, "")
-                  .toLowerCase(),
+                source: runSourceName(identity.source),
                 key: identity.key,
                 fingerprint: identity.fingerprint,
                 generation: identity.generation,
@@ -163,9 +160,7 @@ export function evolve(state: RunState, event: DecodedEnvelope): RunState {
         failure:
           payload.$case === "stepFailed"
             ? {
-                reason: failureReasonToJSON(payload.value.reason)
-                  .replace(/^FAILURE_REASON_/, "")
-                  .toLowerCase(),
+                reason: failureReasonName(payload.value.reason),
                 errorType: payload.value.errorType,
                 errorCode: payload.value.errorCode,
                 message: payload.value.errorMessage,

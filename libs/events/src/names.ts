@@ -1,0 +1,23 @@
+import {
+  type Api,
+  apiToJSON,
+  type FailureReason,
+  failureReasonToJSON,
+  type RunSource,
+  runSourceToJSON,
+} from "@holdfast/proto";
+
+// Short lowercase names of the enums, as people and SQL see them
+// (API_OPENAI_CHAT_COMPLETIONS → "openai_chat_completions").
+
+export const apiName = (api: Api): string => apiToJSON(api).replace(/^API_/, "").toLowerCase();
+
+export const failureReasonName = (reason: FailureReason): string =>
+  failureReasonToJSON(reason)
+    .replace(/^FAILURE_REASON_/, "")
+    .toLowerCase();
+
+export const runSourceName = (source: RunSource): string =>
+  runSourceToJSON(source)
+    .replace(/^RUN_SOURCE_/, "")
+    .toLowerCase();

@@ -1,0 +1,79 @@
+import { type Analytics, listRuns, QueryError, runSql } from "@holdfast/analytics";
+import type { Logger } from "@holdfast/log";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import type { ProjectorStatus } from "./projector.js";
+
+export interface AnalyticsApiDeps {
+  analytics: Analytics;
+  log: Logger;
+  status: () => ProjectorStatus & { streamLastSeq: number };
+}
+
+const MAX_ROWS = 10_000;
+
+/**
+ * The projector's HTTP API: operator SQL over the projection and the named read models.
+ * With embedded ClickHouse the engine lives in this process, so every reader goes
+ * through here.
+ */
+export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
+  const logger: FastifyBaseLogger = deps.log;
+  const app = Fastify({ loggerInstance: logger, disableRequestLogging: true });
+
+  app.setErrorHandler((error, request, reply) => {
+    if (error instanceof QueryError)
+      return reply.code(400).send({ error: { message: error.message, code: error.code } });
+    if ((error as { statusCode?: number }).statusCode === 400) {
+      return reply.code(400).send({ error: { message: (error as Error).message, code: "bad_request" } });
+    }
+    request.log.error({ err: error }, "analytics request failed");
+    return reply.code(500).send({ error: { message: (error as Error).message, code: "internal" } });
+  });
+
+  app.get("/health", async () => {
+    const s = deps.status();
+    return {
+      status: s.running && s.lastError === null ? "ok" : "degraded",
+      projected_seq: s.projectedSeq,
+      stream_last_seq: s.streamLastSeq,
+      lag_events: Math.max(0, s.streamLastSeq - s.projectedSeq),
+      events_projected: s.eventsProjected,
+      last_error: s.lastError,
+    };
+  });
+
+  app.post<{ Body: { sql?: unknown; max_rows?: unknown } }>(
+    "/v1/query",
+    {
+      schema: {
+        body: {
+          type: "object",
+          required: ["sql"],
+          properties: {
+            sql: { type: "string", minLength: 1 },
+            max_rows: { type: "integer", minimum: 1, maximum: MAX_ROWS },
+          },
+        },
+      },
+    },
+    async (request) => {
+      const { sql, max_rows } = request.body as { sql: string; max_rows?: number };
+      return runSql(deps.analytics, sql, { maxRows: max_rows ?? MAX_ROWS });
+    },
+  );
+
+  app.get<{ Querystring: { limit?: number } }>(
+    "/v1/runs",
+    {
+      schema: {
+        querystring: {
+          type: "object",
+          properties: { limit: { type: "integer", minimum: 1, maximum: MAX_ROWS } },
+        },
+      },
+    },
+    async (request) => ({ runs: await listRuns(deps.analytics, { limit: request.query.limit ?? 100 }) }),
+  );
+
+  return app;
+}

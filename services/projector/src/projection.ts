@@ -1,0 +1,57 @@
+import { nanoUsdToDecimal, type RawEventRow, type StepRow } from "@holdfast/analytics";
+import type { StoredEvent } from "@holdfast/bus";
+import { apiName, envelopeToJson, failureReasonName } from "@holdfast/events";
+
+/** The rows one event becomes. Pure: the same event always gives the same rows. */
+export interface ProjectedRows {
+  raw: RawEventRow;
+  step: StepRow | undefined;
+}
+
+export function project({ envelope, streamSequence }: StoredEvent): ProjectedRows {
+  // The payload in its proto3 JSON form (camelCase fields), e.g. {"stepId": ..., "model": ...}.
+  const payloadJson = envelopeToJson(envelope)[envelope.payload.$case] ?? {};
+  const raw: RawEventRow = {
+    event_id: envelope.id,
+    type: envelope.type,
+    schema_version: envelope.schemaVersion,
+    run_id: envelope.runId,
+    run_seq: envelope.sequence,
+    stream_seq: streamSequence,
+    ts: envelope.timestampMs,
+    tag: envelope.tag,
+    payload: JSON.stringify(payloadJson),
+  };
+  const { payload } = envelope;
+  if (payload.$case !== "stepCompleted" && payload.$case !== "stepFailed") return { raw, step: undefined };
+  const e = payload.value;
+  const failed = payload.$case === "stepFailed" ? payload.value : undefined;
+  const completed = payload.$case === "stepCompleted" ? payload.value : undefined;
+  const step: StepRow = {
+    step_id: e.stepId,
+    run_id: envelope.runId,
+    step: e.step,
+    tag: envelope.tag,
+    api: apiName(e.api),
+    model: e.model,
+    stream: e.stream,
+    status: failed ? "failed" : "completed",
+    failure_reason: failed ? failureReasonName(failed.reason) : "",
+    upstream_status: e.upstreamStatus,
+    error_type: failed?.errorType ?? "",
+    error_code: failed?.errorCode ?? "",
+    usage_reported: e.usage?.reported ?? false,
+    input_tokens: e.usage?.inputTokens ?? 0,
+    output_tokens: e.usage?.outputTokens ?? 0,
+    cached_input_tokens: e.usage?.cachedInputTokens ?? 0,
+    cost_usd: e.cost?.known ? nanoUsdToDecimal(e.cost.nanoUsd) : null,
+    latency_ms: e.latencyMs,
+    first_byte_ms: e.firstByteMs,
+    finish_reason: completed?.finishReason ?? "",
+    tool_calls: completed?.toolCalls ?? [],
+    finished_at: envelope.timestampMs,
+    event_id: envelope.id,
+    stream_seq: streamSequence,
+  };
+  return { raw, step };
+}

@@ -1,0 +1,143 @@
+import { type Analytics, highWater, insertRows, type ProjectedTable } from "@holdfast/analytics";
+import type { Bus, Consumer, JsMsg } from "@holdfast/bus";
+import { decodeEnvelope, EventDecodeError } from "@holdfast/events";
+import type { Logger } from "@holdfast/log";
+import { type ProjectedRows, project } from "./projection.js";
+
+export interface ProjectorOptions {
+  bus: Bus;
+  analytics: Analytics;
+  log: Logger;
+  /** Durable consumer name; one projector (per partition) consumes it at a time. */
+  consumer: string;
+  batchSize: number;
+  /** Redelivery delay for a batch a dead projector took but never acknowledged. */
+  ackWaitMs?: number;
+  /** Test seam: runs after a batch is in ClickHouse and before it is acknowledged. */
+  afterInsert?: (batch: { firstSeq: number; lastSeq: number; count: number }) => Promise<void>;
+}
+
+export interface ProjectorStatus {
+  running: boolean;
+  /** Highest stream sequence projected into every table. */
+  projectedSeq: number;
+  eventsProjected: number;
+  lastError: string | null;
+}
+
+const TABLES: ProjectedTable[] = ["raw_events_v1", "steps_v1"];
+
+/**
+ * Projects the event log into ClickHouse, exactly once per event.
+ *
+ * Each table's checkpoint is the highest stream sequence it holds, read back from the
+ * table itself. A batch is inserted (one block per table: all or nothing) and only then
+ * acknowledged; a batch redelivered after a crash between the two is recognised by its
+ * sequences and skipped. Because the checkpoint is a high-water mark, delivery must be in
+ * stream order: the consumer allows exactly one batch in flight (max_ack_pending equals
+ * the batch size), so a redelivered batch always comes back before anything newer.
+ */
+export class Projector {
+  private readonly marks = new Map<ProjectedTable, number>();
+  private consumer: Consumer | undefined;
+  private loop: Promise<void> | undefined;
+  private stopping = false;
+  readonly status: ProjectorStatus = { running: false, projectedSeq: 0, eventsProjected: 0, lastError: null };
+
+  constructor(private readonly options: ProjectorOptions) {}
+
+  async start(): Promise<void> {
+    const { bus, consumer, batchSize } = this.options;
+    for (const table of TABLES) this.marks.set(table, await highWater(this.options.analytics, table));
+    this.status.projectedSeq = Math.min(...this.marks.values());
+    this.consumer = await bus.ensureDurable({
+      name: consumer,
+      filterSubject: bus.subjects.allRuns,
+      ackPolicy: "all",
+      ackWaitMs: this.options.ackWaitMs ?? 30_000,
+      maxAckPending: batchSize,
+    });
+    this.status.running = true;
+    this.loop = this.run();
+  }
+
+  /** Finishes the batch in hand, then stops taking new ones. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.loop;
+    this.status.running = false;
+  }
+
+  private async run(): Promise<void> {
+    const { log } = this.options;
+    let backoffMs = 100;
+    while (!this.stopping) {
+      try {
+        const messages = await this.fetch();
+        if (messages.length > 0) await this.projectBatch(messages);
+        backoffMs = 100;
+        this.status.lastError = null;
+      } catch (error) {
+        if (this.stopping) break;
+        this.status.lastError = (error as Error).message;
+        log.error({ err: error }, "projection batch failed; retrying");
+        await sleep(backoffMs);
+        backoffMs = Math.min(backoffMs * 2, 5_000);
+      }
+    }
+  }
+
+  private async fetch(): Promise<JsMsg[]> {
+    const consumer = this.consumer!;
+    const batch = await consumer.fetch({ max_messages: this.options.batchSize, expires: 1_000 });
+    const messages: JsMsg[] = [];
+    for await (const message of batch) messages.push(message);
+    return messages;
+  }
+
+  private async projectBatch(messages: JsMsg[]): Promise<void> {
+    const rows: ProjectedRows[] = [];
+    for (const message of messages) {
+      try {
+        rows.push(project({ envelope: decodeEnvelope(message.data), streamSequence: message.seq }));
+      } catch (error) {
+        if (!(error instanceof EventDecodeError)) throw error;
+        // Skipping would lose the event from every projection. Leaving the batch
+        // unacknowledged makes JetStream redeliver it after ack_wait, until a projector
+        // that can read it takes over (e.g. after a rolling upgrade).
+        throw new Error(
+          `stream sequence ${message.seq} is not an event this projector can read: ${error.message}`,
+        );
+      }
+    }
+    const firstSeq = messages[0]!.seq;
+    const lastSeq = messages.at(-1)!.seq;
+    await this.insertNew(
+      "raw_events_v1",
+      rows.map((r) => ({ seq: r.raw.stream_seq, row: r.raw })),
+    );
+    await this.insertNew(
+      "steps_v1",
+      rows.flatMap((r) => (r.step ? [{ seq: r.step.stream_seq, row: r.step }] : [])),
+    );
+    for (const table of TABLES) this.marks.set(table, Math.max(this.marks.get(table) ?? 0, lastSeq));
+    await this.options.afterInsert?.({ firstSeq, lastSeq, count: messages.length });
+    // Ack policy "all": acknowledging the last message acknowledges the whole batch.
+    await messages.at(-1)!.ackAck();
+    this.status.projectedSeq = lastSeq;
+    this.status.eventsProjected += rows.length;
+  }
+
+  private async insertNew<Row extends { stream_seq: number }>(
+    table: ProjectedTable,
+    candidates: { seq: number; row: Row }[],
+  ): Promise<void> {
+    const mark = this.marks.get(table) ?? 0;
+    const fresh = candidates.filter((c) => c.seq > mark).map((c) => c.row);
+    await insertRows(this.options.analytics, table, fresh as never);
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,75 @@
+import { join } from "node:path";
+import { migrate, openAnalytics } from "@holdfast/analytics";
+import { connectBus } from "@holdfast/bus";
+import type { Config } from "@holdfast/config";
+import type { Logger } from "@holdfast/log";
+import { buildAnalyticsApi } from "./http.js";
+import { Projector } from "./projector.js";
+
+export interface RunningProjector {
+  /** Base URL of the analytics API, e.g. http://127.0.0.1:43210. */
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Wires the projector from configuration. `main.ts` adds process signals around it. */
+export async function startProjector(config: Config, log: Logger): Promise<RunningProjector> {
+  if (!config.nats.url)
+    throw new Error("nats.url is not set: the projector needs a NATS server (holdfast up sets it)");
+  const analytics = await openAnalytics({
+    url: config.clickhouse.url,
+    dataDir: join(config.data_dir, "clickhouse"),
+    database: config.clickhouse.database,
+    username: config.clickhouse.username,
+    password: config.clickhouse.password,
+  });
+  const applied = await migrate(analytics);
+  if (applied.length > 0) log.info({ applied }, "ClickHouse migrations applied");
+  const bus = await connectBus({
+    servers: config.nats.url,
+    prefix: config.nats.prefix,
+    name: "holdfast-projector",
+    replicas: config.nats.replicas,
+  });
+  await bus.provision();
+  const projector = new Projector({
+    bus,
+    analytics,
+    log,
+    consumer: config.projector.consumer,
+    batchSize: config.projector.batch_size,
+    ackWaitMs: config.projector.ack_wait_ms,
+  });
+  await projector.start();
+
+  let streamLastSeq = 0;
+  const refresh = async () => {
+    try {
+      streamLastSeq = (await bus.jsm.streams.info(bus.eventsStream)).state.last_seq;
+    } catch {
+      // Keep the last known value; /health reports the projector's own error separately.
+    }
+  };
+  await refresh();
+  const ticker = setInterval(refresh, 1_000);
+  ticker.unref();
+
+  const api = buildAnalyticsApi({ analytics, log, status: () => ({ ...projector.status, streamLastSeq }) });
+  await api.listen({ host: config.projector.host, port: config.projector.port });
+  const address = api.server.address();
+  const port = typeof address === "object" && address ? address.port : config.projector.port;
+  log.info(
+    { port, engine: analytics.engine, projectedSeq: projector.status.projectedSeq },
+    "projector running",
+  );
+  return {
+    url: `http://${config.projector.host}:${port}`,
+    async close() {
+      clearInterval(ticker);
+      await api.close();
+      await projector.stop();
+      await bus.close();
+      await analytics.close();
+    },
+  };
+}
