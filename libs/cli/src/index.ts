@@ -1,1 +1,2 @@
-export {};
+export { CliError } from "./errors.js";
+export { readStack, type StackFile } from "./stack.js";

@@ -1,1 +1,2 @@
-export {};
+export { buildApp, type GatewayAppDeps } from "./app.js";
+export { type RunningGateway, startGateway } from "./service.js";

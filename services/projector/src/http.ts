@@ -1,6 +1,6 @@
 import { type Analytics, listRuns, QueryError, runSql } from "@holdfast/analytics";
 import type { Logger } from "@holdfast/log";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { ProjectorStatus } from "./projector.js";
 
 export interface AnalyticsApiDeps {
@@ -18,7 +18,10 @@ const MAX_ROWS = 10_000;
  */
 export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   const logger: FastifyBaseLogger = deps.log;
-  const app = Fastify({ loggerInstance: logger, disableRequestLogging: true });
+  const app = Fastify({
+    loggerInstance: logger,
+    logController: new LogController({ disableRequestLogging: true }),
+  });
 
   app.setErrorHandler((error, request, reply) => {
     if (error instanceof QueryError)

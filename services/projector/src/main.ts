@@ -4,20 +4,22 @@ import { startProjector } from "./service.js";
 
 const config = loadConfig();
 const log = createLogger({ name: "projector", level: config.log_level });
-const projector = await startProjector(config, log);
+const running = await startProjector(config, log);
 
 let stopping = false;
-for (const signal of ["SIGINT", "SIGTERM"] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal }, "projector stopping");
-    projector.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        log.error({ err: error }, "projector did not stop cleanly");
-        process.exit(1);
-      },
-    );
-  });
+function stop(reason: string): void {
+  if (stopping) return;
+  stopping = true;
+  log.info({ reason }, "projector stopping");
+  running.close().then(
+    () => process.exit(0),
+    (error: unknown) => {
+      log.error({ err: error }, "projector did not stop cleanly");
+      process.exit(1);
+    },
+  );
 }
+process.on("SIGINT", () => stop("SIGINT"));
+process.on("SIGTERM", () => stop("SIGTERM"));
+// Started by `holdfast up`: when the supervisor goes away, so does this service.
+process.on("disconnect", () => stop("supervisor gone"));

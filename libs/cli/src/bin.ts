@@ -1,0 +1,54 @@
+#!/usr/bin/env node
+import { ConfigError } from "@holdfast/config";
+import { CliError } from "./errors.js";
+import { LS_USAGE, ls } from "./ls.js";
+import { QUERY_USAGE, query } from "./query.js";
+import { SHOW_USAGE, show } from "./show.js";
+import { UP_USAGE, up } from "./up.js";
+
+const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: string }> = {
+  up: { run: up, usage: UP_USAGE },
+  ls: { run: ls, usage: LS_USAGE },
+  show: { run: show, usage: SHOW_USAGE },
+  query: { run: query, usage: QUERY_USAGE },
+};
+
+const HELP = `holdfast — the control plane between LLM agents and their model providers
+
+Commands:
+${Object.values(COMMANDS)
+  .map((c) => `  ${c.usage.split("\n")[0]}`)
+  .join("\n")}
+
+Run \`holdfast <command> --help\` for details. Configuration: a YAML file (--config or
+HOLDFAST_CONFIG) and HOLDFAST_* environment variables; see the README.`;
+
+const [name, ...argv] = process.argv.slice(2);
+const command = name === undefined ? undefined : COMMANDS[name];
+if (name === undefined || name === "--help" || name === "-h" || name === "help") {
+  console.log(HELP);
+} else if (command === undefined) {
+  console.error(`holdfast: unknown command "${name}"\n\n${HELP}`);
+  process.exitCode = 2;
+} else {
+  try {
+    await command.run(argv);
+  } catch (error) {
+    if (error instanceof CliError) {
+      console.error(`holdfast ${name}: ${error.message}`);
+      process.exitCode = error.exitCode;
+    } else if (error instanceof ConfigError) {
+      console.error(`holdfast ${name}: configuration error\n${error.message}`);
+      process.exitCode = 2;
+    } else if (
+      error instanceof TypeError &&
+      (error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")
+    ) {
+      console.error(`holdfast ${name}: ${error.message}\n\n${command.usage}`);
+      process.exitCode = 2;
+    } else {
+      console.error(`holdfast ${name}: ${(error as Error).stack ?? error}`);
+      process.exitCode = 1;
+    }
+  }
+}

@@ -1,0 +1,52 @@
+import { parseArgs } from "node:util";
+import { analyticsCall, COMMON_OPTIONS, configFrom } from "./common.js";
+import { CliError } from "./errors.js";
+import { table } from "./format.js";
+import { requireStack } from "./stack.js";
+
+export const QUERY_USAGE = `holdfast query "<SQL>" [--json] [--max-rows N] [--data-dir DIR] [--config FILE]
+
+Runs one read-only ClickHouse SQL statement over the projection. Tables and views:
+  steps   one row per finished model call (tokens, cost_usd, latency_ms, status, ...)
+  runs    one row per run (steps, tokens, cost, status, first/last seen)
+  events  every event as recorded (type, run_id, run_seq, ts, payload JSON)`;
+
+interface SqlResult {
+  columns: { name: string; type: string }[];
+  rows: Record<string, unknown>[];
+  truncated: boolean;
+}
+
+export async function query(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { ...COMMON_OPTIONS, "max-rows": { type: "string", default: "10000" } },
+  });
+  if (values.help) return void console.log(QUERY_USAGE);
+  const sql = positionals.join(" ").trim();
+  if (!sql) throw new CliError(`no SQL given\n\n${QUERY_USAGE}`, 2);
+  const stack = requireStack(configFrom(values));
+  const result = await analyticsCall<SqlResult>(`${stack.analyticsUrl}/v1/query`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ sql, max_rows: Number(values["max-rows"]) }),
+  });
+  if (values.json) return void console.log(JSON.stringify(result.rows, null, 2));
+  console.log(
+    table(
+      result.columns.map((c) => c.name),
+      result.rows.map((row) => result.columns.map((c) => cell(row[c.name]))),
+    ),
+  );
+  const n = result.rows.length;
+  console.log(
+    `\n${n} row${n === 1 ? "" : "s"}${result.truncated ? " (more were cut off; see --max-rows)" : ""}`,
+  );
+}
+
+function cell(value: unknown): string | number {
+  if (typeof value === "number") return value;
+  if (value === null || value === undefined) return "NULL";
+  return typeof value === "string" ? value : JSON.stringify(value);
+}

@@ -1,0 +1,65 @@
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Config } from "@holdfast/config";
+import { CliError } from "./errors.js";
+
+/** What `holdfast up` started, written under the data dir so other commands can find it. */
+export interface StackFile {
+  pid: number;
+  startedAt: string;
+  dataDir: string;
+  gatewayUrl: string;
+  natsUrl: string;
+  analyticsUrl: string;
+  upstream: string;
+  logsDir: string;
+}
+
+export const stackPath = (dataDir: string) => join(dataDir, "holdfast.json");
+
+export function writeStack(stack: StackFile): void {
+  mkdirSync(stack.dataDir, { recursive: true });
+  const path = stackPath(stack.dataDir);
+  writeFileSync(`${path}.tmp`, `${JSON.stringify(stack, null, 2)}\n`);
+  renameSync(`${path}.tmp`, path);
+}
+
+export function removeStack(dataDir: string): void {
+  rmSync(stackPath(dataDir), { force: true });
+}
+
+/** The running stack on this data dir, or undefined (a file left by a dead process is ignored). */
+export function readStack(dataDir: string): StackFile | undefined {
+  let stack: StackFile;
+  try {
+    stack = JSON.parse(readFileSync(stackPath(dataDir), "utf8")) as StackFile;
+  } catch {
+    return undefined;
+  }
+  return isAlive(stack.pid) ? stack : undefined;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+export function requireStack(config: Config): StackFile {
+  const stack = readStack(config.data_dir);
+  if (!stack) {
+    throw new CliError(
+      `Holdfast is not running on data dir ${config.data_dir}. Start it with \`pnpm holdfast up\` (or pass --data-dir).`,
+    );
+  }
+  return stack;
+}
+
+/** NATS for commands that read the log: the configured server, else the running stack's. */
+export function natsUrlFor(config: Config): string {
+  if (config.nats.url) return config.nats.url;
+  return requireStack(config).natsUrl;
+}

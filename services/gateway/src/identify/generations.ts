@@ -1,0 +1,84 @@
+import type { KV } from "@holdfast/bus";
+import type { RunState } from "@holdfast/events";
+
+export interface GenerationsOptions {
+  /** The shared pointer store: fingerprint → current generation. */
+  kv: KV;
+  /** The run as the gateway knows it (read from the log when not in memory). */
+  runState: (runId: string) => Promise<RunState>;
+  clock: () => number;
+  idleMs: number;
+}
+
+export interface Generation {
+  runId: string;
+  generation: number;
+}
+
+export function fingerprintRunId(fingerprint: string, generation: number): string {
+  return `fp-${fingerprint}-${generation}`;
+}
+
+/**
+ * Splits a fingerprinted agent into generations, one run each. Within one agent loop the
+ * message count only grows, so a call with fewer messages than the previous one is a new
+ * invocation (a cron job, a re-run); so is a call after `idleMs` of silence.
+ *
+ * The current generation of each fingerprint is a small pointer in a JetStream KV bucket,
+ * advanced with compare-and-set so gateways racing on the same agent agree; everything
+ * else the decision needs (last message count, last activity) comes from the run's own
+ * events.
+ */
+export class Generations {
+  private readonly known = new Map<string, { generation: number; revision: number }>();
+
+  constructor(private readonly options: GenerationsOptions) {}
+
+  async resolve(fingerprint: string, messageCount: number): Promise<Generation> {
+    let pointer = this.known.get(fingerprint) ?? (await this.read(fingerprint));
+    if (pointer.generation > 0) {
+      const runId = fingerprintRunId(fingerprint, pointer.generation);
+      const state = await this.options.runState(runId);
+      if (!this.startsNewGeneration(state, messageCount)) return { runId, generation: pointer.generation };
+    }
+    pointer = await this.advance(fingerprint, pointer);
+    return { runId: fingerprintRunId(fingerprint, pointer.generation), generation: pointer.generation };
+  }
+
+  private startsNewGeneration(state: RunState, messageCount: number): boolean {
+    const last = state.steps.at(-1);
+    if (last === undefined) return false;
+    if (messageCount < last.messageCount) return true;
+    return state.lastSeenMs !== null && this.options.clock() - state.lastSeenMs > this.options.idleMs;
+  }
+
+  private async read(fingerprint: string): Promise<{ generation: number; revision: number }> {
+    const entry = await this.options.kv.get(fingerprint);
+    const pointer =
+      entry && entry.operation === "PUT"
+        ? { generation: Number(entry.string()), revision: entry.revision }
+        : { generation: 0, revision: 0 };
+    this.known.set(fingerprint, pointer);
+    return pointer;
+  }
+
+  /** Moves the pointer one generation on, unless another gateway already did. */
+  private async advance(
+    fingerprint: string,
+    from: { generation: number; revision: number },
+  ): Promise<{ generation: number; revision: number }> {
+    const next = String(from.generation + 1);
+    try {
+      const revision =
+        from.revision === 0
+          ? await this.options.kv.create(fingerprint, next)
+          : await this.options.kv.update(fingerprint, next, from.revision);
+      const pointer = { generation: from.generation + 1, revision };
+      this.known.set(fingerprint, pointer);
+      return pointer;
+    } catch {
+      // Lost the race: whoever won started the new generation; join it.
+      return this.read(fingerprint);
+    }
+  }
+}

@@ -1,0 +1,132 @@
+import { createHash } from "node:crypto";
+import { MAX_RUN_ID_LENGTH, RunSource } from "@holdfast/events";
+import type { ChatRequestView } from "@holdfast/providers";
+import { InvalidRequestError } from "../errors.js";
+
+export interface IdentifyRules {
+  /** Request headers that name a run, first match wins. */
+  headers: readonly string[];
+  /** Dotted body paths that name a run, e.g. "metadata.run_id". */
+  bodyFields: readonly string[];
+  /** Use a W3C traceparent's trace id as the run id. */
+  traceparent: boolean;
+  tagHeaders: readonly string[];
+  tagFields: readonly string[];
+}
+
+export interface ExplicitRun {
+  runId: string;
+  source: RunSource;
+  /** The header or field that named it; empty for traceparent. */
+  key: string;
+}
+
+type Headers = Record<string, string | string[] | undefined>;
+
+const MAX_TAG_LENGTH = 128;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this rejects
+const CONTROL = /[\u0000-\u001f\u007f]/;
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-.*)?$/;
+
+/**
+ * The run a call names itself, if it does: a header, then a body field, then a W3C trace
+ * id. Returns undefined when the call names nothing (the caller then fingerprints it).
+ * A named id that cannot be a run id is the client's error, reported with where it came from.
+ */
+export function explicitRun(headers: Headers, body: unknown, rules: IdentifyRules): ExplicitRun | undefined {
+  for (const name of rules.headers) {
+    const value = headerValue(headers, name);
+    if (value !== undefined)
+      return { runId: checkRunId(value, `header ${name}`), source: RunSource.RUN_SOURCE_HEADER, key: name };
+  }
+  for (const path of rules.bodyFields) {
+    const value = fieldValue(body, path);
+    if (value !== undefined)
+      return { runId: checkRunId(value, `body field ${path}`), source: RunSource.RUN_SOURCE_BODY, key: path };
+  }
+  if (rules.traceparent) {
+    const traceId = traceIdOf(headerValue(headers, "traceparent"));
+    if (traceId !== undefined) return { runId: traceId, source: RunSource.RUN_SOURCE_TRACEPARENT, key: "" };
+  }
+  return undefined;
+}
+
+/** The run's tag from a header or body field, first match wins; "" when none. */
+export function readTag(headers: Headers, body: unknown, rules: IdentifyRules): string {
+  for (const name of rules.tagHeaders) {
+    const value = headerValue(headers, name);
+    if (value !== undefined) return checkTag(value, `header ${name}`);
+  }
+  for (const path of rules.tagFields) {
+    const value = fieldValue(body, path);
+    if (value !== undefined) return checkTag(value, `body field ${path}`);
+  }
+  return "";
+}
+
+/** The trace id of a valid W3C traceparent (version 00 or later, not all zeros). */
+export function traceIdOf(traceparent: string | undefined): string | undefined {
+  if (traceparent === undefined) return undefined;
+  const match = TRACEPARENT.exec(traceparent.trim().toLowerCase());
+  if (!match) return undefined;
+  const [, version, traceId, spanId] = match;
+  if (version === "ff" || /^0+$/.test(traceId!) || /^0+$/.test(spanId!)) return undefined;
+  // Version 00 allows nothing after the flags.
+  if (version === "00" && traceparent.trim().length !== 55) return undefined;
+  return traceId;
+}
+
+/**
+ * What stays constant across one agent's loop: the model, the system prompt and the first
+ * message after it. Hex, 16 characters (64 bits).
+ */
+export function fingerprintOf(view: ChatRequestView): string {
+  return createHash("sha256")
+    .update(view.model)
+    .update("\u0000")
+    .update(view.systemPrompt)
+    .update("\u0000")
+    .update(view.firstMessage)
+    .digest("hex")
+    .slice(0, 16);
+}
+
+function headerValue(headers: Headers, name: string): string | undefined {
+  const raw = headers[name.toLowerCase()];
+  const value = Array.isArray(raw) ? raw[0] : raw;
+  const trimmed = value?.trim();
+  return trimmed ? trimmed : undefined;
+}
+
+function fieldValue(body: unknown, path: string): string | undefined {
+  let node: unknown = body;
+  for (const key of path.split(".")) {
+    if (node === null || typeof node !== "object" || Array.isArray(node)) return undefined;
+    node = (node as Record<string, unknown>)[key];
+  }
+  if (typeof node === "number" && Number.isFinite(node)) return String(node);
+  if (typeof node !== "string") return undefined;
+  const trimmed = node.trim();
+  return trimmed ? trimmed : undefined;
+}
+
+function checkRunId(value: string, where: string): string {
+  if (value.length > MAX_RUN_ID_LENGTH) {
+    throw new InvalidRequestError(
+      `The run id in ${where} is ${value.length} characters long; Holdfast accepts at most ${MAX_RUN_ID_LENGTH}.`,
+    );
+  }
+  if (CONTROL.test(value))
+    throw new InvalidRequestError(`The run id in ${where} contains a control character.`);
+  return value;
+}
+
+function checkTag(value: string, where: string): string {
+  if (value.length > MAX_TAG_LENGTH) {
+    throw new InvalidRequestError(
+      `The tag in ${where} is ${value.length} characters long; the limit is ${MAX_TAG_LENGTH}.`,
+    );
+  }
+  if (CONTROL.test(value)) throw new InvalidRequestError(`The tag in ${where} contains a control character.`);
+  return value;
+}

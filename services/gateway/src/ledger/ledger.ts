@@ -1,0 +1,173 @@
+import { type Bus, BusError, ConcurrencyError } from "@holdfast/bus";
+import {
+  type DecodedEnvelope,
+  type EventPayload,
+  evolve,
+  foldRun,
+  initialState,
+  makeEnvelope,
+  type RunState,
+} from "@holdfast/events";
+import type { Logger } from "@holdfast/log";
+
+export interface LedgerOptions {
+  bus: Bus;
+  log: Logger;
+  clock: () => number;
+  newId: () => string;
+  /** Runs kept in memory; beyond it the least recently used are dropped and re-read on demand. */
+  maxCachedRuns?: number;
+  /** Attempts to re-read and re-decide after another writer got to a run first. */
+  maxConflictRetries?: number;
+}
+
+interface Entry {
+  state: RunState;
+  /** Stream sequence of the run's last event: the expectation for the next append. */
+  lastStreamSequence: number;
+  /** Tail of this run's appends: they run one after another, in call order. */
+  tail: Promise<unknown>;
+}
+
+/** Decides the payload of the next event from the run as it stands. */
+export type Decide = (state: RunState) => EventPayload;
+
+/**
+ * The gateway's view of runs: each run's state folded from its events, kept in memory,
+ * and the only way the gateway appends to a run.
+ *
+ * Appends to one run are serialized in this process and guarded across processes by the
+ * stream's expected-last-sequence check: when another gateway appended first, the run is
+ * re-read, the event re-decided, and the append retried.
+ */
+export class RunLedger {
+  private readonly runs = new Map<string, Entry>();
+  private readonly pending = new Set<Promise<unknown>>();
+
+  constructor(private readonly options: LedgerOptions) {}
+
+  /**
+   * Appends the event `decide` makes from the run's current state, and returns the
+   * envelope as appended together with the run state after it.
+   */
+  append(runId: string, tag: string, decide: Decide): Promise<{ event: DecodedEnvelope; state: RunState }> {
+    const entry = this.entry(runId);
+    const result = entry.tail.then(() => this.appendNow(runId, tag, decide, entry));
+    entry.tail = result.catch(() => undefined);
+    this.track(result);
+    return result;
+  }
+
+  /**
+   * Like append, but keeps retrying while the log is unreachable: for outcomes of calls
+   * that already happened, which must reach the log even if NATS blinks. The event id is
+   * fixed across attempts, so a retry whose predecessor landed is not written twice.
+   */
+  record(runId: string, tag: string, decide: Decide): Promise<{ event: DecodedEnvelope; state: RunState }> {
+    const entry = this.entry(runId);
+    const result = entry.tail.then(async () => {
+      const id = this.options.newId();
+      const at = this.options.clock();
+      for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
+        try {
+          return await this.appendNow(runId, tag, decide, entry, id, at);
+        } catch (error) {
+          if (!(error instanceof BusError) || !error.retryable || error instanceof ConcurrencyError)
+            throw error;
+          this.options.log.warn({ runId, err: error }, "event log unreachable; will retry the append");
+          await new Promise((resolve) => setTimeout(resolve, delay));
+        }
+      }
+    });
+    entry.tail = result.catch(() => undefined);
+    this.track(result);
+    return result;
+  }
+
+  /** The run as this gateway last saw it (without reading the log). */
+  peek(runId: string): RunState | undefined {
+    return this.runs.get(runId)?.state;
+  }
+
+  /** The run's current state, read from the log if this gateway has not seen it yet. */
+  async current(runId: string): Promise<RunState> {
+    const entry = this.entry(runId);
+    await entry.tail;
+    if (entry.lastStreamSequence === 0 && entry.state.lastSequence === 0) await this.reload(runId, entry);
+    return entry.state;
+  }
+
+  /** Resolves when every append started so far has settled (for graceful shutdown). */
+  async drain(): Promise<void> {
+    while (this.pending.size > 0) await Promise.allSettled([...this.pending]);
+  }
+
+  private entry(runId: string): Entry {
+    let entry = this.runs.get(runId);
+    if (entry) {
+      // Map iteration order is insertion order: re-inserting marks it most recently used.
+      this.runs.delete(runId);
+    } else {
+      entry = { state: initialState(runId), lastStreamSequence: 0, tail: Promise.resolve() };
+    }
+    this.runs.set(runId, entry);
+    this.evict();
+    return entry;
+  }
+
+  private evict(): void {
+    const max = this.options.maxCachedRuns ?? 10_000;
+    for (const [runId, entry] of this.runs) {
+      if (this.runs.size <= max) break;
+      // A run with appends in flight stays; its state is needed when they land.
+      if (entry.state.inFlight === 0) this.runs.delete(runId);
+    }
+  }
+
+  private async appendNow(
+    runId: string,
+    tag: string,
+    decide: Decide,
+    entry: Entry,
+    id = this.options.newId(),
+    at?: number,
+  ): Promise<{ event: DecodedEnvelope; state: RunState }> {
+    const { bus, clock } = this.options;
+    const retries = this.options.maxConflictRetries ?? 5;
+    for (let attempt = 0; ; attempt++) {
+      const envelope = makeEnvelope({
+        id,
+        runId,
+        sequence: entry.state.lastSequence + 1,
+        timestampMs: at ?? clock(),
+        tag,
+        payload: decide(entry.state),
+      }) as DecodedEnvelope;
+      try {
+        const { streamSequence } = await bus.append(envelope, entry.lastStreamSequence);
+        entry.state = evolve(entry.state, envelope);
+        entry.lastStreamSequence = streamSequence;
+        return { event: envelope, state: entry.state };
+      } catch (error) {
+        if (!(error instanceof ConcurrencyError) || attempt >= retries) throw error;
+        this.options.log.debug({ runId, attempt }, "run moved on in another writer; re-reading");
+        await this.reload(runId, entry);
+      }
+    }
+  }
+
+  private async reload(runId: string, entry: Entry): Promise<void> {
+    const history = await this.options.bus.readRun(runId);
+    entry.state = foldRun(
+      runId,
+      history.events.map((e) => e.envelope),
+    );
+    entry.lastStreamSequence = history.lastStreamSequence;
+  }
+
+  private track(promise: Promise<unknown>): void {
+    const settled = promise.finally(() => this.pending.delete(settled));
+    settled.catch(() => undefined);
+    this.pending.add(settled);
+  }
+}

@@ -1,0 +1,81 @@
+import { hostname } from "node:os";
+import { connectBus } from "@holdfast/bus";
+import type { Config } from "@holdfast/config";
+import { createIdGenerator } from "@holdfast/events";
+import type { Logger } from "@holdfast/log";
+import { createPricer, providerFromUpstream } from "@holdfast/providers";
+import { buildApp } from "./app.js";
+import { Generations } from "./identify/generations.js";
+import { runResolver } from "./identify/resolve.js";
+import { RunLedger } from "./ledger/ledger.js";
+import { Upstream } from "./upstream/upstream.js";
+
+export interface RunningGateway {
+  /** Base URL agents use, e.g. http://127.0.0.1:4141/v1. */
+  baseUrl: string;
+  port: number;
+  /** Stops taking calls, lets the ones in flight finish, records their outcomes, disconnects. */
+  close(): Promise<void>;
+}
+
+/** Wires the gateway from configuration. `main.ts` adds process signals around it. */
+export async function startGateway(config: Config, log: Logger): Promise<RunningGateway> {
+  if (!config.nats.url)
+    throw new Error("nats.url is not set: the gateway needs a NATS server (holdfast up sets it)");
+  const clock = Date.now;
+  const instanceId = config.gateway.instance_id ?? `${hostname()}-${process.pid}`;
+  const bus = await connectBus({
+    servers: config.nats.url,
+    prefix: config.nats.prefix,
+    name: `holdfast-gateway ${instanceId}`,
+    replicas: config.nats.replicas,
+  });
+  await bus.provision();
+  const newId = createIdGenerator(clock);
+  const ledger = new RunLedger({ bus, log, clock, newId });
+  const generations = new Generations({
+    kv: await bus.keyValue("FINGERPRINTS"),
+    runState: (runId) => ledger.current(runId),
+    clock,
+    idleMs: config.identification.idle_minutes * 60_000,
+  });
+  const upstream = new Upstream({
+    baseUrl: config.gateway.upstream,
+    timeoutMs: config.gateway.upstream_timeout_ms,
+  });
+  const rules = {
+    headers: config.identification.headers,
+    bodyFields: config.identification.body_fields,
+    traceparent: config.identification.traceparent,
+    tagHeaders: config.identification.tag_headers,
+    tagFields: config.identification.tag_fields,
+  };
+  const app = buildApp({
+    log,
+    maxBodyBytes: config.gateway.max_body_bytes,
+    ledger,
+    upstream,
+    pricer: createPricer({ overrides: config.prices }),
+    provider: providerFromUpstream(config.gateway.upstream),
+    instanceId,
+    newId,
+    resolveRun: runResolver(rules, generations),
+    onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
+    health: () => ({ nats: bus.nc.isClosed() ? "disconnected" : "connected" }),
+  });
+  await app.listen({ host: config.gateway.host, port: config.gateway.port });
+  const address = app.server.address();
+  const port = typeof address === "object" && address ? address.port : config.gateway.port;
+  const host = config.gateway.host === "0.0.0.0" ? "127.0.0.1" : config.gateway.host;
+  log.info({ port, upstream: upstream.origin, instanceId }, "gateway listening");
+  return {
+    baseUrl: `http://${host}:${port}/v1`,
+    port,
+    async close() {
+      await app.close();
+      await ledger.drain();
+      await upstream.close();
+      await bus.close();
+    },
+  };
+}
