@@ -73,7 +73,7 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
     ),
   );
 
-  app.get("/holdfast/health", async () => ({ status: "ok", ...deps.health() }));
+  app.get("/holdfast/health", async () => ({ status: "ok", pid: process.pid, ...deps.health() }));
   registerChatCompletions(app, deps);
   return app;
 }

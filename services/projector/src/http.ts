@@ -37,6 +37,7 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
     const s = deps.status();
     return {
       status: s.running && s.lastError === null ? "ok" : "degraded",
+      pid: process.pid,
       projected_seq: s.projectedSeq,
       stream_last_seq: s.streamLastSeq,
       lag_events: Math.max(0, s.streamLastSeq - s.projectedSeq),

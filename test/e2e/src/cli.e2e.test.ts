@@ -1,0 +1,211 @@
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { once } from "node:events";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { makeTempDir, waitFor } from "@holdfast/test-harness";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+// The CLI as a user runs it: the built binary, its own nats-server, embedded ClickHouse,
+// the demo provider, every service a separate process.
+const BIN = fileURLToPath(new URL("../../../libs/cli/dist/bin.js", import.meta.url));
+const run = promisify(execFile);
+
+let dir: Awaited<ReturnType<typeof makeTempDir>>;
+let up: ChildProcess | undefined;
+let upOutput = "";
+
+async function holdfast(...args: string[]): Promise<{ stdout: string; stderr: string; code: number }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args, "--data-dir", dir.path], {
+      env: cleanEnv(),
+      timeout: 60_000,
+    });
+    return { stdout, stderr, code: 0 };
+  } catch (error) {
+    const e = error as { stdout: string; stderr: string; code: number };
+    return { stdout: e.stdout, stderr: e.stderr, code: e.code };
+  }
+}
+
+function cleanEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const key of Object.keys(env))
+    if (key.startsWith("HOLDFAST_") && key !== "HOLDFAST_NATS_SERVER") delete env[key];
+  return env;
+}
+
+async function startUp(...args: string[]): Promise<void> {
+  upOutput = "";
+  up = spawn(process.execPath, [BIN, "up", "--data-dir", dir.path, "--port", "0", ...args], {
+    env: cleanEnv(),
+  });
+  up.stdout?.on("data", (chunk: Buffer) => {
+    upOutput += chunk.toString();
+  });
+  up.stderr?.on("data", (chunk: Buffer) => {
+    upOutput += chunk.toString();
+  });
+  await waitFor(() => upOutput.includes(args.includes("--demo") ? "Demo:" : "Ctrl-C stops everything"), {
+    timeoutMs: 90_000,
+    message: "holdfast up did not come up",
+  });
+}
+
+async function stopUp(): Promise<number | null> {
+  if (!up || up.exitCode !== null) return up?.exitCode ?? null;
+  const exited = once(up, "exit");
+  up.kill("SIGINT");
+  const [code] = (await exited) as [number | null];
+  return code;
+}
+
+function stack(): { gatewayUrl: string; analyticsUrl: string; natsUrl: string } {
+  return JSON.parse(readFileSync(join(dir.path, "holdfast.json"), "utf8"));
+}
+
+async function health(url: string): Promise<{ pid: number; lag_events?: number } | undefined> {
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(2_000) });
+    return response.ok ? ((await response.json()) as { pid: number; lag_events?: number }) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function json<T>(...args: string[]): Promise<T> {
+  const result = await holdfast(...args, "--json");
+  expect(result.code, result.stderr).toBe(0);
+  return JSON.parse(result.stdout) as T;
+}
+
+async function stepCount(): Promise<number> {
+  const [row] = await json<{ n: number }[]>(
+    "query",
+    "SELECT count() AS n, uniqExact(step_id) AS u FROM steps",
+  );
+  return row!.n;
+}
+
+beforeAll(async () => {
+  dir = await makeTempDir("cli");
+});
+afterAll(async () => {
+  await stopUp();
+  await dir[Symbol.asyncDispose]();
+});
+
+describe("holdfast CLI", () => {
+  it("says clearly when nothing is running", async () => {
+    const result = await holdfast("ls");
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/not running on data dir/);
+  });
+
+  it("names the key of a bad config value and exits 2", async () => {
+    const file = join(dir.path, "bad.yaml");
+    writeFileSync(file, "gateway:\n  port: lots\n");
+    const result = await holdfast("up", "--config", file);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("gateway.port");
+    expect(result.stderr).toContain("bad.yaml");
+  });
+
+  it("brings the stack up with the demo provider and shows the demo's runs", async () => {
+    await startUp("--demo");
+    expect(upOutput).toContain(stack().gatewayUrl);
+    expect(upOutput).toMatch(/base_url="http:\/\/127\.0\.0\.1:\d+\/v1"/);
+
+    const runs = await json<{ run_id: string; steps: number; tag: string; status: string }[]>("ls");
+    expect(runs.find((r) => r.run_id === "demo-agent")).toMatchObject({
+      steps: 3,
+      tag: "demo",
+      status: "idle",
+    });
+    expect(runs.some((r) => /^fp-[0-9a-f]{16}-1$/.test(r.run_id))).toBe(true);
+
+    const shown = await json<{ completed: number; steps: { toolCalls: string[]; stream: boolean }[] }>(
+      "show",
+      "demo-agent",
+    );
+    expect(shown.completed).toBe(3);
+    expect(shown.steps[0]?.toolCalls).toEqual(["get_weather"]);
+    expect(shown.steps[2]?.stream).toBe(true);
+
+    const table = await holdfast("ls");
+    expect(table.stdout).toMatch(/demo-agent\s+demo\s+gpt-4o-mini\s+idle\s+3/);
+    expect(await stepCount()).toBe(5);
+  });
+
+  it("refuses a second `up` on the same data dir while one runs", async () => {
+    const result = await holdfast("up");
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/already running/);
+  });
+
+  it("counts every call exactly once when the projector is killed under load and comes back", async () => {
+    const { gatewayUrl, analyticsUrl } = stack();
+    const call = (i: number) =>
+      fetch(`${gatewayUrl}/chat/completions`, {
+        method: "POST",
+        headers: {
+          authorization: "Bearer sk-load",
+          "content-type": "application/json",
+          "X-Holdfast-Run": `load-${i % 8}`,
+        },
+        body: JSON.stringify({ model: "gpt-4o-mini", messages: [{ role: "user", content: `call ${i}` }] }),
+      }).then((r) => r.text());
+    const load = (async () => {
+      for (let batch = 0; batch < 10; batch++)
+        await Promise.all(Array.from({ length: 20 }, (_, i) => call(batch * 20 + i)));
+    })();
+    let kills = 0;
+    for (let i = 0; i < 3; i++) {
+      const victim = await waitFor(() => health(`${analyticsUrl}/health`), {
+        timeoutMs: 30_000,
+        message: "projector not up",
+      });
+      process.kill(victim.pid, "SIGKILL");
+      kills += 1;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    }
+    await load;
+    expect(kills).toBe(3);
+    // The supervisor restarted it, and it caught up with the log.
+    await waitFor(async () => (await health(`${analyticsUrl}/health`))?.lag_events === 0, {
+      timeoutMs: 60_000,
+      message: "projector did not catch up after restarts",
+    });
+    const [totals] = await json<{ n: number; u: number; load: number }[]>(
+      "query",
+      "SELECT count() AS n, uniqExact(step_id) AS u, countIf(startsWith(run_id, 'load-')) AS load FROM steps",
+    );
+    expect(totals).toEqual({ n: 205, u: 205, load: 200 });
+    expect(upOutput).toMatch(/projector exited .*restarting/);
+  });
+
+  it("shows a run from the log while the projector is stopped", async () => {
+    const projector = await health(`${stack().analyticsUrl}/health`);
+    process.kill(projector!.pid, "SIGSTOP");
+    try {
+      const shown = await json<{ steps: unknown[] }>("show", "load-3");
+      expect(shown.steps).toHaveLength(25);
+    } finally {
+      process.kill(projector!.pid, "SIGCONT");
+    }
+  });
+
+  it("stops everything on Ctrl-C, and a second `up` finds every earlier run", async () => {
+    const { gatewayUrl, analyticsUrl } = stack();
+    expect(await stopUp()).toBe(0);
+    expect(await health(`${analyticsUrl}/health`)).toBeUndefined();
+    expect(await health(gatewayUrl.replace(/\/v1$/, "/holdfast/health"))).toBeUndefined();
+
+    await startUp();
+    const runs = await json<{ run_id: string }[]>("ls");
+    expect(runs.map((r) => r.run_id)).toEqual(expect.arrayContaining(["demo-agent", "load-0", "load-7"]));
+    expect(await stepCount()).toBe(205);
+    expect((await json<{ completed: number }>("show", "demo-agent")).completed).toBe(3);
+  });
+});

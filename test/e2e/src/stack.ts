@@ -1,0 +1,124 @@
+import { PassThrough } from "node:stream";
+import { type Bus, connectBus } from "@holdfast/bus";
+import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
+import { foldRun, type RunState } from "@holdfast/events";
+import { type FakeProvider, type FakeProviderOptions, startFakeProvider } from "@holdfast/fake-provider";
+import { startGateway } from "@holdfast/gateway";
+import { createLogger } from "@holdfast/log";
+import { startProjector } from "@holdfast/projector";
+import { makeTempDir, natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
+import OpenAI from "openai";
+
+export interface Stack {
+  provider: FakeProvider;
+  config: Config;
+  /** Base URL agents use: http://127.0.0.1:PORT/v1. */
+  gatewayUrl: string;
+  analyticsUrl: string;
+  /** A reader on the same event log. */
+  bus: Bus;
+  /** Everything the gateway and projector logged, as written. */
+  logs(): string;
+  client(options?: { apiKey?: string; headers?: Record<string, string> }): OpenAI;
+  /** The run folded from JetStream, as `holdfast show` sees it. */
+  run(runId: string): Promise<RunState>;
+  /** Waits until the run has `steps` finished steps (outcomes are recorded after the response). */
+  settled(runId: string, steps: number): Promise<RunState>;
+  sql<T = Record<string, unknown>>(query: string): Promise<T[]>;
+  /** Another gateway on the same event log (e.g. with another upstream); closed with the stack. */
+  extraGateway(
+    gateway: DeepPartial<Config["gateway"]>,
+  ): Promise<{ client(headers?: Record<string, string>): OpenAI }>;
+  close(): Promise<void>;
+}
+
+export const API_KEY = "sk-test-0123456789abcdefghijklmnop";
+
+/**
+ * The whole data path in this process, on real infrastructure: the harness's nats-server,
+ * embedded ClickHouse in a temp dir, the gateway and the projector as `holdfast up` wires
+ * them, and the fake provider as the upstream.
+ */
+export async function startStack(
+  options: { config?: DeepPartial<Config>; provider?: FakeProviderOptions } = {},
+): Promise<Stack> {
+  const dir = await makeTempDir("stack");
+  const provider = await startFakeProvider(options.provider ?? {});
+  const prefix = uniqueNamespace("e2e");
+  const config = loadConfig({
+    env: {},
+    overrides: {
+      ...options.config,
+      data_dir: dir.path,
+      log_level: "debug",
+      nats: { url: natsUrl(), prefix },
+      gateway: { port: 0, upstream: `${provider.url}/v1`, ...options.config?.gateway },
+      projector: { port: 0, batch_size: 100, ack_wait_ms: 2_000, ...options.config?.projector },
+    },
+  });
+  const captured: string[] = [];
+  const destination = new PassThrough();
+  destination.on("data", (chunk: Buffer) => captured.push(chunk.toString()));
+  const gateway = await startGateway(config, createLogger({ name: "gateway", level: "trace", destination }));
+  const projector = await startProjector(
+    config,
+    createLogger({ name: "projector", level: "trace", destination }),
+  );
+  const bus = await connectBus({ servers: natsUrl(), prefix, name: "e2e-reader" });
+  const extras: { close(): Promise<void> }[] = [];
+  const clientFor = (baseURL: string, apiKey: string, headers?: Record<string, string>) =>
+    new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 20_000, defaultHeaders: headers });
+
+  const stack: Stack = {
+    provider,
+    config,
+    gatewayUrl: gateway.baseUrl,
+    analyticsUrl: projector.url,
+    bus,
+    logs: () => captured.join(""),
+    client: (o = {}) => clientFor(gateway.baseUrl, o.apiKey ?? API_KEY, o.headers),
+    run: async (runId) =>
+      foldRun(
+        runId,
+        (await bus.readRun(runId)).events.map((e) => e.envelope),
+      ),
+    settled: (runId, steps) =>
+      waitFor(
+        async () => {
+          const state = await stack.run(runId);
+          return state.completed + state.failed >= steps && state.inFlight === 0 ? state : undefined;
+        },
+        { timeoutMs: 10_000, message: `run ${runId} did not record ${steps} finished steps` },
+      ),
+    sql: async <T>(query: string) => {
+      const response = await fetch(`${projector.url}/v1/query`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ sql: query }),
+      });
+      const body = (await response.json()) as { rows: T[]; error?: { message: string } };
+      if (!response.ok) throw new Error(body.error?.message);
+      return body.rows;
+    },
+    extraGateway: async (overrides) => {
+      const extra = await startGateway(
+        loadConfig({
+          env: {},
+          overrides: { ...config, gateway: { ...config.gateway, port: 0, ...overrides } },
+        }),
+        createLogger({ name: "gateway-extra", level: "trace", destination }),
+      );
+      extras.push(extra);
+      return { client: (headers) => clientFor(extra.baseUrl, API_KEY, headers) };
+    },
+    close: async () => {
+      for (const extra of extras) await extra.close();
+      await gateway.close();
+      await projector.close();
+      await bus.close();
+      await provider.close();
+      await dir[Symbol.asyncDispose]();
+    },
+  };
+  return stack;
+}
