@@ -227,12 +227,10 @@ describe("Chat Completions through the gateway with the openai SDK", () => {
     expect(run.steps[0]?.status).toBe("failed");
     expect(run.steps[0]?.failure?.reason).toBe("client_aborted");
     // The gateway is still fine.
-    const next = await stack
-      .client()
-      .chat.completions.create({
-        model: "gpt-4o-mini",
-        messages: [{ role: "user", content: "still there?" }],
-      });
+    const next = await stack.client().chat.completions.create({
+      model: "gpt-4o-mini",
+      messages: [{ role: "user", content: "still there?" }],
+    });
     expect(next.choices[0]?.message.content).toContain("still there?");
   });
 
@@ -255,12 +253,10 @@ describe("Chat Completions through the gateway with the openai SDK", () => {
 
   it("keeps two concurrent runs apart", async () => {
     const ask = (runId: string, i: number) =>
-      stack
-        .client({ headers: { "X-Holdfast-Run": runId } })
-        .chat.completions.create({
-          model: "gpt-4o-mini",
-          messages: [{ role: "user", content: `${runId} ${i}` }],
-        });
+      stack.client({ headers: { "X-Holdfast-Run": runId } }).chat.completions.create({
+        model: "gpt-4o-mini",
+        messages: [{ role: "user", content: `${runId} ${i}` }],
+      });
     await Promise.all(Array.from({ length: 10 }, (_, i) => [ask("agent-a", i), ask("agent-b", i)]).flat());
     const [a, b] = await Promise.all([stack.settled("agent-a", 10), stack.settled("agent-b", 10)]);
     expect(a.steps.map((s) => s.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
