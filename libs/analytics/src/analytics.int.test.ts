@@ -1,10 +1,17 @@
 import { makeTempDir } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Analytics, openAnalytics } from "./client.js";
-import { QueryError } from "./errors.js";
+import { ProjectionMismatchError, QueryError } from "./errors.js";
 import { loadMigrations, migrate } from "./migrate.js";
 import { listRuns, runSql } from "./queries.js";
-import { highWater, insertRows, nanoUsdToDecimal, type RawEventRow, type StepRow } from "./tables.js";
+import {
+  bindProjection,
+  highWater,
+  insertRows,
+  nanoUsdToDecimal,
+  type RawEventRow,
+  type StepRow,
+} from "./tables.js";
 
 let dir: Awaited<ReturnType<typeof makeTempDir>>;
 let analytics: Analytics;
@@ -158,5 +165,19 @@ describe("analytics store (embedded ClickHouse)", () => {
     expect(nanoUsdToDecimal(0)).toBe("0.000000000");
     expect(nanoUsdToDecimal(1)).toBe("0.000000001");
     expect(nanoUsdToDecimal(1_234_567_890_123)).toBe("1234.567890123");
+  });
+});
+
+describe("projection binding", () => {
+  it("binds the database to the first stream and refuses any other", async () => {
+    await bindProjection(analytics, { stream: "HF_EVENTS", created: "2026-12-01T00:00:00Z" });
+    await bindProjection(analytics, { stream: "HF_EVENTS", created: "2026-12-01T00:00:00Z" });
+    await expect(
+      bindProjection(analytics, { stream: "OTHER_EVENTS", created: "2026-12-01T00:00:00Z" }),
+    ).rejects.toThrow(/projection of HF_EVENTS/);
+    // The same name recreated restarts its sequences: refused too.
+    await expect(
+      bindProjection(analytics, { stream: "HF_EVENTS", created: "2026-12-02T00:00:00Z" }),
+    ).rejects.toBeInstanceOf(ProjectionMismatchError);
   });
 });

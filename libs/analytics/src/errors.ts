@@ -24,3 +24,10 @@ export class MigrationError extends AnalyticsError {
   readonly code = "HOLDFAST_MIGRATION_FAILED";
   readonly retryable = false;
 }
+
+/** The database already holds the projection of a different event stream. */
+export class ProjectionMismatchError extends AnalyticsError {
+  override readonly name = "ProjectionMismatchError";
+  readonly code = "HOLDFAST_PROJECTION_MISMATCH";
+  readonly retryable = false;
+}

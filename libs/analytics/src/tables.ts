@@ -1,4 +1,5 @@
 import type { Analytics } from "./client.js";
+import { ProjectionMismatchError } from "./errors.js";
 
 /** A row of raw_events_v1. Timestamps are epoch milliseconds. */
 export interface RawEventRow {
@@ -80,4 +81,39 @@ export async function insertRows(
     // batch lands whole or not at all. Timestamps go in as epoch milliseconds.
     format: "JSONEachRow",
   });
+}
+
+/** The event stream a projection is built from: its name and when it was created. */
+export interface ProjectionSource {
+  stream: string;
+  created: string;
+}
+
+/**
+ * Binds this database to one event stream on first use, and afterwards refuses any other:
+ * stream sequences (the checkpoints) only mean something within the stream they came from.
+ */
+export async function bindProjection(analytics: Analytics, source: ProjectionSource): Promise<void> {
+  const result = await analytics.client.query({
+    query: "SELECT stream, stream_created FROM projection_source FINAL",
+    format: "JSONEachRow",
+  });
+  const bound = await result.json<{ stream: string; stream_created: string }>();
+  if (bound.length === 0) {
+    await analytics.client.insert({
+      table: "projection_source",
+      values: [{ stream: source.stream, stream_created: source.created }],
+      format: "JSONEachRow",
+    });
+    return;
+  }
+  const match =
+    bound.length === 1 && bound[0]?.stream === source.stream && bound[0]?.stream_created === source.created;
+  if (!match) {
+    const was = bound.map((b) => `${b.stream} (created ${b.stream_created})`).join(", ");
+    throw new ProjectionMismatchError(
+      `ClickHouse database ${analytics.database} is the projection of ${was}, not of ${source.stream} (created ${source.created}). ` +
+        "Set clickhouse.database to another database for this event stream.",
+    );
+  }
 }

@@ -1,4 +1,10 @@
-import { type Analytics, highWater, insertRows, type ProjectedTable } from "@holdfast/analytics";
+import {
+  type Analytics,
+  bindProjection,
+  highWater,
+  insertRows,
+  type ProjectedTable,
+} from "@holdfast/analytics";
 import type { Bus, Consumer, JsMsg } from "@holdfast/bus";
 import { decodeEnvelope, EventDecodeError } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
@@ -13,6 +19,12 @@ export interface ProjectorOptions {
   batchSize: number;
   /** Redelivery delay for a batch a dead projector took but never acknowledged. */
   ackWaitMs?: number;
+  /**
+   * Start delivery right after the checkpoint (JetStream consumer reset, nats-server
+   * 2.14+), so a batch a crashed projector left unacknowledged does not wait out ack_wait.
+   * Without it (or on an older server) that batch is redelivered later and skipped.
+   */
+  resetOnStart?: boolean;
   /** Test seam: runs after a batch is in ClickHouse and before it is acknowledged. */
   afterInsert?: (batch: { firstSeq: number; lastSeq: number; count: number }) => Promise<void>;
 }
@@ -47,8 +59,10 @@ export class Projector {
   constructor(private readonly options: ProjectorOptions) {}
 
   async start(): Promise<void> {
-    const { bus, consumer, batchSize } = this.options;
-    for (const table of TABLES) this.marks.set(table, await highWater(this.options.analytics, table));
+    const { bus, analytics, consumer, batchSize, log } = this.options;
+    const stream = await bus.jsm.streams.info(bus.eventsStream);
+    await bindProjection(analytics, { stream: bus.eventsStream, created: stream.created });
+    for (const table of TABLES) this.marks.set(table, await highWater(analytics, table));
     this.status.projectedSeq = Math.min(...this.marks.values());
     this.consumer = await bus.ensureDurable({
       name: consumer,
@@ -57,6 +71,16 @@ export class Projector {
       ackWaitMs: this.options.ackWaitMs ?? 30_000,
       maxAckPending: batchSize,
     });
+    if (this.options.resetOnStart ?? true) {
+      try {
+        await bus.jsm.consumers.reset(bus.eventsStream, consumer, this.status.projectedSeq + 1);
+      } catch (error) {
+        log.info(
+          { err: error },
+          "consumer reset unavailable; unacknowledged events will be redelivered after ack_wait",
+        );
+      }
+    }
     this.status.running = true;
     this.loop = this.run();
   }
