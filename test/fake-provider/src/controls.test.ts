@@ -1,0 +1,41 @@
+import { describe, expect, it } from "vitest";
+import { readControls } from "./controls.js";
+import { OpenAiError } from "./errors.js";
+
+describe("readControls", () => {
+  it("reads no controls from ordinary headers", () => {
+    expect(readControls({ authorization: "Bearer k" })).toEqual({
+      latencyMs: undefined,
+      chunkDelayMs: undefined,
+      cachedTokens: undefined,
+      pauseAfter: undefined,
+      fault: undefined,
+    });
+  });
+
+  it("reads numbers and each kind of fault", () => {
+    expect(
+      readControls({ "x-fake-latency-ms": "250", "x-fake-pause-after": "0", "x-fake-cached-tokens": "128" }),
+    ).toMatchObject({ latencyMs: 250, pauseAfter: 0, cachedTokens: 128 });
+    expect(readControls({ "x-fake-fail": "503" }).fault).toEqual({ kind: "status", status: 503 });
+    expect(readControls({ "x-fake-fail": "reset" }).fault).toEqual({ kind: "reset" });
+    expect(readControls({ "x-fake-fail": "Reset-After:2" }).fault).toEqual({ kind: "reset-after", after: 2 });
+    expect(readControls({ "x-fake-fail": "hang" }).fault).toEqual({ kind: "hang" });
+  });
+
+  it.each([
+    ["x-fake-fail", "200"],
+    ["x-fake-fail", "explode"],
+    ["x-fake-latency-ms", "-5"],
+    ["x-fake-chunk-delay-ms", "1.5"],
+  ])("rejects %s: %s with a 400 that names the header", (name, value) => {
+    let thrown: unknown;
+    try {
+      readControls({ [name]: value });
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(OpenAiError);
+    expect(thrown).toMatchObject({ status: 400, param: name, type: "invalid_request_error" });
+  });
+});

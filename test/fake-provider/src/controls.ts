@@ -1,0 +1,75 @@
+import type { IncomingHttpHeaders } from "node:http";
+import { invalidRequest } from "./errors.js";
+
+/** The request headers through which a test steers one request. */
+export const FAKE_HEADERS = {
+  /** Delay before the response headers, in ms. */
+  latencyMs: "x-fake-latency-ms",
+  /** Delay between stream events, in ms. */
+  chunkDelayMs: "x-fake-chunk-delay-ms",
+  /** Report this many cached prompt tokens instead of the prompt-cache model's count. */
+  cachedTokens: "x-fake-cached-tokens",
+  /** Hold a stream after this many events until `resumePaused()`. */
+  pauseAfter: "x-fake-pause-after",
+  /** A status from 400 to 599, `reset`, `reset-after:N` or `hang`. */
+  fail: "x-fake-fail",
+} as const;
+
+/** A failure a test asked for with `x-fake-fail`. */
+export type Fault =
+  /** Answer with this status and an OpenAI error body. */
+  | { readonly kind: "status"; readonly status: number }
+  /** Destroy the connection without answering. */
+  | { readonly kind: "reset" }
+  /** Send this many stream events (or body bytes), then destroy the connection. */
+  | { readonly kind: "reset-after"; readonly after: number }
+  /** Never answer. */
+  | { readonly kind: "hang" };
+
+/** What the `FAKE_HEADERS` of one request asked for. */
+export interface Controls {
+  readonly latencyMs: number | undefined;
+  readonly chunkDelayMs: number | undefined;
+  readonly cachedTokens: number | undefined;
+  readonly pauseAfter: number | undefined;
+  readonly fault: Fault | undefined;
+}
+
+/** Reads the controls; a malformed one is a 400 naming the header, never silently ignored. */
+export function readControls(headers: IncomingHttpHeaders): Controls {
+  return {
+    latencyMs: count(headers, FAKE_HEADERS.latencyMs),
+    chunkDelayMs: count(headers, FAKE_HEADERS.chunkDelayMs),
+    cachedTokens: count(headers, FAKE_HEADERS.cachedTokens),
+    pauseAfter: count(headers, FAKE_HEADERS.pauseAfter),
+    fault: fault(headers),
+  };
+}
+
+function fault(headers: IncomingHttpHeaders): Fault | undefined {
+  const value = single(headers, FAKE_HEADERS.fail)?.trim().toLowerCase();
+  if (value === undefined || value === "") return undefined;
+  if (value === "reset") return { kind: "reset" };
+  if (value === "hang") return { kind: "hang" };
+  if (/^[45]\d\d$/.test(value)) return { kind: "status", status: Number(value) };
+  const resetAfter = /^reset-after:(\d+)$/.exec(value);
+  if (resetAfter !== null) return { kind: "reset-after", after: Number(resetAfter[1]) };
+  throw invalidRequest(
+    `Invalid ${FAKE_HEADERS.fail} '${value}': expected a status from 400 to 599, reset, reset-after:N or hang.`,
+    FAKE_HEADERS.fail,
+  );
+}
+
+function count(headers: IncomingHttpHeaders, name: string): number | undefined {
+  const value = single(headers, name)?.trim();
+  if (value === undefined || value === "") return undefined;
+  if (!/^\d+$/.test(value)) {
+    throw invalidRequest(`Invalid ${name} '${value}': expected a whole number.`, name);
+  }
+  return Number(value);
+}
+
+function single(headers: IncomingHttpHeaders, name: string): string | undefined {
+  const value = headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}

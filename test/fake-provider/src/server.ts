@@ -1,0 +1,428 @@
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  type CompletionHead,
+  completionBody,
+  completionId,
+  planReply,
+  streamEvents,
+  systemFingerprint,
+  usageOf,
+} from "./completion.js";
+import { type Controls, readControls } from "./controls.js";
+import {
+  injectedFailure,
+  invalidApiKey,
+  invalidJson,
+  invalidUrl,
+  missingApiKey,
+  modelNotFound,
+  OpenAiError,
+  rateLimitExceeded,
+  serverError,
+} from "./errors.js";
+import { Exchange, type FakeRequest } from "./exchange.js";
+import { PromptCache } from "./prompt-cache.js";
+import {
+  type Clock,
+  RateLimiter,
+  type RateLimitState,
+  type RateLimits,
+  rateLimitHeaders,
+} from "./rate-limit.js";
+import { toChatRequest } from "./request.js";
+import { promptTokens } from "./tokens.js";
+
+export interface FakeProviderOptions {
+  /** Default 127.0.0.1. */
+  readonly host?: string;
+  /** Default 0: a free port, read it back from `FakeProvider.port`. */
+  readonly port?: number;
+  /**
+   * Delay before the response headers of every chat completion, refusals included; header
+   * `x-fake-latency-ms` overrides.
+   */
+  readonly latencyMs?: number;
+  /** Delay between stream events; header `x-fake-chunk-delay-ms` overrides. */
+  readonly chunkDelayMs?: number;
+  /** Requests per minute per API key. Default 1,000,000. */
+  readonly rpm?: number;
+  /** Tokens per minute per API key. Default 100,000,000. */
+  readonly tpm?: number;
+  /** Limits for particular API keys, over `rpm` and `tpm`. */
+  readonly limitsByKey?: Readonly<Record<string, Partial<RateLimits>>>;
+  /** Time for the rate limits and `created`; default `Date.now`. */
+  readonly clock?: Clock;
+  /** Receives one line per finished request. */
+  readonly log?: (line: string) => void;
+  /**
+   * Keep every request in `requests`. Default true; a long benchmark turns it off to hold memory
+   * flat, and then `waitForRequest` sees only requests that arrive or change after it is called.
+   */
+  readonly recordRequests?: boolean;
+}
+
+export interface FakeProvider extends AsyncDisposable {
+  /** Base URL without a trailing slash; clients use `${url}/v1`. */
+  readonly url: string;
+  readonly port: number;
+  /** Every request received, in order (empty when `recordRequests` is false). */
+  readonly requests: readonly FakeRequest[];
+  /**
+   * The first request, received or yet to come, for which `predicate` holds; it is checked again
+   * whenever a request changes, so `(r) => r.state === "paused"` works. Rejects after `timeoutMs`.
+   */
+  waitForRequest(predicate?: (request: FakeRequest) => boolean, timeoutMs?: number): Promise<FakeRequest>;
+  /** Resumes every paused stream. */
+  resumePaused(): void;
+  /** Stops listening and destroys every open connection. */
+  close(): Promise<void>;
+}
+
+const MODELS = [
+  { id: "gpt-4o-mini", object: "model", created: 1721172741, owned_by: "system" },
+  { id: "gpt-4o", object: "model", created: 1715367049, owned_by: "system" },
+  { id: "fake-unpriced-model", object: "model", created: 1735689600, owned_by: "holdfast" },
+] as const;
+
+const DEFAULT_WAIT_MS = 5_000;
+
+export async function startFakeProvider(options: FakeProviderOptions = {}): Promise<FakeProvider> {
+  const clock = options.clock ?? Date.now;
+  const log = options.log;
+  const recordRequests = options.recordRequests ?? true;
+  const limiter = new RateLimiter(
+    { rpm: options.rpm ?? 1_000_000, tpm: options.tpm ?? 100_000_000 },
+    options.limitsByKey ?? {},
+    clock,
+  );
+  const promptCache = new PromptCache();
+  const requests: Exchange[] = [];
+  // Unfinished exchanges, recorded or not, so resumePaused() reaches them all.
+  const live = new Set<Exchange>();
+  const waiters = new Set<(exchange: Exchange) => boolean>();
+  let closing = false;
+
+  const changed = (exchange: Exchange): void => {
+    for (const waiter of waiters) if (waiter(exchange)) waiters.delete(waiter);
+  };
+
+  const server = createServer((req, res) => {
+    // A rejection here means the client left before its body arrived (handle() logs its own
+    // failures): nothing to record, nobody to answer.
+    readBody(req)
+      .then((rawBody) => handle(req, res, rawBody))
+      .catch(() => res.destroy());
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse, rawBody: string): Promise<void> {
+    const exchange = new Exchange(req, rawBody, clock(), changed);
+    if (recordRequests) requests.push(exchange);
+    live.add(exchange);
+    res.once("close", () => {
+      live.delete(exchange);
+      exchange.settle(res.writableFinished ? "done" : closing ? "reset" : "aborted");
+      log?.(
+        `${exchange.method} ${exchange.path} ${exchange.status ?? "-"} ${exchange.state} ` +
+          `${Math.round(performance.now() - exchange.startedAt)}ms`,
+      );
+    });
+    changed(exchange);
+
+    try {
+      await route(exchange, res);
+    } catch (error) {
+      // A bug in the fake: say so in the log, and answer the way OpenAI answers its own.
+      log?.(`${exchange.method} ${exchange.path} failed: ${error instanceof Error ? error.stack : error}`);
+      if (res.headersSent) res.destroy();
+      else fail(exchange, res, serverError());
+    }
+  }
+
+  function route(exchange: Exchange, res: ServerResponse): Promise<void> | void {
+    const { method } = exchange;
+    const path = exchange.path.split("?", 1)[0]!;
+    if (method === "POST" && path === "/v1/chat/completions") return chatCompletion(exchange, res);
+    if (method === "GET" && path === "/health") return respond(exchange, res, { status: "ok" });
+    if (method === "GET" && path === "/v1/models")
+      return respond(exchange, res, { object: "list", data: MODELS });
+    if (method === "GET" && path.startsWith("/v1/models/")) {
+      const id = path.slice("/v1/models/".length);
+      const model = MODELS.find((candidate) => candidate.id === id);
+      return model === undefined ? fail(exchange, res, modelNotFound(id)) : respond(exchange, res, model);
+    }
+    return fail(exchange, res, invalidUrl(method, path));
+  }
+
+  async function chatCompletion(exchange: Exchange, res: ServerResponse): Promise<void> {
+    // Once the key is known, every answer carries its rate-limit headers, as OpenAI's do.
+    let limits: RateLimitState | undefined;
+    try {
+      const controls = readControls(exchange.headers);
+      const latencyMs = controls.latencyMs ?? options.latencyMs ?? 0;
+      if (latencyMs > 0) await wait(latencyMs, exchange.signal);
+      if (exchange.signal.aborted) return;
+
+      const apiKey = exchange.apiKey;
+      if (apiKey === undefined) throw missingApiKey();
+      if (apiKey.startsWith("sk-bad")) throw invalidApiKey(apiKey);
+      limits = limiter.state(apiKey);
+
+      if (exchange.body === undefined) throw invalidJson();
+      const request = toChatRequest(exchange.body);
+
+      const fault = controls.fault;
+      if (fault?.kind === "status") throw injectedFailure(fault.status, request.model);
+      if (fault?.kind === "hang") return;
+      if (fault?.kind === "reset") {
+        exchange.settle("reset");
+        res.socket?.resetAndDestroy();
+        return;
+      }
+
+      const id = completionId(exchange.body);
+      const reply = planReply(request, id);
+      const prompt = promptTokens(request.messages, request.tools);
+      const decision = limiter.admit(apiKey, prompt + (request.maxTokens ?? reply.completionTokens));
+      limits = decision.state;
+      if (!decision.allowed) throw rateLimitExceeded({ model: request.model, ...decision });
+
+      const cached = promptCache.serve(apiKey, request.messages, prompt);
+      const usage = usageOf(
+        prompt,
+        reply.completionTokens,
+        Math.min(controls.cachedTokens ?? cached, prompt),
+      );
+      const head: CompletionHead = {
+        id,
+        created: Math.floor(clock() / 1000),
+        model: request.model,
+        system_fingerprint: systemFingerprint(request.model),
+      };
+      const headers = {
+        ...rateLimitHeaders(decision.state),
+        "openai-version": "2020-10-01",
+        "openai-processing-ms": String(Math.round(performance.now() - exchange.startedAt)),
+      };
+      const resetAfter = fault?.kind === "reset-after" ? fault.after : undefined;
+
+      if (request.stream) {
+        const events = streamEvents(head, reply, usage, request.includeUsage);
+        return stream(exchange, res, headers, events, controls, resetAfter);
+      }
+      const body = completionBody(head, reply, usage);
+      if (resetAfter === undefined) return send(exchange, res, 200, body, headers);
+      return sendPartial(exchange, res, body, headers, resetAfter);
+    } catch (error) {
+      if (!(error instanceof OpenAiError)) throw error;
+      return fail(exchange, res, error, limits === undefined ? {} : rateLimitHeaders(limits));
+    }
+  }
+
+  async function stream(
+    exchange: Exchange,
+    res: ServerResponse,
+    headers: Record<string, string>,
+    events: readonly string[],
+    controls: Controls,
+    resetAfter: number | undefined,
+  ): Promise<void> {
+    exchange.status = 200;
+    res.writeHead(200, {
+      ...headers,
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache",
+      "x-request-id": exchange.id,
+    });
+    res.flushHeaders();
+    const delayMs = controls.chunkDelayMs ?? options.chunkDelayMs ?? 0;
+
+    // Runs before the first event and right after each write, before its flush is awaited, so a
+    // paused state is visible by the time the client can read the event that caused it.
+    const holdOrBreak = async (flushed: Promise<void>): Promise<boolean> => {
+      if (exchange.chunksSent === resetAfter) {
+        await flushed;
+        exchange.settle("reset");
+        res.destroy();
+        return true;
+      }
+      if (exchange.chunksSent === controls.pauseAfter) await exchange.pause();
+      await flushed;
+      return exchange.signal.aborted;
+    };
+
+    // Breaking before the first event must not take the headers down with it.
+    if (await holdOrBreak(resetAfter === 0 ? headersOut() : Promise.resolve())) return;
+    for (const event of events) {
+      if (delayMs > 0 && exchange.chunksSent > 0) await wait(delayMs, exchange.signal);
+      if (exchange.signal.aborted) return;
+      // Each event is its own write, flushed before the next, as a real provider's tokens are.
+      const flushed = write(res, event, exchange.signal);
+      exchange.chunkSent();
+      if (await holdOrBreak(flushed)) return;
+    }
+    res.end();
+  }
+
+  function send(
+    exchange: Exchange,
+    res: ServerResponse,
+    status: number,
+    body: string,
+    headers: Record<string, string>,
+  ): void {
+    exchange.status = status;
+    res.writeHead(status, {
+      ...headers,
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+      "x-request-id": exchange.id,
+    });
+    res.end(body);
+  }
+
+  function respond(exchange: Exchange, res: ServerResponse, body: unknown): void {
+    send(exchange, res, 200, JSON.stringify(body), {});
+  }
+
+  function fail(
+    exchange: Exchange,
+    res: ServerResponse,
+    error: OpenAiError,
+    headers: Record<string, string> = {},
+  ): void {
+    send(exchange, res, error.status, JSON.stringify(error), { ...headers, ...error.headers });
+  }
+
+  /** Promises the whole body in content-length, sends `bytes` of it, then cuts the connection. */
+  async function sendPartial(
+    exchange: Exchange,
+    res: ServerResponse,
+    body: string,
+    headers: Record<string, string>,
+    bytes: number,
+  ): Promise<void> {
+    const buffer = Buffer.from(body);
+    const part = buffer.subarray(0, Math.min(bytes, buffer.length - 1));
+    exchange.status = 200;
+    res.writeHead(200, {
+      ...headers,
+      "content-type": "application/json",
+      "content-length": buffer.length,
+      "x-request-id": exchange.id,
+    });
+    if (part.length > 0) {
+      await write(res, part, exchange.signal);
+    } else {
+      res.flushHeaders();
+      await headersOut();
+    }
+    exchange.settle("reset");
+    res.destroy();
+  }
+
+  const waitForRequest = (
+    predicate: (request: FakeRequest) => boolean = () => true,
+    timeoutMs = DEFAULT_WAIT_MS,
+  ): Promise<FakeRequest> => {
+    const found = requests.find(predicate);
+    if (found !== undefined) return Promise.resolve(found);
+    return new Promise((resolve, reject) => {
+      const waiter = (exchange: Exchange): boolean => {
+        let matched: boolean;
+        try {
+          matched = predicate(exchange);
+        } catch (error) {
+          clearTimeout(timer);
+          reject(error);
+          return true;
+        }
+        if (matched) {
+          clearTimeout(timer);
+          resolve(exchange);
+        }
+        return matched;
+      };
+      const timer = setTimeout(() => {
+        waiters.delete(waiter);
+        reject(new Error(`no request matched within ${timeoutMs} ms (${requests.length} received)`));
+      }, timeoutMs);
+      waiters.add(waiter);
+    });
+  };
+
+  let closed: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closed ??= (async () => {
+      closing = true;
+      const stopped = new Promise<void>((resolve, reject) => {
+        server.close((error) => (error === undefined ? resolve() : reject(error)));
+      });
+      server.closeAllConnections();
+      await stopped;
+      // The server can report closed before each response has seen its socket go; wait, so every
+      // request's state is final once close() resolves.
+      await Promise.all(Array.from(live, (exchange) => exchange.done));
+    })();
+    return closed;
+  };
+
+  const host = options.host ?? "127.0.0.1";
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? 0, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const { port } = server.address() as AddressInfo;
+  const urlHost = host.includes(":") ? `[${host}]` : host;
+
+  return {
+    url: `http://${urlHost}:${port}`,
+    port,
+    requests,
+    waitForRequest,
+    resumePaused: () => {
+      for (const exchange of live) exchange.resume();
+    },
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.once("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+    req.once("error", reject);
+  });
+}
+
+/** Writes and settles once the bytes reached the socket, or once the response is gone. */
+function write(res: ServerResponse, chunk: string | Buffer, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    signal.addEventListener("abort", done, { once: true });
+    res.write(chunk, done);
+  });
+}
+
+/**
+ * Settles once headers passed to `flushHeaders()` have left: Node corks the socket and sends them
+ * on the next tick, with no callback to wait for.
+ */
+function headersOut(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Sleeps, waking early when the response has ended. */
+async function wait(ms: number, signal: AbortSignal): Promise<void> {
+  await sleep(ms, undefined, { signal }).catch(() => {});
+}
