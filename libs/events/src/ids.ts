@@ -8,7 +8,9 @@ import { randomFillSync } from "node:crypto";
 export function createIdGenerator(clock: () => number = Date.now): () => string {
   let lastMs = -1;
   let counter = 0;
-  const random = new Uint8Array(10);
+  // One getrandom call per 409 ids instead of one per id: ids are made on the hot path.
+  const pool = new Uint8Array(4096);
+  let offset = pool.length;
   return () => {
     let ms = clock();
     if (ms <= lastMs) {
@@ -23,7 +25,12 @@ export function createIdGenerator(clock: () => number = Date.now): () => string 
       lastMs = ms;
       counter = 0;
     }
-    randomFillSync(random);
+    if (offset + 10 > pool.length) {
+      randomFillSync(pool);
+      offset = 0;
+    }
+    const random = pool.subarray(offset, offset + 10);
+    offset += 10;
     const hex = ms.toString(16).padStart(12, "0");
     const randA = (0x7000 | counter).toString(16);
     const variant = ((random[0]! & 0x3f) | 0x80).toString(16).padStart(2, "0");
