@@ -8,6 +8,7 @@ import Fastify, {
 } from "fastify";
 import { GatewayError } from "./errors.js";
 import { type ChatCompletionsDeps, registerChatCompletions } from "./proxy/chat-completions.js";
+import { registerPassthrough } from "./proxy/passthrough.js";
 
 export interface GatewayAppDeps extends ChatCompletionsDeps {
   log: Logger;
@@ -75,5 +76,6 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
 
   app.get("/holdfast/health", async () => ({ status: "ok", pid: process.pid, ...deps.health() }));
   registerChatCompletions(app, deps);
+  registerPassthrough(app, deps.upstream);
   return app;
 }

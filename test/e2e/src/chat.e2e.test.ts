@@ -277,6 +277,14 @@ describe("Chat Completions through the gateway with the openai SDK", () => {
     expect(run.steps[0]?.failure?.reason).toBe("upstream_unreachable");
   });
 
+  it("passes other provider paths through unmetered, so nothing else an SDK does breaks", async () => {
+    const before = (await stack.bus.jsm.streams.info(stack.bus.eventsStream)).state.last_seq;
+    const models = await stack.client().models.list();
+    expect(models.data.map((m) => m.id)).toContain("gpt-4o-mini");
+    expect(stack.provider.requests.at(-1)?.path).toBe("/v1/models");
+    expect((await stack.bus.jsm.streams.info(stack.bus.eventsStream)).state.last_seq).toBe(before);
+  });
+
   it("makes every finished call exactly one row in ClickHouse", async () => {
     // Count outcome events in JetStream, independently of the projection.
     let outcomes = 0;

@@ -11,7 +11,7 @@ export interface UpstreamOptions {
 export interface UpstreamRequest {
   /** Path below the base URL, e.g. "/chat/completions". */
   path: string;
-  method: "GET" | "POST";
+  method: string;
   headers: Record<string, string | string[]>;
   body?: Buffer;
   signal: AbortSignal;
@@ -39,7 +39,7 @@ export class Upstream {
     return this.agent.request({
       origin: this.origin,
       path: `${this.basePath}${request.path}`,
-      method: request.method,
+      method: request.method as Dispatcher.HttpMethod,
       headers: request.headers,
       body: request.body ?? null,
       signal: request.signal,
