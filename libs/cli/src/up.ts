@@ -186,7 +186,8 @@ Point your agent at Holdfast by changing one line:
   Node     const client = new OpenAI({ baseURL: "${stack.gatewayUrl}" })
   or set   OPENAI_BASE_URL=${stack.gatewayUrl}
 
-Name a run with the header X-Holdfast-Run (or let Holdfast fingerprint it), then:
+Name a run with the header X-Holdfast-Run (or let Holdfast fingerprint it), then look
+(from the repository root; without pnpm, \`npm run holdfast -- ls\` and so on):
   pnpm holdfast ls          pnpm holdfast show <run>          pnpm holdfast query "SELECT count() FROM steps"
 
 Ctrl-C stops everything.`;
