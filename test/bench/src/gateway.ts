@@ -16,7 +16,7 @@ const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 6_000);
 const WARMUP_MS = 1_000;
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,32,256").split(",").map(Number);
-const RUNS = 64;
+const RUNS = Number(process.env.BENCH_RUNS ?? 64);
 const PROVIDER_MS = 250;
 
 interface Phase {

@@ -1,4 +1,4 @@
-import { type Bus, BusError, ConcurrencyError } from "@holdfast/bus";
+import { type Bus, BusError, BusUnavailableError, ConcurrencyError } from "@holdfast/bus";
 import {
   type DecodedEnvelope,
   type EventPayload,
@@ -19,6 +19,8 @@ export interface LedgerOptions {
   maxCachedRuns?: number;
   /** Attempts to re-read and re-decide after another writer got to a run first. */
   maxConflictRetries?: number;
+  /** How long an append may wait behind the run's earlier appends before giving up. */
+  queueTimeoutMs?: number;
 }
 
 interface Entry {
@@ -49,13 +51,38 @@ export class RunLedger {
   /**
    * Appends the event `decide` makes from the run's current state, and returns the
    * envelope as appended together with the run state after it.
+   *
+   * An append waits for the run's earlier appends. If its turn has not come within
+   * `queueTimeoutMs` (the log is down and an earlier outcome is still being retried), it
+   * gives up without appending anything and rejects with BusUnavailableError.
    */
   append(runId: string, tag: string, decide: Decide): Promise<{ event: DecodedEnvelope; state: RunState }> {
     const entry = this.entry(runId);
-    const result = entry.tail.then(() => this.appendNow(runId, tag, decide, entry));
-    entry.tail = result.catch(() => undefined);
-    this.track(result);
-    return result;
+    let gaveUp = false;
+    const turn = entry.tail.then(() => {
+      if (gaveUp) throw new BusUnavailableError("gave up waiting for the run's earlier appends");
+      clearTimeout(timer);
+      return this.appendNow(runId, tag, decide, entry);
+    });
+    entry.tail = turn.catch(() => undefined);
+    this.track(turn);
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        gaveUp = true;
+        reject(
+          new BusUnavailableError(
+            `run ${JSON.stringify(runId)}: earlier events are still waiting for the event log after ${this.queueTimeoutMs} ms`,
+          ),
+        );
+      }, this.queueTimeoutMs);
+    });
+    waited.catch(() => undefined);
+    return Promise.race([turn, waited]);
+  }
+
+  private get queueTimeoutMs(): number {
+    return this.options.queueTimeoutMs ?? 5_000;
   }
 
   /**
