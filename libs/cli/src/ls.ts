@@ -1,4 +1,5 @@
 import { parseArgs } from "node:util";
+import type { RunRow } from "@holdfast/analytics";
 import { analyticsCall, COMMON_OPTIONS, configFrom } from "./common.js";
 import { ago, fromClickHouseTime, table, usd } from "./format.js";
 import { requireStack } from "./stack.js";
@@ -6,21 +7,6 @@ import { requireStack } from "./stack.js";
 export const LS_USAGE = `holdfast ls [--limit N] [--json] [--data-dir DIR] [--config FILE]
 
 Lists runs, most recently active first, from the ClickHouse projection.`;
-
-interface RunRow {
-  run_id: string;
-  tag: string;
-  model: string;
-  status: string;
-  steps: number;
-  in_flight: number;
-  failed: number;
-  input_tokens: number;
-  output_tokens: number;
-  cost_usd: number;
-  unpriced_steps: number;
-  last_seen: string;
-}
 
 export async function ls(argv: string[]): Promise<void> {
   const { values } = parseArgs({

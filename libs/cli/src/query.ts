@@ -1,4 +1,5 @@
 import { parseArgs } from "node:util";
+import type { SqlResult } from "@holdfast/analytics";
 import { analyticsCall, COMMON_OPTIONS, configFrom } from "./common.js";
 import { CliError } from "./errors.js";
 import { table } from "./format.js";
@@ -10,12 +11,6 @@ Runs one read-only ClickHouse SQL statement over the projection. Tables and view
   steps   one row per finished model call (tokens, cost_usd, latency_ms, status, ...)
   runs    one row per run (steps, tokens, cost, status, first/last seen)
   events  every event as recorded (type, run_id, run_seq, ts, payload JSON)`;
-
-interface SqlResult {
-  columns: { name: string; type: string }[];
-  rows: Record<string, unknown>[];
-  truncated: boolean;
-}
 
 export async function query(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({

@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import {
   analytics,
   call,
+  dieBetweenInsertAndAck,
   drained,
   log,
   prefix,
@@ -19,27 +20,7 @@ describe("projector without consumer reset (nats-server before 2.14)", () => {
   it("skips a redelivered batch it already inserted, so totals stay exact", async () => {
     for (let i = 1; i <= 30; i++) await call(`run-${i % 3}`, i);
 
-    const busA = await connectBus({ servers: natsUrl(), prefix, name: "projector-a" });
-    let froze!: () => void;
-    const frozen = new Promise<void>((resolve) => {
-      froze = resolve;
-    });
-    const a = new Projector({
-      bus: busA,
-      analytics,
-      log,
-      consumer: "proj",
-      batchSize: 100,
-      ackWaitMs: 1_000,
-      resetOnStart: false,
-      afterInsert: () => {
-        froze();
-        return new Promise<void>(() => {});
-      },
-    });
-    await a.start();
-    await frozen;
-    await busA.nc.close();
+    await dieBetweenInsertAndAck({ ackWaitMs: 1_000, resetOnStart: false });
     expect(await totals()).toEqual({ events: 60, steps: 30, input: 300, cost: "0.00000021" });
 
     // The batch comes back after ack_wait, to a projector that must not count it again.

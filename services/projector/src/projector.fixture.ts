@@ -4,6 +4,7 @@ import { Api, createIdGenerator, type EventPayload, makeEnvelope, RunSource } fr
 import { createLogger, type Logger } from "@holdfast/log";
 import { makeTempDir, natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll } from "vitest";
+import { Projector } from "./projector.js";
 
 // Shared by the projector's integration tests: a real nats-server stream, embedded
 // ClickHouse, and helpers to write model calls into the log and read totals back.
@@ -97,4 +98,34 @@ export async function totals() {
 export async function drained(bus: Bus, consumer: string) {
   const info = await bus.jsm.consumers.info(bus.eventsStream, consumer);
   return info.num_pending === 0 && info.num_ack_pending === 0;
+}
+
+/**
+ * Runs a projector that inserts its first batch and then freezes before acknowledging it,
+ * like a process killed at exactly the wrong moment, and cuts its NATS connection.
+ */
+export async function dieBetweenInsertAndAck(options: {
+  ackWaitMs: number;
+  resetOnStart?: boolean;
+}): Promise<void> {
+  const bus = await connectBus({ servers: natsUrl(), prefix, name: "projector-that-dies" });
+  let froze!: () => void;
+  const frozen = new Promise<void>((resolve) => {
+    froze = resolve;
+  });
+  const projector = new Projector({
+    bus,
+    analytics,
+    log,
+    consumer: "proj",
+    batchSize: 100,
+    ...options,
+    afterInsert: () => {
+      froze();
+      return new Promise<void>(() => {});
+    },
+  });
+  await projector.start();
+  await frozen;
+  await bus.nc.close();
 }

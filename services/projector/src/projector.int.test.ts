@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import {
   analytics,
   call,
+  dieBetweenInsertAndAck,
   drained,
   log,
   prefix,
@@ -22,26 +23,7 @@ describe("projector", () => {
 
     // Projector A inserts its first batch, then freezes before acknowledging it, like a
     // process killed at exactly the wrong moment.
-    const busA = await connectBus({ servers: natsUrl(), prefix, name: "projector-a" });
-    let froze!: () => void;
-    const frozen = new Promise<void>((resolve) => {
-      froze = resolve;
-    });
-    const a = new Projector({
-      bus: busA,
-      analytics,
-      log,
-      consumer: "proj",
-      batchSize: 100,
-      ackWaitMs: 60_000,
-      afterInsert: () => {
-        froze();
-        return new Promise<void>(() => {});
-      },
-    });
-    await a.start();
-    await frozen;
-    await busA.nc.close();
+    await dieBetweenInsertAndAck({ ackWaitMs: 60_000 });
     // The batch is in ClickHouse but JetStream never heard it was done.
     expect(await totals()).toEqual({ events: 60, steps: 30, input: 300, cost: "0.00000021" });
 

@@ -111,11 +111,6 @@ export class RunLedger {
     return result;
   }
 
-  /** The run as this gateway last saw it (without reading the log). */
-  peek(runId: string): RunState | undefined {
-    return this.runs.get(runId)?.state;
-  }
-
   /** The run's current state, read from the log if this gateway has not seen it yet. */
   async current(runId: string): Promise<RunState> {
     const entry = this.entry(runId);
