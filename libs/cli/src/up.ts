@@ -57,7 +57,9 @@ export async function up(argv: string[]): Promise<void> {
 
   const started: { stop(): Promise<void> }[] = [];
   let nats: RunningNatsServer | undefined;
+  let stopping = false;
   const stopAll = async () => {
+    stopping = true;
     for (const service of started.reverse()) await service.stop().catch(() => undefined);
     await nats?.stop();
     removeStack(config.data_dir);
@@ -89,15 +91,33 @@ export async function up(argv: string[]): Promise<void> {
         explicit: config.nats.server_bin,
         log: (line) => console.error(line),
       });
-      nats = await startNatsServer({
-        binary: binary.path,
-        storeDir: join(config.data_dir, "nats"),
-        host: config.nats.host,
-        port: config.nats.port,
-        serverName: "holdfast",
-        logFile: join(logsDir, "nats-server.log"),
-        syncInterval: config.nats.sync_interval,
-      });
+      const startNats = (port: number) =>
+        startNatsServer({
+          binary: binary.path,
+          storeDir: join(config.data_dir, "nats"),
+          host: config.nats.host,
+          port,
+          serverName: "holdfast",
+          logFile: join(logsDir, "nats-server.log"),
+          syncInterval: config.nats.sync_interval,
+        });
+      // Like the services, a nats-server that dies is started again, on the same port and
+      // store, so the services reconnect to it and find every event.
+      const supervise = (server: RunningNatsServer) => {
+        server.exited.then((code) => {
+          if (stopping) return;
+          console.error(`nats-server exited (${code}); restarting`);
+          startNats(server.port).then(
+            (restarted) => {
+              nats = restarted;
+              supervise(restarted);
+            },
+            (error: unknown) => console.error(`nats-server did not restart: ${(error as Error).message}`),
+          );
+        });
+      };
+      nats = await startNats(config.nats.port);
+      supervise(nats);
       natsUrl = nats.url;
     }
 

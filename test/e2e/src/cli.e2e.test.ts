@@ -196,6 +196,37 @@ describe("holdfast CLI", () => {
     }
   });
 
+  it("restarts a nats-server that dies, and nothing recorded is lost", async () => {
+    const { stdout } = await run("pgrep", ["-f", `nats-server.*${join(dir.path, "nats")}`]);
+    const pid = Number(stdout.trim().split("\n")[0]);
+    process.kill(pid, "SIGKILL");
+    await waitFor(() => upOutput.includes("nats-server exited"), {
+      timeoutMs: 10_000,
+      message: "no restart notice",
+    });
+    const { gatewayUrl } = stack();
+    await waitFor(
+      async () =>
+        (
+          await fetch(`${gatewayUrl}/chat/completions`, {
+            method: "POST",
+            headers: {
+              authorization: "Bearer sk-x",
+              "content-type": "application/json",
+              "X-Holdfast-Run": "after-nats",
+            },
+            body: JSON.stringify({ model: "gpt-4o-mini", messages: [{ role: "user", content: "back?" }] }),
+          })
+        ).ok,
+      { timeoutMs: 30_000, message: "gateway never recovered after nats-server restarted" },
+    );
+    expect((await json<{ steps: unknown[] }>("show", "load-3")).steps).toHaveLength(25);
+    await waitFor(async () => (await stepCount()) === 206, {
+      timeoutMs: 30_000,
+      message: "call after restart not projected",
+    });
+  });
+
   it("stops everything on Ctrl-C, and a second `up` finds every earlier run", async () => {
     const { gatewayUrl, analyticsUrl } = stack();
     expect(await stopUp()).toBe(0);
@@ -205,7 +236,7 @@ describe("holdfast CLI", () => {
     await startUp();
     const runs = await json<{ run_id: string }[]>("ls");
     expect(runs.map((r) => r.run_id)).toEqual(expect.arrayContaining(["demo-agent", "load-0", "load-7"]));
-    expect(await stepCount()).toBe(205);
+    expect(await stepCount()).toBe(206);
     expect((await json<{ completed: number }>("show", "demo-agent")).completed).toBe(3);
   });
 });

@@ -79,6 +79,11 @@ async function handle(
   deps: ChatCompletionsDeps,
 ): Promise<void> {
   const t0 = performance.now();
+  // The client going away aborts the upstream call: nobody would read the answer.
+  const abort = new AbortController();
+  reply.raw.on("close", () => {
+    if (!reply.raw.writableFinished) abort.abort();
+  });
   const raw = request.body as Buffer;
   const body = parseJson(raw);
   const read = readChatRequest(body);
@@ -129,12 +134,6 @@ async function handle(
       .record(run.runId, run.tag, () => outcomeEvent(started, outcome, latencyMs, firstByteMs, view, deps))
       .catch((error: unknown) => deps.onRecordError(error, run.runId));
   };
-
-  // The client going away aborts the upstream call: nobody would read the answer.
-  const abort = new AbortController();
-  reply.raw.on("close", () => {
-    if (!reply.raw.writableFinished) abort.abort();
-  });
 
   let upstream: Dispatcher.ResponseData;
   try {
