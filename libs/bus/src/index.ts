@@ -1,4 +1,4 @@
-export type { Consumer, JsMsg } from "@nats-io/jetstream";
+export type { Consumer, ConsumerMessages, JsMsg } from "@nats-io/jetstream";
 export type { KV, KvEntry } from "@nats-io/kv";
 export {
   type AppendResult,

@@ -59,6 +59,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
     provider: providerFromUpstream(config.gateway.upstream),
     instanceId,
     newId,
+    recordWaitMs: 5_000,
     resolveRun: runResolver(rules, generations),
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
     health: () => ({ nats: bus.nc.isClosed() ? "disconnected" : "connected" }),

@@ -5,7 +5,7 @@ import {
   insertRows,
   type ProjectedTable,
 } from "@holdfast/analytics";
-import type { Bus, Consumer, JsMsg } from "@holdfast/bus";
+import type { Bus, Consumer, ConsumerMessages, JsMsg } from "@holdfast/bus";
 import { decodeEnvelope, EventDecodeError } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
 import { type ProjectedRows, project } from "./projection.js";
@@ -52,6 +52,7 @@ const TABLES: ProjectedTable[] = ["raw_events_v1", "steps_v1"];
 export class Projector {
   private readonly marks = new Map<ProjectedTable, number>();
   private consumer: Consumer | undefined;
+  private messages: ConsumerMessages | undefined;
   private loop: Promise<void> | undefined;
   private stopping = false;
   readonly status: ProjectorStatus = { running: false, projectedSeq: 0, eventsProjected: 0, lastError: null };
@@ -88,35 +89,53 @@ export class Projector {
   /** Finishes the batch in hand, then stops taking new ones. */
   async stop(): Promise<void> {
     this.stopping = true;
+    await this.messages?.close();
     await this.loop;
     this.status.running = false;
   }
 
+  /**
+   * Takes events as they arrive and projects them in batches: a batch closes when it is
+   * full or when the consumer has nothing more pending, so a quiet log is projected within
+   * milliseconds and a busy one in large inserts. A batch that fails is retried, in order,
+   * until it succeeds: skipping it would lose events from the projection.
+   */
   private async run(): Promise<void> {
-    const { log } = this.options;
-    let backoffMs = 100;
+    const { log, batchSize } = this.options;
     while (!this.stopping) {
       try {
-        const messages = await this.fetch();
-        if (messages.length > 0) await this.projectBatch(messages);
-        backoffMs = 100;
-        this.status.lastError = null;
+        const messages = await this.consumer!.consume({ max_messages: batchSize });
+        this.messages = messages;
+        let batch: JsMsg[] = [];
+        for await (const message of messages) {
+          batch.push(message);
+          if (batch.length < batchSize && message.info.pending > 0) continue;
+          await this.projectWithRetry(batch);
+          batch = [];
+          if (this.stopping) break;
+        }
       } catch (error) {
         if (this.stopping) break;
         this.status.lastError = (error as Error).message;
-        log.error({ err: error }, "projection batch failed; retrying");
-        await sleep(backoffMs);
-        backoffMs = Math.min(backoffMs * 2, 5_000);
+        log.error({ err: error }, "event consumer failed; resubscribing");
+        await sleep(1_000);
       }
     }
   }
 
-  private async fetch(): Promise<JsMsg[]> {
-    const consumer = this.consumer!;
-    const batch = await consumer.fetch({ max_messages: this.options.batchSize, expires: 1_000 });
-    const messages: JsMsg[] = [];
-    for await (const message of batch) messages.push(message);
-    return messages;
+  private async projectWithRetry(batch: JsMsg[]): Promise<void> {
+    for (let backoffMs = 100; ; backoffMs = Math.min(backoffMs * 2, 5_000)) {
+      try {
+        await this.projectBatch(batch);
+        this.status.lastError = null;
+        return;
+      } catch (error) {
+        this.status.lastError = (error as Error).message;
+        this.options.log.error({ err: error }, "projection batch failed; retrying");
+        if (this.stopping) throw error;
+        await sleep(backoffMs);
+      }
+    }
   }
 
   private async projectBatch(messages: JsMsg[]): Promise<void> {
@@ -126,9 +145,8 @@ export class Projector {
         rows.push(project({ envelope: decodeEnvelope(message.data), streamSequence: message.seq }));
       } catch (error) {
         if (!(error instanceof EventDecodeError)) throw error;
-        // Skipping would lose the event from every projection. Leaving the batch
-        // unacknowledged makes JetStream redeliver it after ack_wait, until a projector
-        // that can read it takes over (e.g. after a rolling upgrade).
+        // Skipping would lose the event from every projection: the batch is retried until
+        // a projector that can read it takes over (e.g. after a rolling upgrade).
         throw new Error(
           `stream sequence ${message.seq} is not an event this projector can read: ${error.message}`,
         );

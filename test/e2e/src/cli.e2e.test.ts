@@ -227,6 +227,58 @@ describe("holdfast CLI", () => {
     });
   });
 
+  it("loses nothing and counts nothing twice when the gateway is killed under load", async () => {
+    const { gatewayUrl, analyticsUrl } = stack();
+    const healthUrl = gatewayUrl.replace(/\/v1$/, "/holdfast/health");
+    // An agent that retries until 100 of its calls have been answered.
+    let ok = 0;
+    let failed = 0;
+    const load = (async () => {
+      for (let i = 0; ok < 100; i++) {
+        const response = await fetch(`${gatewayUrl}/chat/completions`, {
+          method: "POST",
+          headers: {
+            authorization: "Bearer sk-x",
+            "content-type": "application/json",
+            "X-Holdfast-Run": `gw-kill-${i % 5}`,
+          },
+          body: JSON.stringify({ model: "gpt-4o-mini", messages: [{ role: "user", content: `call ${i}` }] }),
+        }).catch(() => undefined);
+        if (response?.ok) ok += 1;
+        else {
+          failed += 1;
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+        await response?.text();
+      }
+    })();
+    const victim = await waitFor(() => health(healthUrl), { timeoutMs: 10_000, message: "gateway not up" });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    process.kill(victim.pid, "SIGKILL");
+    await load;
+    await waitFor(async () => (await health(healthUrl))?.pid !== undefined, {
+      timeoutMs: 30_000,
+      message: "gateway not restarted",
+    });
+    await waitFor(async () => (await health(`${analyticsUrl}/health`))?.lag_events === 0, {
+      timeoutMs: 30_000,
+      message: "projector did not catch up",
+    });
+    // Every outcome in the log is exactly one row; calls answered OK are all there.
+    const [totals] = await json<{ outcomes: number; rows: number; distinct: number; completed: number }[]>(
+      "query",
+      `SELECT
+         (SELECT count() FROM events WHERE type IN ('StepCompleted', 'StepFailed') AND startsWith(run_id, 'gw-kill-')) AS outcomes,
+         count() AS rows, uniqExact(step_id) AS distinct, countIf(status = 'completed') AS completed
+       FROM steps WHERE startsWith(run_id, 'gw-kill-')`,
+    );
+    expect(totals!.rows).toBe(totals!.outcomes);
+    expect(totals!.distinct).toBe(totals!.rows);
+    expect(totals!.completed).toBeGreaterThanOrEqual(ok);
+    expect(failed).toBeGreaterThan(0);
+    expect(upOutput).toMatch(/gateway exited .*restarting/);
+  });
+
   it("stops everything on Ctrl-C, and a second `up` finds every earlier run", async () => {
     const { gatewayUrl, analyticsUrl } = stack();
     expect(await stopUp()).toBe(0);
@@ -236,7 +288,11 @@ describe("holdfast CLI", () => {
     await startUp();
     const runs = await json<{ run_id: string }[]>("ls");
     expect(runs.map((r) => r.run_id)).toEqual(expect.arrayContaining(["demo-agent", "load-0", "load-7"]));
-    expect(await stepCount()).toBe(206);
+    const [{ n }] = (await json<{ n: number }[]>(
+      "query",
+      "SELECT count() AS n FROM steps WHERE NOT startsWith(run_id, 'gw-kill-')",
+    )) as [{ n: number }];
+    expect(n).toBe(206);
     expect((await json<{ completed: number }>("show", "demo-agent")).completed).toBe(3);
   });
 });

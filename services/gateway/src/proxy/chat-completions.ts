@@ -42,6 +42,8 @@ export interface ChatCompletionsDeps {
   provider: string | undefined;
   instanceId: string;
   newId: () => string;
+  /** Longest wait for an outcome to reach the log before the client gets the end of its answer. */
+  recordWaitMs: number;
   /** Which run (and tag) a call belongs to. */
   resolveRun: (headers: IncomingHttpHeaders, body: unknown, view: ChatRequestView) => Promise<ResolvedRun>;
   onRecordError: (error: unknown, runId: string) => void;
@@ -128,11 +130,22 @@ async function handle(
   const markFirstByte = () => {
     if (firstByteMs === 0) firstByteMs = Math.max(1, Math.round(performance.now() - t0));
   };
-  const finish = (outcome: Outcome) => {
+  // The outcome is in the log before the client has the whole answer, so an answered
+  // call is always a metered one, even if this process dies the next moment. While the
+  // log is unreachable the wait is bounded (the append keeps retrying behind it).
+  const finish = (outcome: Outcome): Promise<void> => {
     const latencyMs = Math.round(performance.now() - t0);
-    deps.ledger
+    const recorded = deps.ledger
       .record(run.runId, run.tag, () => outcomeEvent(started, outcome, latencyMs, firstByteMs, view, deps))
-      .catch((error: unknown) => deps.onRecordError(error, run.runId));
+      .then(
+        () => undefined,
+        (error: unknown) => deps.onRecordError(error, run.runId),
+      );
+    let timer: NodeJS.Timeout | undefined;
+    const bounded = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, deps.recordWaitMs);
+    });
+    return Promise.race([recorded, bounded]).finally(() => clearTimeout(timer));
   };
 
   let upstream: Dispatcher.ResponseData;
@@ -146,14 +159,14 @@ async function handle(
     });
   } catch (error) {
     if (abort.signal.aborted) {
-      finish(clientAborted(NO_USAGE, view.model));
+      void finish(clientAborted(NO_USAGE, view.model));
       return;
     }
     const timedOut = isTimeout(error);
     const message = timedOut
       ? "The provider did not answer in time."
       : `The provider could not be reached: ${(error as Error).message}`;
-    finish({
+    await finish({
       kind: "failed",
       reason: FailureReason.FAILURE_REASON_UPSTREAM_UNREACHABLE,
       status: 0,
@@ -180,19 +193,18 @@ async function handle(
     markFirstByte();
   } catch (error) {
     if (abort.signal.aborted) {
-      finish(clientAborted(NO_USAGE, view.model));
+      void finish(clientAborted(NO_USAGE, view.model));
       return;
     }
     const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;
-    finish(upstreamReset(message, NO_USAGE, view.model, upstream.statusCode));
+    await finish(upstreamReset(message, NO_USAGE, view.model, upstream.statusCode));
     throw new UpstreamUnreachableError(message, { cause: error });
   }
 
-  reply.code(upstream.statusCode).headers(returnHeaders(upstream.headers, bytes.length)).send(bytes);
   const text = decodeBody(bytes, upstream.headers["content-encoding"]);
   if (upstream.statusCode >= 300) {
     const error = readProviderError(upstream.statusCode, text, secrets);
-    finish({
+    await finish({
       kind: "failed",
       reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
       status: upstream.statusCode,
@@ -202,19 +214,21 @@ async function handle(
       usage: NO_USAGE,
       model: view.model,
     });
-    return;
+  } else {
+    await finish({
+      kind: "completed",
+      status: upstream.statusCode,
+      summary: summarizeChatCompletion(safeJson(text)),
+    });
   }
-  finish({
-    kind: "completed",
-    status: upstream.statusCode,
-    summary: summarizeChatCompletion(safeJson(text)),
-  });
+  reply.code(upstream.statusCode).headers(returnHeaders(upstream.headers, bytes.length)).send(bytes);
 }
 
 /**
  * Passes an SSE response through event by event, as each arrives. Every event is
  * forwarded byte for byte except the usage-only chunk the gateway asked for on the
  * client's behalf. Backpressure from a slow client slows the read from the provider.
+ * The terminating `[DONE]` is held back until the outcome is recorded.
  */
 async function relayStream(
   upstream: Dispatcher.ResponseData,
@@ -222,7 +236,7 @@ async function relayStream(
   view: ChatRequestView,
   clientGone: AbortSignal,
   markFirstByte: () => void,
-  finish: (outcome: Outcome) => void,
+  finish: (outcome: Outcome) => Promise<void>,
 ): Promise<void> {
   reply.hijack();
   const res = reply.raw;
@@ -230,6 +244,8 @@ async function relayStream(
   const parser = new SseParser();
   const meter = new ChatStreamMeter();
   let sawDone = false;
+  // `[DONE]` and anything after it, written once the outcome is in the log.
+  let held = "";
   const relay = (events: ReturnType<SseParser["push"]>) => {
     let out = "";
     for (const event of events) {
@@ -237,7 +253,8 @@ async function relayStream(
         if (event.data === "[DONE]") sawDone = true;
         else if (meter.observe(event.data).usageOnly && !view.clientWantsUsage) continue;
       }
-      out += event.raw;
+      if (sawDone) held += event.raw;
+      else out += event.raw;
     }
     return out.length === 0 || res.write(out);
   };
@@ -250,23 +267,23 @@ async function relayStream(
   } catch (error) {
     const summary = meter.summary();
     if (clientGone.aborted) {
-      finish(clientAborted(summary.usage, summary.model ?? view.model));
+      void finish(clientAborted(summary.usage, summary.model ?? view.model));
       return;
     }
     const message = `The provider's connection broke before the stream was complete: ${(error as Error).message}`;
+    await finish(upstreamReset(message, summary.usage, summary.model ?? view.model, upstream.statusCode));
     endWithError(res, message);
-    finish(upstreamReset(message, summary.usage, summary.model ?? view.model, upstream.statusCode));
     return;
   }
   const summary = meter.summary();
   if (!sawDone && summary.finishReason === undefined) {
     const message = "The provider ended the stream before it was complete.";
+    await finish(upstreamReset(message, summary.usage, summary.model ?? view.model, upstream.statusCode));
     endWithError(res, message);
-    finish(upstreamReset(message, summary.usage, summary.model ?? view.model, upstream.statusCode));
     return;
   }
-  res.end();
-  finish({ kind: "completed", status: upstream.statusCode, summary });
+  await finish({ kind: "completed", status: upstream.statusCode, summary });
+  res.end(held);
 }
 
 /** Ends a stream with an error event in the provider's shape, which SDKs raise as an error. */
