@@ -17,6 +17,8 @@ export interface ProjectorOptions {
   /** Durable consumer name; one projector (per partition) consumes it at a time. */
   consumer: string;
   batchSize: number;
+  /** Longest wait, after a batch's first event, for more events to join it. */
+  lingerMs?: number;
   /** Redelivery delay for a batch a dead projector took but never acknowledged. */
   ackWaitMs?: number;
   /**
@@ -95,25 +97,48 @@ export class Projector {
   }
 
   /**
-   * Takes events as they arrive and projects them in batches: a batch closes when it is
-   * full or when the consumer has nothing more pending, so a quiet log is projected within
-   * milliseconds and a busy one in large inserts. A batch that fails is retried, in order,
-   * until it succeeds: skipping it would lose events from the projection.
+   * Takes events as they arrive and projects them in batches. A batch closes when it is
+   * full, or `lingerMs` after its first event: a quiet log is projected within that
+   * delay, a busy one in large inserts (each insert is a new part for ClickHouse to
+   * merge, so many tiny ones cost more than they save). A batch that fails is retried,
+   * in order, until it succeeds: skipping it would lose events from the projection.
    */
   private async run(): Promise<void> {
     const { log, batchSize } = this.options;
+    const lingerMs = this.options.lingerMs ?? 100;
     while (!this.stopping) {
       try {
         const messages = await this.consumer!.consume({ max_messages: batchSize });
         this.messages = messages;
+        const iterator = messages[Symbol.asyncIterator]();
+        let next: Promise<IteratorResult<JsMsg>> | undefined;
         let batch: JsMsg[] = [];
-        for await (const message of messages) {
-          batch.push(message);
-          if (batch.length < batchSize && message.info.pending > 0) continue;
-          await this.projectWithRetry(batch);
-          batch = [];
-          if (this.stopping) break;
+        let closesAt = 0;
+        while (!this.stopping) {
+          next ??= iterator.next();
+          const result: IteratorResult<JsMsg> | typeof LINGER_OVER =
+            batch.length === 0
+              ? await next
+              : await Promise.race([
+                  next,
+                  sleep(closesAt - Date.now()).then((): typeof LINGER_OVER => LINGER_OVER),
+                ]);
+          if (result === LINGER_OVER) {
+            // `next` stays pending: its event opens the next batch.
+            await this.projectWithRetry(batch);
+            batch = [];
+            continue;
+          }
+          next = undefined;
+          if (result.done) break;
+          batch.push(result.value);
+          if (batch.length === 1) closesAt = Date.now() + lingerMs;
+          if (batch.length >= batchSize) {
+            await this.projectWithRetry(batch);
+            batch = [];
+          }
         }
+        if (batch.length > 0) await this.projectWithRetry(batch);
       } catch (error) {
         if (this.stopping) break;
         this.status.lastError = (error as Error).message;
@@ -179,6 +204,8 @@ export class Projector {
     await insertRows(this.options.analytics, table, fresh as never);
   }
 }
+
+const LINGER_OVER: unique symbol = Symbol("linger over");
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
