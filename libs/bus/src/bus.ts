@@ -2,6 +2,7 @@ import {
   type DecodedEnvelope,
   decodeEnvelope,
   type Envelope,
+  type EventType,
   encodeEnvelope,
   type Subjects,
   subjects as subjectsFor,
@@ -174,7 +175,7 @@ export class Bus {
    * Throws ConcurrencyError when another writer got there first.
    */
   async append(envelope: Envelope, expectedLastStreamSequence: number): Promise<AppendResult> {
-    const type = envelope.type as Parameters<Subjects["runEvent"]>[1];
+    const type = envelope.type as EventType;
     const subject = this.subjects.runEvent(envelope.runId, type);
     const h = headers();
     h.set("Holdfast-Type", envelope.type);
@@ -236,6 +237,22 @@ export class Bus {
       if (received < READ_BATCH) break;
     }
     return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? 0 };
+  }
+
+  /**
+   * How many events of one type each run has, from the stream's per-subject counts (no
+   * message is read). Large deployments page through many subjects: meant for periodic
+   * housekeeping, not the request path.
+   */
+  async countsByRun(type: EventType): Promise<Map<string, number>> {
+    const info = await this.jsm.streams.info(this.eventsStream, {
+      subjects_filter: this.subjects.ofType(type),
+    });
+    const counts = new Map<string, number>();
+    for (const [subject, count] of Object.entries(info.state.subjects ?? {})) {
+      counts.set(this.subjects.runIdOf(subject), count);
+    }
+    return counts;
   }
 
   /** Creates the durable pull consumer, or updates what JetStream allows to change. */

@@ -50,6 +50,7 @@ describe("loadConfig", () => {
           upstream: "https://api.openai.com/v1",
           max_body_bytes: 33_554_432,
           upstream_timeout_ms: 600_000,
+          heartbeat_ms: 10_000,
         },
         nats: { host: "127.0.0.1", port: 0, prefix: "hf", replicas: 1 },
         clickhouse: { database: "holdfast", username: "default", password: "" },

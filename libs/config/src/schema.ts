@@ -107,6 +107,11 @@ export const configSchema = z
             .describe(
               "How long the gateway waits for the provider before failing the step, in milliseconds.",
             ),
+          heartbeat_ms: positiveInteger()
+            .default(10_000)
+            .describe(
+              "How often a gateway says it is alive; one silent for 3 beats is dead and its calls in flight are marked failed.",
+            ),
           instance_id: text("a non-empty string")
             .optional()
             .describe("Identifies this gateway in recorded events; when unset the gateway derives one."),

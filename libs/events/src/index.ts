@@ -26,7 +26,7 @@ export {
 } from "./envelope.js";
 export { EventDecodeError, EventsError, InvalidRunIdError } from "./errors.js";
 export { createIdGenerator, timestampOfId } from "./ids.js";
-export { apiName, failureReasonName, runSourceName } from "./names.js";
+export { apiFromName, apiName, failureReasonName, runSourceName } from "./names.js";
 export {
   evolve,
   foldRun,

@@ -1,5 +1,6 @@
 import {
   type Api,
+  apiFromJSON,
   apiToJSON,
   type FailureReason,
   failureReasonToJSON,
@@ -21,3 +22,6 @@ export const runSourceName = (source: RunSource): string =>
   runSourceToJSON(source)
     .replace(/^RUN_SOURCE_/, "")
     .toLowerCase();
+
+/** Inverse of apiName. */
+export const apiFromName = (name: string): Api => apiFromJSON(`API_${name.toUpperCase()}`);

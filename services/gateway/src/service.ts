@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { connectBus } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
@@ -8,6 +9,8 @@ import { buildApp } from "./app.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
 import { RunLedger } from "./ledger/ledger.js";
+import { Liveness } from "./liveness/liveness.js";
+import { Reaper } from "./liveness/reaper.js";
 import { Upstream } from "./upstream/upstream.js";
 
 export interface RunningGateway {
@@ -39,6 +42,18 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
     clock,
     idleMs: config.identification.idle_minutes * 60_000,
   });
+  // A process id that a restart of the same instance does not reuse: the calls the dead
+  // process had in flight are told apart from this one's.
+  const gatewayId = `${instanceId}#${randomBytes(3).toString("hex")}`;
+  const liveness = new Liveness(
+    await bus.keyValue("GATEWAYS"),
+    gatewayId,
+    config.gateway.heartbeat_ms,
+    clock,
+  );
+  await liveness.start();
+  const reaper = new Reaper({ bus, ledger, liveness, log, intervalMs: config.gateway.heartbeat_ms * 3 });
+  reaper.start();
   const upstream = new Upstream({
     baseUrl: config.gateway.upstream,
     timeoutMs: config.gateway.upstream_timeout_ms,
@@ -57,7 +72,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
     upstream,
     pricer: createPricer({ overrides: config.prices }),
     provider: providerFromUpstream(config.gateway.upstream),
-    instanceId,
+    instanceId: gatewayId,
     newId,
     recordWaitMs: 5_000,
     resolveRun: runResolver(rules, generations),
@@ -68,13 +83,15 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.gateway.port;
   const host = config.gateway.host === "0.0.0.0" ? "127.0.0.1" : config.gateway.host;
-  log.info({ port, upstream: upstream.origin, instanceId }, "gateway listening");
+  log.info({ port, upstream: upstream.origin, gateway: gatewayId }, "gateway listening");
   return {
     baseUrl: `http://${host}:${port}/v1`,
     port,
     async close() {
+      await reaper.stop();
       await app.close();
       await ledger.drain();
+      await liveness.stop();
       await upstream.close();
       await bus.close();
     },

@@ -38,8 +38,9 @@ function cleanEnv(): NodeJS.ProcessEnv {
 
 async function startUp(...args: string[]): Promise<void> {
   upOutput = "";
+  // Short heartbeats, so the calls a killed gateway leaves in flight are reaped quickly.
   up = spawn(process.execPath, [BIN, "up", "--data-dir", dir.path, "--port", "0", ...args], {
-    env: cleanEnv(),
+    env: { ...cleanEnv(), HOLDFAST_GATEWAY__HEARTBEAT_MS: "300" },
   });
   up.stdout?.on("data", (chunk: Buffer) => {
     upOutput += chunk.toString();
@@ -264,6 +265,17 @@ describe("holdfast CLI", () => {
       timeoutMs: 30_000,
       message: "projector did not catch up",
     });
+    // The calls the dead gateway had in flight are marked failed by the restarted one.
+    await waitFor(
+      async () => {
+        const [open] = await json<{ n: number }[]>(
+          "query",
+          "SELECT countIf(type = 'StepStarted') - countIf(type IN ('StepCompleted', 'StepFailed')) AS n FROM events WHERE startsWith(run_id, 'gw-kill-')",
+        );
+        return open!.n === 0;
+      },
+      { timeoutMs: 30_000, message: "calls left in flight by the killed gateway were never reaped" },
+    );
     // Every outcome in the log is exactly one row; calls answered OK are all there.
     const [totals] = await json<{ outcomes: number; rows: number; distinct: number; completed: number }[]>(
       "query",

@@ -112,11 +112,12 @@ export async function startStack(
       return { client: (headers) => clientFor(extra.baseUrl, API_KEY, headers) };
     },
     close: async () => {
+      // The provider first: a call it still holds open would keep a gateway from closing.
+      await provider.close();
       for (const extra of extras) await extra.close();
       await gateway.close();
       await projector.close();
       await bus.close();
-      await provider.close();
       await dir[Symbol.asyncDispose]();
     },
   };

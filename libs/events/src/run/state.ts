@@ -13,6 +13,8 @@ export interface StepState {
   model: string;
   stream: boolean;
   messageCount: number;
+  /** The gateway process that handled the call (instance id and boot id). */
+  gateway: string;
   startedMs: number;
   finishedMs: number | null;
   upstreamStatus: number | null;
@@ -102,6 +104,7 @@ export function evolve(state: RunState, event: DecodedEnvelope): RunState {
         model: e.model,
         stream: e.stream,
         messageCount: e.messageCount,
+        gateway: e.gateway,
         startedMs: event.timestampMs,
         finishedMs: null,
         upstreamStatus: null,

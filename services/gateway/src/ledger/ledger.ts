@@ -33,6 +33,13 @@ interface Entry {
 
 /** Decides the payload of the next event from the run as it stands. */
 export type Decide = (state: RunState) => EventPayload;
+/** A decision that may be "append nothing" (e.g. the step it is about has already finished). */
+export type DecideIfNeeded = (state: RunState) => EventPayload | undefined;
+
+export interface Appended {
+  event: DecodedEnvelope;
+  state: RunState;
+}
 
 /**
  * The gateway's view of runs: each run's state folded from its events, kept in memory,
@@ -56,12 +63,35 @@ export class RunLedger {
    * `queueTimeoutMs` (the log is down and an earlier outcome is still being retried), it
    * gives up without appending anything and rejects with BusUnavailableError.
    */
-  append(runId: string, tag: string, decide: Decide): Promise<{ event: DecodedEnvelope; state: RunState }> {
+  append(runId: string, tag: string, decide: Decide): Promise<Appended> {
+    return this.enqueue(runId, tag, decide).then(defined);
+  }
+
+  /**
+   * Like append, but `decide` may find there is nothing to append; the event is then
+   * undefined. The run is re-read from the log first: "nothing to do" must not be
+   * concluded from a state this gateway cached before others appended.
+   */
+  appendIfNeeded(
+    runId: string,
+    tag: string,
+    decide: DecideIfNeeded,
+  ): Promise<{ event: DecodedEnvelope | undefined; state: RunState }> {
+    return this.enqueue(runId, tag, decide, { reloadFirst: true });
+  }
+
+  private enqueue(
+    runId: string,
+    tag: string,
+    decide: DecideIfNeeded,
+    options: { reloadFirst?: boolean } = {},
+  ): Promise<{ event: DecodedEnvelope | undefined; state: RunState }> {
     const entry = this.entry(runId);
     let gaveUp = false;
-    const turn = entry.tail.then(() => {
+    const turn = entry.tail.then(async () => {
       if (gaveUp) throw new BusUnavailableError("gave up waiting for the run's earlier appends");
       clearTimeout(timer);
+      if (options.reloadFirst) await this.reload(runId, entry);
       return this.appendNow(runId, tag, decide, entry);
     });
     entry.tail = turn.catch(() => undefined);
@@ -90,14 +120,14 @@ export class RunLedger {
    * that already happened, which must reach the log even if NATS blinks. The event id is
    * fixed across attempts, so a retry whose predecessor landed is not written twice.
    */
-  record(runId: string, tag: string, decide: Decide): Promise<{ event: DecodedEnvelope; state: RunState }> {
+  record(runId: string, tag: string, decide: Decide): Promise<Appended> {
     const entry = this.entry(runId);
     const result = entry.tail.then(async () => {
       const id = this.options.newId();
       const at = this.options.clock();
       for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
         try {
-          return await this.appendNow(runId, tag, decide, entry, id, at);
+          return defined(await this.appendNow(runId, tag, decide, entry, id, at));
         } catch (error) {
           if (!(error instanceof BusError) || !error.retryable || error instanceof ConcurrencyError)
             throw error;
@@ -149,21 +179,23 @@ export class RunLedger {
   private async appendNow(
     runId: string,
     tag: string,
-    decide: Decide,
+    decide: DecideIfNeeded,
     entry: Entry,
     id = this.options.newId(),
     at?: number,
-  ): Promise<{ event: DecodedEnvelope; state: RunState }> {
+  ): Promise<{ event: DecodedEnvelope | undefined; state: RunState }> {
     const { bus, clock } = this.options;
     const retries = this.options.maxConflictRetries ?? 5;
     for (let attempt = 0; ; attempt++) {
+      const payload = decide(entry.state);
+      if (payload === undefined) return { event: undefined, state: entry.state };
       const envelope = makeEnvelope({
         id,
         runId,
         sequence: entry.state.lastSequence + 1,
         timestampMs: at ?? clock(),
         tag,
-        payload: decide(entry.state),
+        payload,
       }) as DecodedEnvelope;
       try {
         const { streamSequence } = await bus.append(envelope, entry.lastStreamSequence);
@@ -192,4 +224,9 @@ export class RunLedger {
     settled.catch(() => undefined);
     this.pending.add(settled);
   }
+}
+
+function defined(result: { event: DecodedEnvelope | undefined; state: RunState }): Appended {
+  if (result.event === undefined) throw new Error("a total decision appended nothing");
+  return { event: result.event, state: result.state };
 }
