@@ -13,9 +13,15 @@ export class AnalyticsUnavailableError extends AnalyticsError {
 
 /** A query was refused by ClickHouse (syntax, unknown table, readonly). Carries ClickHouse's message. */
 export class QueryError extends AnalyticsError {
-  override readonly name = "QueryError";
-  readonly code = "HOLDFAST_QUERY_FAILED";
+  override readonly name: string = "QueryError";
+  readonly code: string = "HOLDFAST_QUERY_FAILED";
   readonly retryable = false;
+}
+
+/** An operator query hit a limit the engine enforces (rows, time, memory); the message names the setting. */
+export class QueryLimitError extends QueryError {
+  override readonly name = "QueryLimitError";
+  override readonly code = "HOLDFAST_QUERY_LIMIT";
 }
 
 /** A migration failed; the database is left at the last migration that succeeded. */

@@ -1,14 +1,16 @@
-export { type Analytics, type ClickHouseOptions, openAnalytics } from "./client.js";
+export { type Analytics, type ClickHouseOptions, openAnalytics, SAME_ANSWERS } from "./client.js";
 export {
   AnalyticsError,
   AnalyticsUnavailableError,
   MigrationError,
   ProjectionMismatchError,
   QueryError,
+  QueryLimitError,
 } from "./errors.js";
 export { loadMigrations, type Migration, migrate, splitStatements } from "./migrate.js";
 export { listRuns, type RunRow, runSql, type SqlResult } from "./queries.js";
-export { assertReadOnlyStatement } from "./sql-guard.js";
+export { DEFAULT_LIMITS, type JsonAnswer, type QueryLimits, type Reader } from "./reader.js";
+export { assertReadStatement, canonicalStatement } from "./statement.js";
 export {
   bindProjection,
   highWater,

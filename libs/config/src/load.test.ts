@@ -53,7 +53,8 @@ describe("loadConfig", () => {
           heartbeat_ms: 10_000,
         },
         nats: { host: "127.0.0.1", port: 0, prefix: "hf", replicas: 1 },
-        clickhouse: { database: "holdfast", username: "default", password: "" },
+        clickhouse: { database: "holdfast", username: "default", password: "", reader_password: "" },
+        analytics: { max_rows: 10_000, max_execution_ms: 30_000, max_memory_bytes: 1_073_741_824 },
         projector: {
           host: "127.0.0.1",
           port: 0,

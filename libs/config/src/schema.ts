@@ -161,11 +161,37 @@ export const configSchema = z
             .string({ error: "expected a string (quote it in YAML if it looks like a number)" })
             .default("")
             .describe("ClickHouse password."),
+          reader_username: text("a user name")
+            .optional()
+            .describe(
+              "Read-only ClickHouse user (server only) that operator SQL runs as; unset, a server refuses operator SQL.",
+            ),
+          reader_password: z
+            .string({ error: "expected a string (quote it in YAML if it looks like a number)" })
+            .default("")
+            .describe("Password of clickhouse.reader_username."),
         },
         mapping,
       )
       .prefault({})
       .describe("The ClickHouse database the projector writes and queries read."),
+    analytics: z
+      .strictObject(
+        {
+          max_rows: integer(1, 1_000_000)
+            .default(10_000)
+            .describe("Most rows an operator query returns; the engine stops reading past it."),
+          max_execution_ms: positiveInteger()
+            .default(30_000)
+            .describe("Longest an operator query may run before the engine cancels it, in milliseconds."),
+          max_memory_bytes: positiveInteger()
+            .default(1_073_741_824)
+            .describe("Most memory one operator query (and its result) may use, in bytes."),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("Limits the engine enforces on operator SQL (holdfast query)."),
     projector: z
       .strictObject(
         {

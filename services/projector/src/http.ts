@@ -9,7 +9,7 @@ export interface AnalyticsApiDeps {
   status: () => ProjectorStatus & { streamLastSeq: number };
 }
 
-const MAX_ROWS = 10_000;
+const MAX_LIST = 10_000;
 
 /**
  * The projector's HTTP API: operator SQL over the projection and the named read models.
@@ -55,14 +55,14 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
           required: ["sql"],
           properties: {
             sql: { type: "string", minLength: 1 },
-            max_rows: { type: "integer", minimum: 1, maximum: MAX_ROWS },
+            max_rows: { type: "integer", minimum: 1 },
           },
         },
       },
     },
     async (request) => {
       const { sql, max_rows } = request.body as { sql: string; max_rows?: number };
-      return runSql(deps.analytics, sql, { maxRows: max_rows ?? MAX_ROWS });
+      return runSql(deps.analytics, sql, { maxRows: max_rows });
     },
   );
 
@@ -72,7 +72,7 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
       schema: {
         querystring: {
           type: "object",
-          properties: { limit: { type: "integer", minimum: 1, maximum: MAX_ROWS } },
+          properties: { limit: { type: "integer", minimum: 1, maximum: MAX_LIST } },
         },
       },
     },

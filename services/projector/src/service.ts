@@ -22,7 +22,15 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
     database: config.clickhouse.database,
     username: config.clickhouse.username,
     password: config.clickhouse.password,
+    readerUsername: config.clickhouse.reader_username,
+    readerPassword: config.clickhouse.reader_password,
+    limits: {
+      maxRows: config.analytics.max_rows,
+      maxExecutionMs: config.analytics.max_execution_ms,
+      maxMemoryBytes: config.analytics.max_memory_bytes,
+    },
   });
+  if (analytics.reader.refusal !== undefined) log.warn(analytics.reader.refusal);
   const applied = await migrate(analytics);
   if (applied.length > 0) log.info({ applied }, "ClickHouse migrations applied");
   const bus = await connectBus({
