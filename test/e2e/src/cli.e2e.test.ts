@@ -75,6 +75,11 @@ async function health(url: string): Promise<{ pid: number; lag_events?: number }
   }
 }
 
+function rssBytes(pid: number): number {
+  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
+  return Number(kb) * 1024;
+}
+
 async function json<T>(...args: string[]): Promise<T> {
   const result = await holdfast(...args, "--json");
   expect(result.code, result.stderr).toBe(0);
@@ -143,6 +148,40 @@ describe("holdfast CLI", () => {
     const result = await holdfast("up");
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/already running/);
+  });
+
+  it("answers an endless query with the rows asked for, the projector's memory bounded", async () => {
+    const projector = await health(`${stack().analyticsUrl}/health`);
+    const rssBefore = rssBytes(projector!.pid);
+    const rows = await json<{ number: number }[]>(
+      "query",
+      "SELECT number FROM system.numbers",
+      "--max-rows",
+      "3",
+    );
+    expect(rows).toEqual([{ number: 0 }, { number: 1 }, { number: 2 }]);
+    // Same process, not a restarted one, and it grew by less than one query's memory limit.
+    expect((await health(`${stack().analyticsUrl}/health`))?.pid).toBe(projector!.pid);
+    expect(rssBytes(projector!.pid) - rssBefore).toBeLessThan(256 * 1024 * 1024);
+  });
+
+  it("refuses writes hidden in operator SQL, and nothing changes", async () => {
+    const tables = async () =>
+      (await json<{ name: string }[]>("query", "SHOW TABLES")).map((t) => t.name).sort();
+    const before = await tables();
+    const attack = await holdfast(
+      "query",
+      "SELECT $$'$$; CREATE TABLE pwned (x UInt8) ENGINE = MergeTree ORDER BY x; SELECT '1'",
+    );
+    expect(attack.code).toBe(1);
+    expect(attack.stderr).toMatch(/Multi-statements are not allowed/);
+    const read = await holdfast("query", "SELECT * FROM file('/etc/hostname', 'LineAsString')");
+    expect(read.code).toBe(1);
+    expect(read.stderr).toMatch(/file\(\)/);
+    const drop = await holdfast("query", "DROP TABLE steps_v1");
+    expect(drop.code).toBe(1);
+    expect(await tables()).toEqual(before);
+    expect(await stepCount()).toBe(5);
   });
 
   it("counts every call exactly once when the projector is killed under load and comes back", async () => {
