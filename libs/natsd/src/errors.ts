@@ -3,7 +3,8 @@ export type NatsdErrorCode =
   | "HOLDFAST_NATSD_INSTALL_UNSUPPORTED"
   | "HOLDFAST_NATSD_INSTALL_FAILED"
   | "HOLDFAST_NATSD_START_FAILED"
-  | "HOLDFAST_NATSD_START_TIMEOUT";
+  | "HOLDFAST_NATSD_START_TIMEOUT"
+  | "HOLDFAST_NATSD_STORE_IN_USE";
 
 export abstract class NatsdError extends Error {
   abstract readonly code: NatsdErrorCode;
@@ -43,4 +44,31 @@ export class NatsServerStartTimeoutError extends NatsdError {
   override readonly name = "NatsServerStartTimeoutError";
   readonly code = "HOLDFAST_NATSD_START_TIMEOUT";
   readonly retryable = true;
+}
+
+/**
+ * Another nats-server holds the store directory, and it is not an orphan this start may
+ * stop: two servers on one JetStream store would corrupt it. Retrying will not help while
+ * that server runs; `natsPid` and `ownerPid` say which processes to look at.
+ */
+export class NatsStoreInUseError extends NatsdError {
+  override readonly name = "NatsStoreInUseError";
+  readonly code = "HOLDFAST_NATSD_STORE_IN_USE";
+  readonly retryable = false;
+  readonly storeDir: string;
+  /** The server holding the store; undefined while its owner is still starting it. */
+  readonly natsPid: number | undefined;
+  /** The process that started that server. */
+  readonly ownerPid: number;
+
+  constructor(
+    message: string,
+    holder: { storeDir: string; natsPid: number | undefined; ownerPid: number },
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+    this.storeDir = holder.storeDir;
+    this.natsPid = holder.natsPid;
+    this.ownerPid = holder.ownerPid;
+  }
 }

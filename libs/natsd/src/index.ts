@@ -6,6 +6,7 @@ export {
   NatsServerNotFoundError,
   NatsServerStartError,
   NatsServerStartTimeoutError,
+  NatsStoreInUseError,
 } from "./errors.js";
 export {
   defaultToolsDir,
@@ -29,6 +30,7 @@ export {
   installNatsServer,
   MANUAL_INSTALL_HINT,
 } from "./install.js";
+export { supportsParentDeathSignal } from "./parent-death.js";
 export {
   parsePortsFile,
   type RunningNatsServer,

@@ -1,10 +1,13 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { constants } from "node:fs";
+import { access, mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { NatsServerStartError, NatsServerStartTimeoutError } from "./errors.js";
 import { readServerInfo } from "./info.js";
+import { acquireStoreLock, type StoreLock } from "./lock.js";
+import { parentDeathLauncher } from "./parent-death.js";
 import { tail } from "./system.js";
 
 export interface StartNatsServerOptions {
@@ -26,8 +29,25 @@ export interface StartNatsServerOptions {
   /** Passed through as-is, after the options above. */
   readonly extraArgs?: readonly string[];
   readonly startTimeoutMs?: number;
-  /** How long `stop()` waits after SIGTERM before it sends SIGKILL. */
+  /** How long `stop()` (and stopping an orphan) waits after SIGTERM before it sends SIGKILL. */
   readonly stopTimeoutMs?: number;
+  /**
+   * When the store dir's lock names a nats-server that still runs but whose starter is gone
+   * (a supervisor killed with SIGKILL), stop that server and start this one in its place.
+   * Default true; false refuses with `NatsStoreInUseError` instead. A server whose starter
+   * is alive is never touched, and a lock whose server is gone is simply taken.
+   */
+  readonly takeOverOrphan?: boolean;
+  /**
+   * Have the kernel send the server SIGTERM when the process that started it dies, however
+   * it dies. Default true; needs Linux and util-linux `setpriv`, and is skipped silently
+   * elsewhere, where the lock and `takeOverOrphan` are what protect the store. The kernel
+   * watches the thread that spawned the server: started from a worker thread, the server
+   * is stopped when that worker ends.
+   */
+  readonly dieWithParent?: boolean;
+  /** Told when an orphaned server is stopped to take over its store. */
+  readonly log?: (line: string) => void;
 }
 
 export interface RunningNatsServer extends AsyncDisposable {
@@ -42,7 +62,7 @@ export interface RunningNatsServer extends AsyncDisposable {
   readonly exited: Promise<number | null>;
   /** The last few KiB of the server's stdout/stderr (empty when it logs to `logFile`). */
   output(): string;
-  /** SIGTERM, wait, SIGKILL after `stopTimeoutMs`. Safe to call more than once. */
+  /** SIGTERM, wait, SIGKILL after `stopTimeoutMs`, release the store lock. Safe to call more than once. */
   stop(): Promise<void>;
 }
 
@@ -53,13 +73,43 @@ const POLL_MS = 20;
  * Spawns nats-server with JetStream and resolves once it accepts NATS clients. The port
  * comes from the server's own ports file rather than from a port probed beforehand, so
  * two launchers racing for the same free port cannot happen.
+ *
+ * nats-server does not lock its store, and two servers on one JetStream store corrupt it,
+ * so the store dir gets a lock file (`holdfast-nats.lock`), held from before the spawn
+ * until the server exits; see `takeOverOrphan` for a lock left by a killed starter.
  */
 export async function startNatsServer(options: StartNatsServerOptions): Promise<RunningNatsServer> {
-  const host = options.host ?? "127.0.0.1";
   const storeDir = resolve(options.storeDir);
-  const startTimeoutMs = options.startTimeoutMs ?? 30_000;
   const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
   await mkdir(storeDir, { recursive: true });
+  const lock = await acquireStoreLock(storeDir, {
+    takeOverOrphan: options.takeOverOrphan ?? true,
+    stopTimeoutMs,
+    log: options.log,
+  });
+  try {
+    return await spawnNatsServer(options, storeDir, lock);
+  } catch (error) {
+    lock.release();
+    throw error;
+  }
+}
+
+async function spawnNatsServer(
+  options: StartNatsServerOptions,
+  storeDir: string,
+  lock: StoreLock,
+): Promise<RunningNatsServer> {
+  const host = options.host ?? "127.0.0.1";
+  const startTimeoutMs = options.startTimeoutMs ?? 30_000;
+  const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
+  const launcher = options.dieWithParent === false ? undefined : await parentDeathLauncher();
+  if (launcher !== undefined && options.binary.includes("/")) {
+    // Through setpriv a missing binary would only show as setpriv's exit code 127.
+    await access(options.binary, constants.X_OK).catch((error: Error) => {
+      throw new NatsServerStartError(`Could not run ${options.binary}: ${error.message}`, { cause: error });
+    });
+  }
   const runDir = await mkdtemp(join(tmpdir(), "holdfast-natsd-"));
 
   const args = ["-js", "-sd", storeDir, "-a", host, "-p", String(options.port || -1)];
@@ -77,16 +127,26 @@ export async function startNatsServer(options: StartNatsServerOptions): Promise<
   args.push(...(options.extraArgs ?? []));
 
   const output = new OutputTail(OUTPUT_LIMIT);
-  const child = spawn(options.binary, args, { stdio: ["ignore", "pipe", "pipe"] });
+  const child =
+    launcher === undefined
+      ? spawn(options.binary, args, { stdio: ["ignore", "pipe", "pipe"] })
+      : spawn(launcher, ["--pdeathsig", "SIGTERM", "--", options.binary, ...args], {
+          stdio: ["ignore", "pipe", "pipe"],
+        });
+  // Before anything else can happen, so a lock never hides which process holds the store.
+  if (child.pid !== undefined) lock.record({ natsPid: child.pid });
   child.stdout?.setEncoding("utf8").on("data", (chunk: string) => output.push(chunk));
   child.stderr?.setEncoding("utf8").on("data", (chunk: string) => output.push(chunk));
 
   let running = true;
   let starting = true;
+  // The store is free the moment the process is gone, which is before its pipes close.
+  child.once("exit", () => lock.release());
   const exited = new Promise<number | null>((resolveExit) => {
     child.once("close", (code) => {
       running = false;
       liveServers.delete(child);
+      lock.release();
       resolveExit(code);
     });
   });
@@ -146,6 +206,7 @@ export async function startNatsServer(options: StartNatsServerOptions): Promise<
   }
 
   starting = false;
+  lock.record({ port });
 
   let stopping: Promise<void> | undefined;
   const stop = () => {
@@ -156,6 +217,7 @@ export async function startNatsServer(options: StartNatsServerOptions): Promise<
         await exited;
         clearTimeout(killer);
       }
+      lock.release();
       await rm(runDir, { recursive: true, force: true });
     })();
     return stopping;
@@ -306,6 +368,7 @@ class OutputTail {
 
 // A server outliving the process that started it would keep its port and store-dir lock,
 // so a crashed test run would break the next one. One hook serves every server started here.
+// The lock stays: the server is still shutting down, and a next start sees an orphan and waits.
 const liveServers = new Set<ChildProcess>();
 let exitHookInstalled = false;
 
