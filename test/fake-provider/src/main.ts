@@ -69,3 +69,10 @@ const stop = (): void => {
 };
 process.on("SIGINT", stop);
 process.on("SIGTERM", stop);
+// Started by `holdfast up --demo`: when the supervisor goes away, so does the provider (also
+// when it went while this was starting). Run by hand or by the benchmark there is no IPC
+// channel, and nothing to wait for.
+if (process.send !== undefined) {
+  if (process.connected) process.on("disconnect", stop);
+  else stop();
+}
