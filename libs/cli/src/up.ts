@@ -4,7 +4,12 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { type Config, loadConfig } from "@holdfast/config";
-import { ensureNatsServer, type RunningNatsServer, startNatsServer } from "@holdfast/natsd";
+import {
+  ensureNatsServer,
+  NatsStoreInUseError,
+  type RunningNatsServer,
+  startNatsServer,
+} from "@holdfast/natsd";
 import { runDemo } from "./demo.js";
 import { CliError } from "./errors.js";
 import { readStack, removeStack, type StackFile, writeStack } from "./stack.js";
@@ -100,6 +105,10 @@ export async function up(argv: string[]): Promise<void> {
           serverName: "holdfast",
           logFile: join(logsDir, "nats-server.log"),
           syncInterval: config.nats.sync_interval,
+          // A nats-server left running by an `up` that was killed (kill -9, no setpriv to
+          // take it down too) is stopped, so this one is the only server on the store.
+          takeOverOrphan: true,
+          log: (line) => console.error(line),
         });
       // Like the services, a nats-server that dies is started again, on the same port and
       // store, so the services reconnect to it and find every event.
@@ -116,7 +125,9 @@ export async function up(argv: string[]): Promise<void> {
           );
         });
       };
-      nats = await startNats(config.nats.port);
+      nats = await startNats(config.nats.port).catch((error: unknown) => {
+        throw error instanceof NatsStoreInUseError ? new CliError(error.message) : error;
+      });
       supervise(nats);
       natsUrl = nats.url;
     }
