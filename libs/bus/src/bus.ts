@@ -51,6 +51,12 @@ export interface StoredEvent {
   streamSequence: number;
 }
 
+/** A message of the event stream as stored, not yet decoded. */
+export interface RawMessage {
+  seq: number;
+  data: Uint8Array;
+}
+
 export interface RunHistory {
   runId: string;
   events: StoredEvent[];
@@ -237,6 +243,37 @@ export class Bus {
       if (received < READ_BATCH) break;
     }
     return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? 0 };
+  }
+
+  /**
+   * The stream's messages on `filter` from stream sequence `fromSeq` through `toSeq`, at
+   * most `max` of them, in order, read directly from the stream (no consumer, nothing
+   * decoded): for a consumer that must see what its delivery skipped.
+   */
+  async readRange(filter: string, fromSeq: number, toSeq: number, max: number): Promise<RawMessage[]> {
+    const messages: RawMessage[] = [];
+    let from = fromSeq;
+    while (messages.length < max && from <= toSeq) {
+      const want = Math.min(READ_BATCH, max - messages.length);
+      let received = 0;
+      try {
+        const batch = await this.jsm.direct.getBatch(this.eventsStream, {
+          seq: from,
+          next_by_subj: filter,
+          batch: want,
+        });
+        for await (const message of batch) {
+          received += 1;
+          from = message.seq + 1;
+          if (message.seq <= toSeq && messages.length < max)
+            messages.push({ seq: message.seq, data: message.data });
+        }
+      } catch (error) {
+        if (!isNotFound(error)) throw error;
+      }
+      if (received < want) break;
+    }
+    return messages;
   }
 
   /**

@@ -6,7 +6,9 @@ export {
   type BusOptions,
   connectBus,
   type DurableSpec,
+  type RawMessage,
   type RunHistory,
   type StoredEvent,
 } from "./bus.js";
 export { BusConfigurationError, BusError, BusUnavailableError, ConcurrencyError } from "./errors.js";
+export { Lease, type LeaseHandlers, type LeaseOptions } from "./lease.js";
