@@ -6,11 +6,12 @@ import { loadMigrations, migrate } from "./migrate.js";
 import { listRuns, runSql } from "./queries.js";
 import {
   bindProjection,
-  highWater,
   insertRows,
   nanoUsdToDecimal,
   type RawEventRow,
+  readCheckpoint,
   type StepRow,
+  writeCheckpoint,
 } from "./tables.js";
 
 let dir: Awaited<ReturnType<typeof makeTempDir>>;
@@ -41,7 +42,12 @@ function raw(runId: string, seq: number, type: string, extra: Partial<RawEventRo
   };
 }
 
-function step(runId: string, seq: number, cost: string | null): StepRow {
+function step(
+  runId: string,
+  seq: number,
+  cost: string | null,
+  finishedAt = 1_764_680_000_000 + seq,
+): StepRow {
   return {
     step_id: `${runId}-s${seq}`,
     run_id: runId,
@@ -64,7 +70,7 @@ function step(runId: string, seq: number, cost: string | null): StepRow {
     first_byte_ms: 10,
     finish_reason: "stop",
     tool_calls: ["get_weather"],
-    finished_at: 1_764_680_000_000 + seq,
+    finished_at: finishedAt,
     event_id: `${runId}-${seq}`,
     stream_seq: seq,
   };
@@ -87,30 +93,93 @@ describe("analytics store (embedded ClickHouse)", () => {
       },
     );
     expect(tables.rows.map((r) => r.name)).toEqual(
-      expect.arrayContaining(["raw_events_v1", "steps_v1", "runs_v1", "runs", "steps", "events"]),
+      expect.arrayContaining([
+        "raw_events_v2",
+        "steps_v2",
+        "runs_v2",
+        "projection_checkpoints",
+        "runs",
+        "steps",
+        "events",
+      ]),
     );
   });
 
-  it("keeps a checkpoint per table: the highest stream sequence it holds", async () => {
-    expect(await highWater(analytics, "steps_v1")).toBe(0);
-    await insertRows(analytics, "raw_events_v1", [
-      raw("r1", 1, "StepStarted"),
-      raw("r1", 2, "StepCompleted"),
+  it("keeps one checkpoint per partition of the log, the highest written", async () => {
+    const key = { stream: "HF_EVENTS", subjects: "hf.run.>" };
+    expect(await readCheckpoint(analytics, key)).toBe(0);
+    await writeCheckpoint(analytics, key, 40);
+    await writeCheckpoint(analytics, key, 90);
+    // A projector that lost its lease may write late: what it says was already true.
+    await writeCheckpoint(analytics, key, 60);
+    expect(await readCheckpoint(analytics, key)).toBe(90);
+    expect(await readCheckpoint(analytics, { ...key, subjects: "hf.run.a.>" })).toBe(0);
+  });
+
+  it("counts an event inserted twice once, in every view, across a month boundary", async () => {
+    // 2026-01-31T23:59:59.900Z and 2026-02-01T00:00:00.100Z: two partitions.
+    const january = 1_769_903_999_900;
+    const february = 1_769_904_000_100;
+    const events = [
+      raw("dup", 1, "StepStarted", { ts: january }),
+      raw("dup", 2, "StepCompleted", { ts: january }),
+      raw("dup", 3, "StepStarted", { ts: january }),
+      raw("dup", 4, "StepCompleted", { ts: february }),
+    ];
+    const steps = [step("dup", 2, "0.000000007", january), step("dup", 4, "0.000000007", february)];
+    await insertRows(analytics, "raw_events_v2", events);
+    await insertRows(analytics, "steps_v2", steps);
+    // A replayed batch, and a retried insert of one part of it.
+    await insertRows(analytics, "raw_events_v2", events);
+    await insertRows(analytics, "steps_v2", steps);
+    await insertRows(analytics, "raw_events_v2", events.slice(3));
+    await insertRows(analytics, "steps_v2", steps.slice(1));
+    const totals = await runSql(
+      analytics,
+      "SELECT (SELECT count() FROM events WHERE run_id = 'dup') AS events, count() AS steps, sum(input_tokens) AS input, toString(sum(cost_usd)) AS cost FROM steps WHERE run_id = 'dup'",
+      { maxRows: 1 },
+    );
+    expect(totals.rows[0]).toEqual({ events: 4, steps: 2, input: 200, cost: "0.000000014" });
+    const [run] = (await listRuns(analytics, { limit: 100 })).filter((r) => r.run_id === "dup");
+    expect(run).toMatchObject({ steps: 2, completed: 2, in_flight: 0, input_tokens: 200, status: "idle" });
+  });
+
+  it("copies what the v1 tables held into v2 when it migrates, and copying again adds nothing", async () => {
+    // Rows the last release wrote, before this database took the v2 migrations.
+    await analytics.client.insert({
+      table: "raw_events_v1",
+      values: [raw("old", 1, "StepStarted"), raw("old", 2, "StepCompleted")],
+      format: "JSONEachRow",
+    });
+    await analytics.client.insert({
+      table: "steps_v1",
+      values: [step("old", 2, "0.000000005")],
+      format: "JSONEachRow",
+    });
+    const copies = (await loadMigrations()).filter((m) => m.name.endsWith("_v2.sql"));
+    expect(copies.map((m) => m.name)).toEqual([
+      "005_raw_events_v2.sql",
+      "006_steps_v2.sql",
+      "007_runs_v2.sql",
     ]);
-    await insertRows(analytics, "steps_v1", [step("r1", 2, "0.000001500")]);
-    expect(await highWater(analytics, "raw_events_v1")).toBe(2);
-    expect(await highWater(analytics, "steps_v1")).toBe(2);
+    // Twice, as after a migration interrupted before it was recorded.
+    for (let i = 0; i < 2; i++) {
+      for (const statement of copies.flatMap((m) => m.statements))
+        await analytics.client.command({ query: statement });
+    }
+    const [old] = (await listRuns(analytics, { limit: 100 })).filter((r) => r.run_id === "old");
+    expect(old).toMatchObject({ steps: 1, completed: 1, input_tokens: 100, cost_usd: 0.000000005 });
   });
 
   it("sums cost exactly and keeps an unknown cost out of the sum, counted apart", async () => {
-    await insertRows(analytics, "raw_events_v1", [
+    await insertRows(analytics, "raw_events_v2", [
       raw("r2", 3, "StepStarted"),
       raw("r2", 4, "StepCompleted"),
       raw("r2", 5, "StepStarted"),
       raw("r2", 6, "StepCompleted"),
       raw("r2", 7, "StepStarted"),
     ]);
-    await insertRows(analytics, "steps_v1", [
+    await insertRows(analytics, "steps_v2", [
       step("r2", 4, nanoUsdToDecimal(100_000_001)),
       step("r2", 6, null),
     ]);

@@ -13,11 +13,13 @@ export { DEFAULT_LIMITS, type JsonAnswer, type QueryLimits, type Reader } from "
 export { assertReadStatement, canonicalStatement } from "./statement.js";
 export {
   bindProjection,
-  highWater,
+  type CheckpointKey,
   insertRows,
   nanoUsdToDecimal,
   type ProjectedTable,
   type ProjectionSource,
   type RawEventRow,
+  readCheckpoint,
   type StepRow,
+  writeCheckpoint,
 } from "./tables.js";

@@ -1,7 +1,7 @@
 import type { Analytics } from "./client.js";
 import { ProjectionMismatchError } from "./errors.js";
 
-/** A row of raw_events_v1. Timestamps are epoch milliseconds. */
+/** A row of raw_events_v2 (the `events` view). Timestamps are epoch milliseconds. */
 export interface RawEventRow {
   event_id: string;
   type: string;
@@ -14,7 +14,7 @@ export interface RawEventRow {
   payload: string;
 }
 
-/** A row of steps_v1: one finished model call. */
+/** A row of steps_v2 (the `steps` view): one finished model call. */
 export interface StepRow {
   step_id: string;
   run_id: string;
@@ -43,7 +43,7 @@ export interface StepRow {
   stream_seq: number;
 }
 
-export type ProjectedTable = "raw_events_v1" | "steps_v1";
+export type ProjectedTable = "raw_events_v2" | "steps_v2";
 
 /** Exact decimal text for a cost in billionths of a dollar. */
 export function nanoUsdToDecimal(nanoUsd: number): string {
@@ -55,19 +55,11 @@ export function nanoUsdToDecimal(nanoUsd: number): string {
 }
 
 /**
- * The highest stream sequence a table holds: everything at or below it is already
- * projected there. This is the projector's checkpoint, kept in the same place as the
- * rows so the two can never disagree.
+ * Inserts rows as they are. Inserting a row again is a no-op by key: the tables fold rows
+ * of the same event into one (ReplacingMergeTree) and every view reads them FINAL. One
+ * INSERT is one part per month it touches, so it can land in part; the checkpoint, not
+ * the rows, says what is complete.
  */
-export async function highWater(analytics: Analytics, table: ProjectedTable): Promise<number> {
-  const result = await analytics.client.query({
-    query: `SELECT max(stream_seq) AS seq FROM ${table}`,
-    format: "JSONEachRow",
-  });
-  const rows = await result.json<{ seq: number | string }>();
-  return Number(rows[0]?.seq ?? 0);
-}
-
 export async function insertRows(
   analytics: Analytics,
   table: ProjectedTable,
@@ -77,8 +69,38 @@ export async function insertRows(
   await analytics.client.insert({
     table,
     values: rows as unknown[],
-    // One INSERT is one block here (batches are far below max_insert_block_size), so a
-    // batch lands whole or not at all. Timestamps go in as epoch milliseconds.
+    // Timestamps go in as epoch milliseconds.
+    format: "JSONEachRow",
+  });
+}
+
+/** One partition of the log: a stream and the subjects its consumer reads. */
+export interface CheckpointKey {
+  stream: string;
+  subjects: string;
+}
+
+/**
+ * The projector's checkpoint: every event of the partition at or below this stream
+ * sequence is in every projected table. 0 when nothing is known to be (a new database,
+ * or one migrated from the v1 tables, which the projector then replays from the start).
+ */
+export async function readCheckpoint(analytics: Analytics, key: CheckpointKey): Promise<number> {
+  const result = await analytics.client.query({
+    query:
+      "SELECT max(seq) AS seq FROM projection_checkpoints WHERE stream = {stream:String} AND subjects = {subjects:String}",
+    query_params: { stream: key.stream, subjects: key.subjects },
+    format: "JSONEachRow",
+  });
+  const rows = await result.json<{ seq: number | string }>();
+  return Number(rows[0]?.seq ?? 0);
+}
+
+/** Records that everything of the partition up to `seq` is projected. Write it only once that is true. */
+export async function writeCheckpoint(analytics: Analytics, key: CheckpointKey, seq: number): Promise<void> {
+  await analytics.client.insert({
+    table: "projection_checkpoints",
+    values: [{ stream: key.stream, subjects: key.subjects, seq }],
     format: "JSONEachRow",
   });
 }

@@ -61,6 +61,7 @@ describe("loadConfig", () => {
           batch_size: 500,
           consumer: "projector",
           ack_wait_ms: 30_000,
+          lease_ms: 10_000,
         },
         identification: {
           headers: ["X-Holdfast-Run", "X-Run-Id", "X-Session-Id", "X-Conversation-Id"],

@@ -208,6 +208,11 @@ export const configSchema = z
           ack_wait_ms: positiveInteger()
             .default(30_000)
             .describe("How long a batch a projector took may stay unacknowledged before it is redelivered."),
+          lease_ms: integer(1_000, 600_000)
+            .default(10_000)
+            .describe(
+              "How long a projector's lease on its consumer lasts unrenewed before a standby projector takes over, in milliseconds.",
+            ),
         },
         mapping,
       )

@@ -1,4 +1,4 @@
-import { type Analytics, migrate, openAnalytics, runSql } from "@holdfast/analytics";
+import { type Analytics, migrate, nanoUsdToDecimal, openAnalytics, runSql } from "@holdfast/analytics";
 import { type Bus, connectBus } from "@holdfast/bus";
 import { Api, createIdGenerator, type EventPayload, makeEnvelope, RunSource } from "@holdfast/events";
 import { createLogger, type Logger } from "@holdfast/log";
@@ -35,13 +35,16 @@ export function useProjectorFixture(): void {
 
 export { waitFor };
 
-async function append(runId: string, payload: EventPayload) {
+/** Lease of the projectors in these tests: short, so a takeover is quick. */
+export const LEASE_MS = 1_000;
+
+async function append(runId: string, payload: EventPayload, timestampMs = Date.now()) {
   const last = lastSeq.get(runId) ?? { seq: 0, stream: 0 };
   const envelope = makeEnvelope({
     id: newId(),
     runId,
     sequence: last.seq + 1,
-    timestampMs: Date.now(),
+    timestampMs,
     tag: "t",
     payload,
   });
@@ -49,50 +52,110 @@ async function append(runId: string, payload: EventPayload) {
   lastSeq.set(runId, { seq: last.seq + 1, stream: streamSequence });
 }
 
-/** One model call: started, then completed with 10 input tokens and a cost of 7 nano-dollars. */
-export async function call(runId: string, step: number) {
+/**
+ * One model call: started, then completed with 10 input tokens and a cost of 7 nano-dollars.
+ * Both events are stamped `at` (epoch ms), now by default.
+ */
+export async function call(runId: string, step: number, at?: number) {
   const stepId = `${runId}-${step}`;
   const api = Api.API_OPENAI_CHAT_COMPLETIONS;
-  await append(runId, {
-    $case: "stepStarted",
-    value: {
-      stepId,
-      step,
-      api,
-      model: "gpt-4o-mini",
-      stream: false,
-      identity: { source: RunSource.RUN_SOURCE_HEADER, key: "x-run-id", fingerprint: "", generation: 0 },
-      messageCount: step,
-      upstream: "http://fake",
-      gateway: "test",
+  await append(
+    runId,
+    {
+      $case: "stepStarted",
+      value: {
+        stepId,
+        step,
+        api,
+        model: "gpt-4o-mini",
+        stream: false,
+        identity: { source: RunSource.RUN_SOURCE_HEADER, key: "x-run-id", fingerprint: "", generation: 0 },
+        messageCount: step,
+        upstream: "http://fake",
+        gateway: "test",
+      },
     },
-  });
-  await append(runId, {
-    $case: "stepCompleted",
-    value: {
-      stepId,
-      step,
-      api,
-      model: "gpt-4o-mini",
-      upstreamStatus: 200,
-      usage: { reported: true, inputTokens: 10, outputTokens: 3, cachedInputTokens: 0 },
-      cost: { known: true, nanoUsd: 7 },
-      latencyMs: 5,
-      firstByteMs: 2,
-      finishReason: "stop",
-      toolCalls: [],
-      stream: false,
+    at,
+  );
+  await append(
+    runId,
+    {
+      $case: "stepCompleted",
+      value: {
+        stepId,
+        step,
+        api,
+        model: "gpt-4o-mini",
+        upstreamStatus: 200,
+        usage: { reported: true, inputTokens: 10, outputTokens: 3, cachedInputTokens: 0 },
+        cost: { known: true, nanoUsd: 7 },
+        latencyMs: 5,
+        firstByteMs: 2,
+        finishReason: "stop",
+        toolCalls: [],
+        stream: false,
+      },
     },
-  });
+    at,
+  );
 }
 
+/** What a user would check, through the views they query: events, steps and the runs' sums. */
 export async function totals() {
   const result = await runSql(
     analytics,
-    "SELECT (SELECT count() FROM events) AS events, count() AS steps, sum(input_tokens) AS input, toString(sum(cost_usd)) AS cost FROM steps",
+    `SELECT (SELECT count() FROM events) AS events, count() AS steps, sum(input_tokens) AS input,
+            toString(sum(cost_usd)) AS cost,
+            (SELECT sum(steps) FROM runs) AS run_steps, (SELECT sum(input_tokens) FROM runs) AS run_input
+     FROM steps`,
     { maxRows: 1 },
   );
-  return result.rows[0] as { events: number; steps: number; input: number; cost: string };
+  return result.rows[0] as {
+    events: number;
+    steps: number;
+    input: number;
+    cost: string;
+    run_steps: number;
+    run_input: number;
+  };
+}
+
+/** The totals of `calls` model calls made with `call`. */
+export function totalsOf(calls: number) {
+  return {
+    events: 2 * calls,
+    steps: calls,
+    input: 10 * calls,
+    cost: nanoUsdToDecimal(7 * calls).replace(/\.?0+$/, ""),
+    run_steps: calls,
+    run_input: 10 * calls,
+  };
+}
+
+/**
+ * The same ClickHouse, with every insert passed through `hook` (which decides whether and
+ * how to send it): a process that dies in the middle of one, or sleeps through its lease.
+ */
+export function interceptInserts(
+  hook: (args: InsertArgs, send: (args: InsertArgs) => Promise<unknown>) => Promise<unknown>,
+): Analytics {
+  const { client } = analytics;
+  const send = (args: InsertArgs) => client.insert(args as never);
+  const intercepted = new Proxy(client, {
+    get(target, property) {
+      if (property === "insert") return (args: InsertArgs) => hook(args, send);
+      const value = Reflect.get(target, property, target) as unknown;
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  return { ...analytics, client: intercepted };
+}
+
+export type InsertArgs = { table: string; values: unknown[]; format: string };
+
+/** Connects a bus for one projector of a test, named so `nats server report connections` tells them apart. */
+export function projectorBus(name: string): Promise<Bus> {
+  return connectBus({ servers: natsUrl(), prefix, name });
 }
 
 export async function drained(bus: Bus, consumer: string) {
@@ -119,6 +182,7 @@ export async function dieBetweenInsertAndAck(options: {
     log,
     consumer: "proj",
     batchSize: 100,
+    leaseMs: LEASE_MS,
     ...options,
     afterInsert: () => {
       froze();

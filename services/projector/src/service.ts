@@ -47,6 +47,7 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
     consumer: config.projector.consumer,
     batchSize: config.projector.batch_size,
     ackWaitMs: config.projector.ack_wait_ms,
+    leaseMs: config.projector.lease_ms,
   });
   await projector.start();
 
@@ -54,6 +55,7 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
   const refresh = async () => {
     try {
       streamLastSeq = (await bus.jsm.streams.info(bus.eventsStream)).state.last_seq;
+      await projector.refresh();
     } catch {
       // Keep the last known value; /health reports the projector's own error separately.
     }
@@ -67,7 +69,12 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
   const address = api.server.address();
   const port = typeof address === "object" && address ? address.port : config.projector.port;
   log.info(
-    { port, engine: analytics.engine, projectedSeq: projector.status.projectedSeq },
+    {
+      port,
+      engine: analytics.engine,
+      projectedSeq: projector.status.projectedSeq,
+      role: projector.status.role,
+    },
     "projector running",
   );
   return {
