@@ -12,7 +12,7 @@ export { ChatStreamMeter, summarizeChatCompletion } from "./openai-chat/response
 export { readChatUsage } from "./openai-chat/usage.js";
 export type { PriceInput, PriceOverride, PriceResult, Pricer, PricerOptions } from "./prices.js";
 export { createPricer, providerFromUpstream } from "./prices.js";
-export { scrubSecrets } from "./secrets.js";
+export { redactKnownSecrets, redactSecretsDeep, scrubSecrets } from "./secrets.js";
 export type { SseEvent } from "./sse.js";
 export { formatSseComment, formatSseData, SSE_DONE, SseParser } from "./sse.js";
 export type { UsageReport } from "./usage.js";

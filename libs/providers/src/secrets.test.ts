@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { scrubSecrets } from "./secrets.js";
+import { redactSecretsDeep, scrubSecrets } from "./secrets.js";
 
 describe("scrubSecrets", () => {
   it("given a configured secret anywhere in the text, then every occurrence is redacted", () => {
@@ -66,5 +66,43 @@ describe("scrubSecrets", () => {
       "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth. " +
       "This is a task-based, risk-free, **important** message with a rating of *** and model gpt-4o-mini.";
     expect(scrubSecrets(text, [])).toBe(text);
+  });
+});
+
+describe("the request's own key, in the forms providers echo it", () => {
+  const key = "sk-proj-SECRETgood7Qx9Zr2Lw4Mv8Nt6Kp3Hy5";
+
+  it.each([
+    [
+      "named by its last characters",
+      "rate limited for the key ending in 3Hy5, retry",
+      "rate limited for the key ending in [redacted], retry",
+    ],
+    ["behind an ellipsis", "key sk-proj-…3Hy5 is revoked", "key [redacted] is revoked"],
+    ["behind asterisks", "key ****3Hy5 is revoked", "key [redacted] is revoked"],
+    ["in quotes", "key '3Hy5' is revoked", "key '[redacted]' is revoked"],
+  ])("given the key %s, then it is redacted", (_case, text, expected) => {
+    expect(scrubSecrets(text, [key])).toBe(expected);
+  });
+
+  it("given the tail inside a longer word, then the word stays", () => {
+    expect(scrubSecrets("model x3Hy5z answered", [key])).toBe("model x3Hy5z answered");
+  });
+
+  it("given a recorded payload echoing the key, then every string in it is redacted and nothing else changes", () => {
+    const payload = {
+      model: `gpt-4o-${key}`,
+      usage: { inputTokens: 12, reported: true },
+      toolCalls: ["search", key],
+      finishReason: "stop",
+    };
+    expect(redactSecretsDeep(payload, [key])).toEqual({
+      model: "gpt-4o-[redacted]",
+      usage: { inputTokens: 12, reported: true },
+      toolCalls: ["search", "[redacted]"],
+      finishReason: "stop",
+    });
+    const clean = { model: "gpt-4o", toolCalls: ["search"] };
+    expect(redactSecretsDeep(clean, [key])).toBe(clean);
   });
 });

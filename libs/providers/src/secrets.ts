@@ -31,18 +31,13 @@ const CREDENTIAL = new RegExp(
 
 /**
  * Removes credentials from text that may leave the process (error messages above all):
- * every exact secret given, every bearer token, and anything shaped like a provider key
- * or a provider's masked echo of one, each replaced by "[redacted]". Holdfast promises a
- * key is never stored, logged or put in an event; this is the last line of that promise.
+ * every secret given, in full and in the masked forms providers echo, every bearer token,
+ * and anything shaped like a provider key or a provider's masked echo of one, each
+ * replaced by "[redacted]". Holdfast promises a key is never stored, logged or put in an
+ * event; this is the last line of that promise.
  */
 export function scrubSecrets(text: string, secrets: readonly string[]): string {
-  let scrubbed = text;
-  // Longest first: a secret that contains another must go whole, not leave a remainder.
-  const exact = secrets.filter((secret) => secret.length > 0).sort((a, b) => b.length - a.length);
-  for (const secret of exact) {
-    if (scrubbed.includes(secret)) scrubbed = scrubbed.replaceAll(secret, REDACTED);
-  }
-  return scrubbed.replace(
+  return redactKnownSecrets(text, secrets).replace(
     CREDENTIAL,
     (match: string, bearer?: string, header?: string, provided?: string) => {
       const label = bearer ?? header ?? provided;
@@ -51,4 +46,72 @@ export function scrubSecrets(text: string, secrets: readonly string[]): string {
       return ALNUM.test(match) ? REDACTED : match;
     },
   );
+}
+
+// The last characters providers name a key by ("the key ending in wxyz", "sk-…wxyz").
+const TAIL = 4;
+// Shorter secrets are not keys a provider masks; their tail alone would be noise.
+const MIN_MASKED = 12;
+
+/**
+ * Removes the secrets given, known for this request: each in full, and its tail where it
+ * stands as a word or behind a mask ("…wxyz", "****wxyz", "ending in wxyz"). Cheap enough
+ * for every string recorded about a call; `scrubSecrets` adds the shape-based patterns.
+ */
+export function redactKnownSecrets(text: string, secrets: readonly string[]): string {
+  let scrubbed = text;
+  // Longest first: a secret that contains another must go whole, not leave a remainder.
+  const known = secrets.filter((secret) => secret.length > 0).sort((a, b) => b.length - a.length);
+  for (const secret of known) {
+    if (scrubbed.includes(secret)) scrubbed = scrubbed.replaceAll(secret, REDACTED);
+  }
+  for (const secret of known) {
+    if (secret.length < MIN_MASKED) continue;
+    const tail = secret.slice(-TAIL);
+    if (!scrubbed.includes(tail)) continue;
+    scrubbed = scrubbed.replace(
+      // The masked head in front of it ("sk-proj-…", "****") goes with it.
+      new RegExp(`(?<![A-Za-z0-9])(?:[\\w-]*[*.\u2026]+)?${escapeRegExp(tail)}(?![A-Za-z0-9])`, "g"),
+      REDACTED,
+    );
+  }
+  return scrubbed;
+}
+
+/**
+ * Every string in a recorded value (an event payload: plain objects, arrays, strings)
+ * with the request's secrets redacted. Returns the value itself when nothing changed.
+ */
+export function redactSecretsDeep<T>(value: T, secrets: readonly string[]): T {
+  if (secrets.length === 0) return value;
+  return walk(value, secrets) as T;
+}
+
+function walk(value: unknown, secrets: readonly string[]): unknown {
+  if (typeof value === "string") return redactKnownSecrets(value, secrets);
+  if (Array.isArray(value)) {
+    let changed = false;
+    const out = value.map((item) => {
+      const next = walk(item, secrets);
+      changed ||= next !== item;
+      return next;
+    });
+    return changed ? out : value;
+  }
+  if (value !== null && typeof value === "object" && !(value instanceof Uint8Array)) {
+    let out: Record<string, unknown> | undefined;
+    for (const [key, item] of Object.entries(value)) {
+      const next = walk(item, secrets);
+      if (next !== item) {
+        out ??= { ...(value as Record<string, unknown>) };
+        out[key] = next;
+      }
+    }
+    return out ?? value;
+  }
+  return value;
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }

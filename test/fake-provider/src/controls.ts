@@ -11,7 +11,7 @@ export const FAKE_HEADERS = {
   cachedTokens: "x-fake-cached-tokens",
   /** Hold a stream after this many events until `resumePaused()`. */
   pauseAfter: "x-fake-pause-after",
-  /** A status from 400 to 599, `reset`, `reset-after:N` or `hang`. */
+  /** A status from 400 to 599, `reset`, `reset-after:N`, `error-after:N` or `hang`. */
   fail: "x-fake-fail",
 } as const;
 
@@ -23,6 +23,8 @@ export type Fault =
   | { readonly kind: "reset" }
   /** Send this many stream events (or body bytes), then destroy the connection. */
   | { readonly kind: "reset-after"; readonly after: number }
+  /** Send this many stream events, then an error event in the body (as OpenAI does mid-stream), then end. */
+  | { readonly kind: "error-after"; readonly after: number }
   /** Never answer. */
   | { readonly kind: "hang" };
 
@@ -54,8 +56,10 @@ function fault(headers: IncomingHttpHeaders): Fault | undefined {
   if (/^[45]\d\d$/.test(value)) return { kind: "status", status: Number(value) };
   const resetAfter = /^reset-after:(\d+)$/.exec(value);
   if (resetAfter !== null) return { kind: "reset-after", after: Number(resetAfter[1]) };
+  const errorAfter = /^error-after:(\d+)$/.exec(value);
+  if (errorAfter !== null) return { kind: "error-after", after: Number(errorAfter[1]) };
   throw invalidRequest(
-    `Invalid ${FAKE_HEADERS.fail} '${value}': expected a status from 400 to 599, reset, reset-after:N or hang.`,
+    `Invalid ${FAKE_HEADERS.fail} '${value}': expected a status from 400 to 599, reset, reset-after:N, error-after:N or hang.`,
     FAKE_HEADERS.fail,
   );
 }

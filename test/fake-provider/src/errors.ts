@@ -189,3 +189,19 @@ function describeType(value: unknown): string {
   if (typeof value === "object") return "an object";
   return `a ${typeof value}`;
 }
+
+/**
+ * The error event a stream can end with after a 200: OpenAI sends `data: {"error": …}` when
+ * generation fails midway. The message names the key by its last characters, as providers
+ * do, so a test can check that even those are kept out of what Holdfast records.
+ */
+export function streamError(apiKey: string): string {
+  const error = new OpenAiError(
+    500,
+    `The server had an error while generating for the key ending in ${apiKey.slice(-4)}. Please retry.`,
+    "server_error",
+    null,
+    "generation_failed",
+  );
+  return `data: ${JSON.stringify(error)}\n\n`;
+}

@@ -21,6 +21,7 @@ import {
   OpenAiError,
   rateLimitExceeded,
   serverError,
+  streamError,
 } from "./errors.js";
 import { Exchange, type FakeRequest } from "./exchange.js";
 import { PromptCache } from "./prompt-cache.js";
@@ -208,7 +209,8 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
       const resetAfter = fault?.kind === "reset-after" ? fault.after : undefined;
 
       if (request.stream) {
-        const events = streamEvents(head, reply, usage, request.includeUsage);
+        let events = streamEvents(head, reply, usage, request.includeUsage);
+        if (fault?.kind === "error-after") events = [...events.slice(0, fault.after), streamError(apiKey)];
         return stream(exchange, res, headers, events, controls, resetAfter);
       }
       const body = completionBody(head, reply, usage);

@@ -169,6 +169,21 @@ describe("ChatStreamMeter", () => {
   });
 });
 
+describe("ChatStreamMeter and a provider error inside the stream", () => {
+  it("given an error event after some chunks, then it is kept as sent and is not mistaken for a chunk", () => {
+    const error = JSON.stringify({ error: { message: "overloaded", type: "server_error", code: null } });
+    const { meter } = meterStream(
+      `${chunk([{ index: 0, delta: { content: "Hel" }, finish_reason: null }])}data: ${error}\n\n`,
+    );
+    expect(meter.errorEvent).toBe(error);
+    expect(meter.summary()).toMatchObject({ model: "gpt-4o-mini-2024-07-18", finishReason: undefined });
+  });
+
+  it("given a stream without one, then there is none", () => {
+    expect(meterStream(TOOL_STREAM).meter.errorEvent).toBeUndefined();
+  });
+});
+
 describe("summarizeChatCompletion", () => {
   it("given a completion with tool calls and cached prompt tokens, then it reads the same summary a stream would", () => {
     const summary = summarizeChatCompletion({

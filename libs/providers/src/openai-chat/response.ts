@@ -55,6 +55,15 @@ export class ChatStreamMeter {
   #finishReason: string | undefined;
   // Keyed by the delta's `index`, which later argument fragments repeat without the name.
   readonly #toolCalls = new Map<number | string, string>();
+  #errorEvent: string | undefined;
+
+  /**
+   * The data of an error event the provider sent inside the stream (`{"error": …}` after
+   * a 200, when generation fails midway), as sent; undefined when there was none.
+   */
+  get errorEvent(): string | undefined {
+    return this.#errorEvent;
+  }
 
   observe(data: string): StreamObservation {
     // Cheap exit before JSON.parse: "[DONE]", keepalive text, anything not an object.
@@ -66,6 +75,10 @@ export class ChatStreamMeter {
       return NOT_USAGE_ONLY;
     }
     if (!isRecord(chunk)) return NOT_USAGE_ONLY;
+    if (chunk.error !== undefined && chunk.error !== null && chunk.choices === undefined) {
+      this.#errorEvent ??= data;
+      return NOT_USAGE_ONLY;
+    }
 
     if (this.#model === undefined) this.#model = modelName(chunk.model);
     const usage = readUsage(chunk);
