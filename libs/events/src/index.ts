@@ -37,6 +37,7 @@ export {
 } from "./run/state.js";
 export {
   assertRunId,
+  CONTROL_CHARACTER,
   MAX_RUN_ID_LENGTH,
   runIdFromToken,
   runToken,

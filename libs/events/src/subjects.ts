@@ -8,8 +8,12 @@ export const MAX_RUN_ID_LENGTH = 256;
 // operator can read them in a subject; anything else is base64url-encoded behind "_".
 // The "_" prefix keeps the two forms from ever colliding.
 const PLAIN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/;
+/**
+ * C0 and C1 control characters and DEL: never part of a run id or a tag, since they
+ * corrupt every terminal, log and table they reach.
+ */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this rejects
-const CONTROL = /[\u0000-\u001f\u007f]/;
+export const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
 
 /** Throws InvalidRunIdError unless `runId` can name a run. */
 export function assertRunId(runId: string): void {
@@ -17,7 +21,7 @@ export function assertRunId(runId: string): void {
   if (runId.length > MAX_RUN_ID_LENGTH) {
     throw new InvalidRunIdError(`run id is ${runId.length} characters; the limit is ${MAX_RUN_ID_LENGTH}`);
   }
-  if (CONTROL.test(runId)) throw new InvalidRunIdError("run id contains a control character");
+  if (CONTROL_CHARACTER.test(runId)) throw new InvalidRunIdError("run id contains a control character");
 }
 
 /**

@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
-import { MAX_RUN_ID_LENGTH, RunSource } from "@holdfast/events";
+import { CONTROL_CHARACTER, MAX_RUN_ID_LENGTH, RunSource } from "@holdfast/events";
 import type { ChatRequestView } from "@holdfast/providers";
 import { InvalidRequestError } from "../errors.js";
+import { DuplicateHeaderError, type RequestHeaders } from "../http/headers.js";
 
 export interface IdentifyRules {
   /** Request headers that name a run, first match wins. */
@@ -21,11 +22,7 @@ export interface ExplicitRun {
   key: string;
 }
 
-type Headers = Record<string, string | string[] | undefined>;
-
 const MAX_TAG_LENGTH = 128;
-// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this rejects
-const CONTROL = /[\u0000-\u001f\u007f]/;
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-.*)?$/;
 
 /**
@@ -33,7 +30,11 @@ const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(
  * id. Returns undefined when the call names nothing (the caller then fingerprints it).
  * A named id that cannot be a run id is the client's error, reported with where it came from.
  */
-export function explicitRun(headers: Headers, body: unknown, rules: IdentifyRules): ExplicitRun | undefined {
+export function explicitRun(
+  headers: RequestHeaders,
+  body: unknown,
+  rules: IdentifyRules,
+): ExplicitRun | undefined {
   for (const name of rules.headers) {
     const value = headerValue(headers, name);
     if (value !== undefined)
@@ -45,14 +46,15 @@ export function explicitRun(headers: Headers, body: unknown, rules: IdentifyRule
       return { runId: checkRunId(value, `body field ${path}`), source: RunSource.RUN_SOURCE_BODY, key: path };
   }
   if (rules.traceparent) {
-    const traceId = traceIdOf(headerValue(headers, "traceparent"));
+    // W3C Trace Context: several traceparent headers make it invalid, and it is ignored.
+    const traceId = traceIdOf(optionalHeader(headers, "traceparent"));
     if (traceId !== undefined) return { runId: traceId, source: RunSource.RUN_SOURCE_TRACEPARENT, key: "" };
   }
   return undefined;
 }
 
 /** The run's tag from a header or body field, first match wins; "" when none. */
-export function readTag(headers: Headers, body: unknown, rules: IdentifyRules): string {
+export function readTag(headers: RequestHeaders, body: unknown, rules: IdentifyRules): string {
   for (const name of rules.tagHeaders) {
     const value = headerValue(headers, name);
     if (value !== undefined) return checkTag(value, `header ${name}`);
@@ -91,11 +93,22 @@ export function fingerprintOf(view: ChatRequestView): string {
     .slice(0, 16);
 }
 
-function headerValue(headers: Headers, name: string): string | undefined {
-  const raw = headers[name.toLowerCase()];
-  const value = Array.isArray(raw) ? raw[0] : raw;
-  const trimmed = value?.trim();
-  return trimmed ? trimmed : undefined;
+function headerValue(headers: RequestHeaders, name: string): string | undefined {
+  try {
+    return headers.get(name);
+  } catch (error) {
+    if (error instanceof DuplicateHeaderError) throw new InvalidRequestError(error.message, { cause: error });
+    throw error;
+  }
+}
+
+function optionalHeader(headers: RequestHeaders, name: string): string | undefined {
+  try {
+    return headers.get(name);
+  } catch (error) {
+    if (error instanceof DuplicateHeaderError) return undefined;
+    throw error;
+  }
 }
 
 function fieldValue(body: unknown, path: string): string | undefined {
@@ -116,7 +129,7 @@ function checkRunId(value: string, where: string): string {
       `The run id in ${where} is ${value.length} characters long; Holdfast accepts at most ${MAX_RUN_ID_LENGTH}.`,
     );
   }
-  if (CONTROL.test(value))
+  if (CONTROL_CHARACTER.test(value))
     throw new InvalidRequestError(`The run id in ${where} contains a control character.`);
   return value;
 }
@@ -127,6 +140,7 @@ function checkTag(value: string, where: string): string {
       `The tag in ${where} is ${value.length} characters long; the limit is ${MAX_TAG_LENGTH}.`,
     );
   }
-  if (CONTROL.test(value)) throw new InvalidRequestError(`The tag in ${where} contains a control character.`);
+  if (CONTROL_CHARACTER.test(value))
+    throw new InvalidRequestError(`The tag in ${where} contains a control character.`);
   return value;
 }

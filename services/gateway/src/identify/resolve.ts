@@ -1,6 +1,6 @@
-import type { IncomingHttpHeaders } from "node:http";
 import { RunSource } from "@holdfast/events";
 import type { ChatRequestView } from "@holdfast/providers";
+import type { RequestHeaders } from "../http/headers.js";
 import type { ResolvedRun } from "../proxy/chat-completions.js";
 import type { Generations } from "./generations.js";
 import { explicitRun, fingerprintOf, type IdentifyRules, readTag } from "./identify.js";
@@ -10,7 +10,7 @@ import { explicitRun, fingerprintOf, type IdentifyRules, readTag } from "./ident
  * and otherwise a fingerprint of the agent's loop split into generations.
  */
 export function runResolver(rules: IdentifyRules, generations: Generations) {
-  return async (headers: IncomingHttpHeaders, body: unknown, view: ChatRequestView): Promise<ResolvedRun> => {
+  return async (headers: RequestHeaders, body: unknown, view: ChatRequestView): Promise<ResolvedRun> => {
     const tag = readTag(headers, body, rules);
     const named = explicitRun(headers, body, rules);
     if (named) {

@@ -12,6 +12,7 @@ import {
   type Pricer,
   readChatRequest,
   readProviderError,
+  redactSecretsDeep,
   SseParser,
   summarizeChatCompletion,
   type UsageReport,
@@ -25,6 +26,7 @@ import {
   UpstreamTimeoutError,
   UpstreamUnreachableError,
 } from "../errors.js";
+import { RequestHeaders } from "../http/headers.js";
 import type { RunLedger } from "../ledger/ledger.js";
 import { forwardHeaders, isTimeout, returnHeaders, type Upstream } from "../upstream/upstream.js";
 
@@ -45,7 +47,7 @@ export interface ChatCompletionsDeps {
   /** Longest wait for an outcome to reach the log before the client gets the end of its answer. */
   recordWaitMs: number;
   /** Which run (and tag) a call belongs to. */
-  resolveRun: (headers: IncomingHttpHeaders, body: unknown, view: ChatRequestView) => Promise<ResolvedRun>;
+  resolveRun: (headers: RequestHeaders, body: unknown, view: ChatRequestView) => Promise<ResolvedRun>;
   onRecordError: (error: unknown, runId: string) => void;
 }
 
@@ -91,7 +93,9 @@ async function handle(
   const read = readChatRequest(body);
   if (!read.ok) throw new InvalidRequestError(read.error.message, { param: read.error.param });
   const view = read.request;
-  const run = await deps.resolveRun(request.headers, body, view);
+  const run = await deps.resolveRun(new RequestHeaders(request.raw.rawHeaders), body, view);
+  // The credentials of this call, kept out of everything recorded about it.
+  const secrets = credentialsOf(request.headers);
 
   // Usage on a stream is only sent when asked for; ask on the client's behalf so every
   // stream is metered, and hide the extra chunk from a client that did not ask.
@@ -103,20 +107,25 @@ async function handle(
   let started: StepStarted;
   const stepId = deps.newId();
   try {
-    const { event } = await deps.ledger.append(run.runId, run.tag, (state) => ({
-      $case: "stepStarted",
-      value: {
-        stepId,
-        step: state.steps.length + 1,
-        api: Api.API_OPENAI_CHAT_COMPLETIONS,
-        model: view.model,
-        stream: view.stream,
-        identity: run.identity,
-        messageCount: view.messageCount,
-        upstream: deps.upstream.origin,
-        gateway: deps.instanceId,
-      },
-    }));
+    const { event } = await deps.ledger.append(run.runId, run.tag, (state) =>
+      redactSecretsDeep<EventPayload>(
+        {
+          $case: "stepStarted",
+          value: {
+            stepId,
+            step: state.steps.length + 1,
+            api: Api.API_OPENAI_CHAT_COMPLETIONS,
+            model: view.model,
+            stream: view.stream,
+            identity: run.identity,
+            messageCount: view.messageCount,
+            upstream: deps.upstream.origin,
+            gateway: deps.instanceId,
+          },
+        },
+        secrets,
+      ),
+    );
     started = (event.payload as Extract<EventPayload, { $case: "stepStarted" }>).value;
   } catch (cause) {
     throw new LogUnavailableError(
@@ -125,7 +134,6 @@ async function handle(
     );
   }
 
-  const secrets = credentialsOf(request.headers);
   let firstByteMs = 0;
   const markFirstByte = () => {
     if (firstByteMs === 0) firstByteMs = Math.max(1, Math.round(performance.now() - t0));
@@ -136,7 +144,9 @@ async function handle(
   const finish = (outcome: Outcome): Promise<void> => {
     const latencyMs = Math.round(performance.now() - t0);
     const recorded = deps.ledger
-      .record(run.runId, run.tag, () => outcomeEvent(started, outcome, latencyMs, firstByteMs, view, deps))
+      .record(run.runId, run.tag, () =>
+        redactSecretsDeep(outcomeEvent(started, outcome, latencyMs, firstByteMs, view, deps), secrets),
+      )
       .then(
         () => undefined,
         (error: unknown) => deps.onRecordError(error, run.runId),
@@ -183,7 +193,7 @@ async function handle(
 
   const contentType = String(upstream.headers["content-type"] ?? "");
   if (upstream.statusCode < 300 && contentType.startsWith("text/event-stream")) {
-    await relayStream(upstream, reply, view, abort.signal, markFirstByte, finish);
+    await relayStream(upstream, reply, view, abort.signal, markFirstByte, finish, secrets);
     return;
   }
 
@@ -237,6 +247,7 @@ async function relayStream(
   clientGone: AbortSignal,
   markFirstByte: () => void,
   finish: (outcome: Outcome) => Promise<void>,
+  secrets: readonly string[],
 ): Promise<void> {
   reply.hijack();
   const res = reply.raw;
@@ -276,6 +287,22 @@ async function relayStream(
     return;
   }
   const summary = meter.summary();
+  if (meter.errorEvent !== undefined) {
+    // The client already has the provider's own error event; record what it said.
+    const error = readProviderError(upstream.statusCode, meter.errorEvent, secrets);
+    await finish({
+      kind: "failed",
+      reason: FailureReason.FAILURE_REASON_UPSTREAM_STREAM_ERROR,
+      status: upstream.statusCode,
+      errorType: error.type,
+      errorCode: error.code ?? "",
+      message: error.message,
+      usage: summary.usage,
+      model: summary.model ?? view.model,
+    });
+    res.end(held);
+    return;
+  }
   if (!sawDone && summary.finishReason === undefined) {
     const message = "The provider ended the stream before it was complete.";
     await finish(upstreamReset(message, summary.usage, summary.model ?? view.model, upstream.statusCode));

@@ -64,17 +64,20 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
+const NOT_FORWARDED = new Set(["host", "content-length", "content-encoding", "accept-encoding", "expect"]);
+
 /**
  * The client's headers as the provider should see them: the credential and every SDK
- * header pass through; connection-level headers, the host, the body length (the body may
- * be rewritten) and Holdfast's own headers do not. Compression is not requested, so the
+ * header pass through; connection-level headers, the host, the body length and encoding
+ * (the body is forwarded decoded, and may be rewritten), `Expect` (the gateway answered
+ * it itself) and Holdfast's own headers do not. Compression is not requested, so the
  * gateway can read the usage it meters.
  */
 export function forwardHeaders(incoming: IncomingHttpHeaders, bodyLength: number | undefined) {
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(incoming)) {
     if (value === undefined || HOP_BY_HOP.has(name)) continue;
-    if (name === "host" || name === "content-length" || name === "accept-encoding") continue;
+    if (NOT_FORWARDED.has(name)) continue;
     if (name.startsWith("x-holdfast-")) continue;
     out[name] = value;
   }
