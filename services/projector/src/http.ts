@@ -37,6 +37,9 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
     const s = deps.status();
     return {
       status: s.running && s.lastError === null ? "ok" : "degraded",
+      // One projector per consumer writes; the others stand by until its lease lapses.
+      role: s.role,
+      lease_holder: s.leaseHolder,
       pid: process.pid,
       projected_seq: s.projectedSeq,
       stream_last_seq: s.streamLastSeq,
