@@ -1,3 +1,4 @@
+import { holdfastCommand } from "./invocation.js";
 /**
  * A tiny agent loop against the demo provider, so a fresh `holdfast up --demo` has runs
  * to look at: a tool call, the tool's answer, a streamed reply, and a second agent that
@@ -46,12 +47,13 @@ export async function runDemo(gatewayUrl: string): Promise<string> {
       },
     );
   }
+  const hf = holdfastCommand();
   return `
 Demo: an agent made 3 calls as run "demo-agent" (tag demo), one of them a tool call and
 one streamed; a second agent with no run id made 2 calls and was fingerprinted. Look:
-  pnpm holdfast ls
-  pnpm holdfast show demo-agent
-  pnpm holdfast query "SELECT run_id, model, input_tokens, output_tokens, cost_usd FROM steps"`;
+  ${hf} ls
+  ${hf} show demo-agent
+  ${hf} query "SELECT run_id, model, input_tokens, output_tokens, cost_usd FROM steps"`;
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: the demo reads a few fields of a provider response

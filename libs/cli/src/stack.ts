@@ -2,6 +2,7 @@ import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node
 import { join } from "node:path";
 import type { Config } from "@holdfast/config";
 import { CliError } from "./errors.js";
+import { holdfastCommand } from "./invocation.js";
 
 /** What `holdfast up` started, written under the data dir so other commands can find it. */
 export interface StackFile {
@@ -52,7 +53,7 @@ export function requireStack(config: Config): StackFile {
   const stack = readStack(config.data_dir);
   if (!stack) {
     throw new CliError(
-      `Holdfast is not running on data dir ${config.data_dir}. Start it with \`pnpm holdfast up\` (or pass --data-dir).`,
+      `Holdfast is not running on data dir ${config.data_dir}. Start it with \`${holdfastCommand()} up\` (or pass --data-dir).`,
     );
   }
   return stack;

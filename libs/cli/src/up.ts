@@ -12,6 +12,7 @@ import {
 } from "@holdfast/natsd";
 import { runDemo } from "./demo.js";
 import { CliError } from "./errors.js";
+import { holdfastCommand } from "./invocation.js";
 import { readStack, removeStack, type StackFile, writeStack } from "./stack.js";
 import { Service } from "./supervisor.js";
 
@@ -203,6 +204,7 @@ export async function up(argv: string[]): Promise<void> {
 }
 
 function banner(stack: StackFile, config: Config, demo: boolean): string {
+  const hf = holdfastCommand();
   const clickhouse = config.clickhouse.url ?? `embedded, ${join(config.data_dir, "clickhouse")}`;
   return `Holdfast is up.
 
@@ -217,9 +219,8 @@ Point your agent at Holdfast by changing one line:
   Node     const client = new OpenAI({ baseURL: "${stack.gatewayUrl}" })
   or set   OPENAI_BASE_URL=${stack.gatewayUrl}
 
-Name a run with the header X-Holdfast-Run (or let Holdfast fingerprint it), then look
-(from the repository root; without pnpm, \`npm run holdfast -- ls\` and so on):
-  pnpm holdfast ls          pnpm holdfast show <run>          pnpm holdfast query "SELECT count() FROM steps"
+Name a run with the header X-Holdfast-Run (or let Holdfast fingerprint it), then look:
+  ${hf} ls          ${hf} show <run>          ${hf} query "SELECT count() FROM steps"
 
 Ctrl-C stops everything.`;
 }
