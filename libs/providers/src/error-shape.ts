@@ -29,6 +29,31 @@ export function openAIErrorBody(message: string, fields: OpenAIErrorFields = {})
   };
 }
 
+/** An error in Anthropic's wire shape, which Anthropic SDKs parse into their exceptions. */
+export interface AnthropicErrorBody {
+  readonly type: "error";
+  readonly error: { readonly type: string; readonly message: string };
+}
+
+// Anthropic's error types for the kinds of error the gateway answers itself.
+const ANTHROPIC_TYPE: Record<string, string> = {
+  server_error: "api_error",
+  invalid_request_error: "invalid_request_error",
+  authentication_error: "authentication_error",
+  permission_error: "permission_error",
+  not_found_error: "not_found_error",
+  rate_limit_error: "rate_limit_error",
+  overloaded_error: "overloaded_error",
+};
+
+/** The same error in Anthropic's envelope; it has no `code` or `param`, so the message carries them. */
+export function anthropicErrorBody(message: string, fields: OpenAIErrorFields = {}): AnthropicErrorBody {
+  return {
+    type: "error",
+    error: { type: ANTHROPIC_TYPE[fields.type ?? ""] ?? "invalid_request_error", message },
+  };
+}
+
 /** A provider's error, read from its response and safe to record. */
 export interface ProviderError {
   readonly type: string;

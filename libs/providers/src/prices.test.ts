@@ -5,7 +5,14 @@ import { createPricer, providerFromUpstream } from "./prices.js";
 import type { UsageReport } from "./usage.js";
 
 function usage(inputTokens: number, outputTokens: number, cachedInputTokens = 0): UsageReport {
-  return { reported: true, inputTokens, outputTokens, cachedInputTokens };
+  return {
+    reported: true,
+    inputTokens,
+    outputTokens,
+    cachedInputTokens,
+    cacheWriteTokens: 0,
+    reasoningTokens: 0,
+  };
 }
 
 // gpt-4o-mini's list price: $0.15 per million input tokens, $0.075 cached, $0.60 output.
@@ -60,7 +67,14 @@ describe("createPricer, from the bundled catalog", () => {
   });
 
   it("given usage the provider did not report, then the price is unknown", () => {
-    const unreported = { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
+    const unreported = {
+      reported: false,
+      inputTokens: 0,
+      outputTokens: 0,
+      cachedInputTokens: 0,
+      cacheWriteTokens: 0,
+      reasoningTokens: 0,
+    };
     expect(pricer.price({ model: "gpt-4o-mini", usage: unreported })).toEqual({ known: false, nanoUsd: 0 });
   });
 

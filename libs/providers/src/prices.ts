@@ -1,4 +1,4 @@
-import { calcPrice } from "@pydantic/genai-prices";
+import { calcPrice, findProvider } from "@pydantic/genai-prices";
 import { InvalidPriceOverrideError } from "./errors.js";
 import type { UsageReport } from "./usage.js";
 
@@ -8,6 +8,8 @@ export interface PriceOverride {
   readonly output_per_mtok: number;
   /** Defaults to `input_per_mtok`: no cache discount unless one is configured. */
   readonly cached_input_per_mtok?: number;
+  /** Tokens written to the prompt cache; defaults to `input_per_mtok`. */
+  readonly cache_write_per_mtok?: number;
 }
 
 export interface PriceInput {
@@ -44,6 +46,7 @@ const NANO_PER_MTOK_PER_TOKEN = NANO_PER_USD / 1e6;
 interface Rates {
   readonly input: number;
   readonly cachedInput: number;
+  readonly cacheWrite: number;
   readonly output: number;
 }
 
@@ -58,44 +61,64 @@ export function createPricer(options: PricerOptions = {}): Pricer {
     overrides.set(model, ratesOf(model, override));
   }
 
+  // Finding the catalog's provider for a model is most of a lookup's cost; it is done
+  // once per (provider, model) and the provider object handed to the catalog after that.
+  const providers = new Map<string, CatalogProvider | null>();
+  function catalogProvider(model: string, provider: string | undefined): CatalogProvider | null {
+    const key = `${provider ?? ""}\u0000${model}`;
+    let found = providers.get(key);
+    if (found === undefined) {
+      found = findProvider({ modelId: model.toLowerCase().trim(), providerId: provider }) ?? null;
+      if (providers.size >= MAX_MEMO) providers.clear();
+      providers.set(key, found);
+    }
+    return found;
+  }
+
   return {
     price({ model, usage, provider, at }: PriceInput): PriceResult {
       if (!usage.reported) return UNKNOWN;
-      // Cached tokens are part of the input; more cached than input is a provider bug
-      // that no price can make sense of.
-      if (usage.cachedInputTokens > usage.inputTokens) return UNKNOWN;
+      // Cached and cache-written tokens are part of the input; more of them than input is
+      // a provider bug that no price can make sense of.
+      if (usage.cachedInputTokens + usage.cacheWriteTokens > usage.inputTokens) return UNKNOWN;
       const rates = overrides.get(model);
       if (rates !== undefined) {
-        const uncached = usage.inputTokens - usage.cachedInputTokens;
+        const uncached = usage.inputTokens - usage.cachedInputTokens - usage.cacheWriteTokens;
         const nano =
           (uncached * rates.input +
             usage.cachedInputTokens * rates.cachedInput +
+            usage.cacheWriteTokens * rates.cacheWrite +
             usage.outputTokens * rates.output) *
           NANO_PER_MTOK_PER_TOKEN;
         return { known: true, nanoUsd: roundNano(nano) };
       }
-      return priceFromCatalog(model, usage, provider, at);
+      return priceFromCatalog(model, usage, catalogProvider(model, provider), at);
     },
   };
 }
 
+type CatalogProvider = NonNullable<ReturnType<typeof findProvider>>;
+const MAX_MEMO = 4_096;
+
 function priceFromCatalog(
   model: string,
   usage: UsageReport,
-  provider: string | undefined,
+  provider: CatalogProvider | null,
   at: Date | undefined,
 ): PriceResult {
+  if (provider === null) return UNKNOWN;
   let result: ReturnType<typeof calcPrice>;
   try {
     result = calcPrice(
       {
-        // genai-prices wants the total input and the cached part of it separately.
+        // genai-prices wants the total input and the cached and cache-written parts of it.
         input_tokens: usage.inputTokens,
         cache_read_tokens: usage.cachedInputTokens,
+        cache_write_tokens: usage.cacheWriteTokens,
         output_tokens: usage.outputTokens,
       },
       model,
-      { providerId: provider, timestamp: at },
+      { provider, timestamp: at },
     );
   } catch {
     // The catalog refuses usage it cannot decompose; that is a missing price, not a crash.
@@ -123,7 +146,11 @@ function ratesOf(model: string, override: PriceOverride): Rates {
     override.cached_input_per_mtok === undefined
       ? input
       : checkedRate(model, "cached_input_per_mtok", override.cached_input_per_mtok);
-  return { input, cachedInput, output };
+  const cacheWrite =
+    override.cache_write_per_mtok === undefined
+      ? input
+      : checkedRate(model, "cache_write_per_mtok", override.cache_write_per_mtok);
+  return { input, cachedInput, cacheWrite, output };
 }
 
 function checkedRate(model: string, field: string, value: unknown): number {

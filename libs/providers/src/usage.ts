@@ -9,6 +9,10 @@ export interface UsageReport {
   readonly outputTokens: number;
   /** The part of `inputTokens` served from the provider's prompt cache. */
   readonly cachedInputTokens: number;
+  /** The part of `inputTokens` written to the provider's prompt cache (Anthropic bills it apart). */
+  readonly cacheWriteTokens: number;
+  /** The part of `outputTokens` the model spent reasoning. */
+  readonly reasoningTokens: number;
 }
 
 export const NO_USAGE: UsageReport = Object.freeze({
@@ -16,4 +20,6 @@ export const NO_USAGE: UsageReport = Object.freeze({
   inputTokens: 0,
   outputTokens: 0,
   cachedInputTokens: 0,
+  cacheWriteTokens: 0,
+  reasoningTokens: 0,
 });

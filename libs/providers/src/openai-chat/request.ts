@@ -1,28 +1,14 @@
 import { isRecord } from "../json.js";
+import type { RequestRead, RequestView } from "../shape.js";
 
 /** What the gateway needs to know about a Chat Completions request before forwarding it. */
-export interface ChatRequestView {
-  readonly model: string;
-  readonly stream: boolean;
+export interface ChatRequestView extends RequestView {
   /** The client asked for the usage-only chunk (`stream_options.include_usage: true`). */
   readonly clientWantsUsage: boolean;
-  readonly messageCount: number;
-  /** Text of every system and developer message, in order, separated by a blank line. */
-  readonly systemPrompt: string;
-  /** Text of the first message that is not a system or developer message; "" if none. */
-  readonly firstMessage: string;
   readonly metadata: Record<string, unknown> | undefined;
 }
 
-/** Why a request was refused, ready for `openAIErrorBody(message, { param })`. */
-export interface RequestProblem {
-  readonly message: string;
-  readonly param: string | null;
-}
-
-export type ChatRequestResult =
-  | { readonly ok: true; readonly request: ChatRequestView }
-  | { readonly ok: false; readonly error: RequestProblem };
+export type ChatRequestResult = RequestRead<ChatRequestView>;
 
 const SYSTEM_ROLES = new Set(["system", "developer"]);
 
@@ -87,6 +73,7 @@ export function readChatRequest(body: unknown): ChatRequestResult {
       systemPrompt: system.join("\n\n"),
       firstMessage: firstMessage ?? "",
       metadata: isRecord(metadata) ? metadata : undefined,
+      previousResponseId: undefined,
     },
   };
 }

@@ -75,9 +75,20 @@ describe("ChatStreamMeter", () => {
     const { meter } = meterStream(TOOL_STREAM);
     expect(meter.summary()).toEqual({
       model: "gpt-4o-mini-2024-07-18",
-      usage: { reported: true, inputTokens: 1234, outputTokens: 56, cachedInputTokens: 1024 },
+      usage: {
+        reported: true,
+        inputTokens: 1234,
+        outputTokens: 56,
+        cachedInputTokens: 1024,
+        cacheWriteTokens: 0,
+        reasoningTokens: 0,
+      },
       finishReason: "tool_calls",
-      toolCalls: ["get_weather", "get_time"],
+      toolCalls: [
+        { id: "call_W1", name: "get_weather", arguments: '{"city":"Paris"}' },
+        { id: "call_T2", name: "get_time", arguments: '{"tz":"CET"}' },
+      ],
+      responseId: "chatcmpl-B9xQ",
     });
   });
 
@@ -97,9 +108,17 @@ describe("ChatStreamMeter", () => {
     );
     expect(meter.summary()).toEqual({
       model: "gpt-4o-mini-2024-07-18",
-      usage: { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+      usage: {
+        reported: false,
+        inputTokens: 0,
+        outputTokens: 0,
+        cachedInputTokens: 0,
+        cacheWriteTokens: 0,
+        reasoningTokens: 0,
+      },
       finishReason: "stop",
       toolCalls: [],
+      responseId: "chatcmpl-B9xQ",
     });
   });
 
@@ -118,9 +137,17 @@ describe("ChatStreamMeter", () => {
       expect(meter.observe(data)).toEqual({ usageOnly: false });
       expect(meter.summary()).toEqual({
         model: undefined,
-        usage: { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+        usage: {
+          reported: false,
+          inputTokens: 0,
+          outputTokens: 0,
+          cachedInputTokens: 0,
+          cacheWriteTokens: 0,
+          reasoningTokens: 0,
+        },
         finishReason: undefined,
         toolCalls: [],
+        responseId: undefined,
       });
     },
   );
@@ -132,7 +159,10 @@ describe("ChatStreamMeter", () => {
     meter.observe(call("a", "search"));
     meter.observe(call("a", "search"));
     meter.observe(call("b", "search"));
-    expect(meter.summary().toolCalls).toEqual(["search", "search"]);
+    expect(meter.summary().toolCalls).toEqual([
+      { id: "a", name: "search", arguments: "{}" },
+      { id: "b", name: "search", arguments: "{}" },
+    ]);
   });
 
   it("given tool calls on a second choice, then they are not counted", () => {
@@ -165,6 +195,8 @@ describe("ChatStreamMeter", () => {
       inputTokens: 10,
       outputTokens: 5,
       cachedInputTokens: 0,
+      cacheWriteTokens: 0,
+      reasoningTokens: 0,
     });
   });
 });
@@ -220,18 +252,37 @@ describe("summarizeChatCompletion", () => {
     });
     expect(summary).toEqual({
       model: "gpt-4o-2024-08-06",
-      usage: { reported: true, inputTokens: 2006, outputTokens: 300, cachedInputTokens: 1920 },
+      usage: {
+        reported: true,
+        inputTokens: 2006,
+        outputTokens: 300,
+        cachedInputTokens: 1920,
+        cacheWriteTokens: 0,
+        reasoningTokens: 0,
+      },
       finishReason: "tool_calls",
-      toolCalls: ["get_weather", "get_time"],
+      toolCalls: [
+        { id: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' },
+        { id: "call_2", name: "get_time", arguments: "{}" },
+      ],
+      responseId: "chatcmpl-B9xR",
     });
   });
 
   it("given something that is not a completion, then nothing is known and nothing throws", () => {
     expect(summarizeChatCompletion("oops")).toEqual({
       model: undefined,
-      usage: { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
+      usage: {
+        reported: false,
+        inputTokens: 0,
+        outputTokens: 0,
+        cachedInputTokens: 0,
+        cacheWriteTokens: 0,
+        reasoningTokens: 0,
+      },
       finishReason: undefined,
       toolCalls: [],
+      responseId: undefined,
     });
   });
 });
@@ -248,6 +299,8 @@ describe("readChatUsage", () => {
       inputTokens: 0,
       outputTokens: 0,
       cachedInputTokens: 0,
+      cacheWriteTokens: 0,
+      reasoningTokens: 0,
     });
   });
 
@@ -257,6 +310,8 @@ describe("readChatUsage", () => {
       inputTokens: 7,
       outputTokens: 3,
       cachedInputTokens: 0,
+      cacheWriteTokens: 0,
+      reasoningTokens: 0,
     });
   });
 

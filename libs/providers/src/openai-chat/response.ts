@@ -1,24 +1,24 @@
 import { isRecord } from "../json.js";
+import type { AnswerSummary, ToolCall } from "../shape.js";
 import { NO_USAGE, type UsageReport } from "../usage.js";
 import { readChatUsage } from "./usage.js";
 
 /**
- * What the gateway records about a finished Chat Completions call. With `n > 1` only the
- * first choice counts: it is the one an agent continues from.
+ * Reads a non-streamed `chat.completion` response. With `n > 1` only the first choice
+ * counts: it is the one an agent continues from.
  */
-export interface ChatCompletionSummary {
-  readonly model: string | undefined;
-  readonly usage: UsageReport;
-  readonly finishReason: string | undefined;
-  /** Names of the functions the model called, in the order it called them. */
-  readonly toolCalls: readonly string[];
-}
-
-/** Reads a non-streamed `chat.completion` response. */
-export function summarizeChatCompletion(json: unknown): ChatCompletionSummary {
-  if (!isRecord(json)) return { model: undefined, usage: NO_USAGE, finishReason: undefined, toolCalls: [] };
+export function summarizeChatCompletion(json: unknown): AnswerSummary {
+  if (!isRecord(json)) {
+    return {
+      model: undefined,
+      usage: NO_USAGE,
+      finishReason: undefined,
+      toolCalls: [],
+      responseId: undefined,
+    };
+  }
   const choice = firstChoice(json.choices);
-  const toolCalls: string[] = [];
+  const toolCalls: ToolCall[] = [];
   let finishReason: string | undefined;
   if (choice !== undefined) {
     if (typeof choice.finish_reason === "string") finishReason = choice.finish_reason;
@@ -26,14 +26,22 @@ export function summarizeChatCompletion(json: unknown): ChatCompletionSummary {
     if (isRecord(message) && Array.isArray(message.tool_calls)) {
       for (const call of message.tool_calls) {
         const name = functionName(call);
-        if (name !== undefined) toolCalls.push(name);
+        if (name === undefined || !isRecord(call)) continue;
+        const args = isRecord(call.function) ? call.function.arguments : undefined;
+        toolCalls.push({ id: stringOr(call.id), name, arguments: stringOr(args) });
       }
     }
   }
-  return { model: modelName(json.model), usage: readUsage(json), finishReason, toolCalls };
+  return {
+    model: modelName(json.model),
+    usage: readUsage(json),
+    finishReason,
+    toolCalls,
+    responseId: modelName(json.id),
+  };
 }
 
-export interface StreamObservation {
+export interface ChatChunkObservation {
   /**
    * This chunk is the usage-only one (`choices: []` with a `usage` object) that the
    * provider sends because the gateway asked for it; a client that did not ask should
@@ -42,8 +50,8 @@ export interface StreamObservation {
   readonly usageOnly: boolean;
 }
 
-const USAGE_ONLY: StreamObservation = Object.freeze({ usageOnly: true });
-const NOT_USAGE_ONLY: StreamObservation = Object.freeze({ usageOnly: false });
+const USAGE_ONLY: ChatChunkObservation = Object.freeze({ usageOnly: true });
+const NOT_USAGE_ONLY: ChatChunkObservation = Object.freeze({ usageOnly: false });
 
 /**
  * Meters a streamed Chat Completions response. Feed it the `data` of every SSE event in
@@ -53,8 +61,9 @@ export class ChatStreamMeter {
   #model: string | undefined;
   #usage: UsageReport = NO_USAGE;
   #finishReason: string | undefined;
+  #responseId: string | undefined;
   // Keyed by the delta's `index`, which later argument fragments repeat without the name.
-  readonly #toolCalls = new Map<number | string, string>();
+  readonly #toolCalls = new Map<number | string, { id: string; name: string; arguments: string }>();
   #errorEvent: string | undefined;
 
   /**
@@ -65,7 +74,7 @@ export class ChatStreamMeter {
     return this.#errorEvent;
   }
 
-  observe(data: string): StreamObservation {
+  observe(data: string): ChatChunkObservation {
     // Cheap exit before JSON.parse: "[DONE]", keepalive text, anything not an object.
     if (!startsLikeObject(data)) return NOT_USAGE_ONLY;
     let chunk: unknown;
@@ -81,6 +90,7 @@ export class ChatStreamMeter {
     }
 
     if (this.#model === undefined) this.#model = modelName(chunk.model);
+    if (this.#responseId === undefined) this.#responseId = modelName(chunk.id);
     const usage = readUsage(chunk);
     // Some providers repeat a running total in every chunk; the last one is the whole call.
     if (usage.reported) this.#usage = usage;
@@ -97,26 +107,43 @@ export class ChatStreamMeter {
     return NOT_USAGE_ONLY;
   }
 
-  summary(): ChatCompletionSummary {
+  /** The answer's finish reason, once a chunk carried one. */
+  get finishReason(): string | undefined {
+    return this.#finishReason;
+  }
+
+  summary(): AnswerSummary {
     return {
       model: this.#model,
       usage: this.#usage,
       finishReason: this.#finishReason,
-      toolCalls: [...this.#toolCalls.values()],
+      toolCalls: [...this.#toolCalls.values()].map((call) => ({ ...call })),
+      responseId: this.#responseId,
     };
   }
 
   #observeToolCalls(calls: unknown[]): void {
     for (const call of calls) {
       if (!isRecord(call)) continue;
-      const name = functionName(call);
-      if (name === undefined) continue;
-      // OpenAI names a call once, in its first fragment; providers that repeat the whole
-      // call in later chunks must not count it twice. Without an index, the id tells calls apart.
+      // OpenAI names a call once, in its first fragment, and streams its arguments in the
+      // fragments after it under the same index; providers that repeat the whole call in
+      // later chunks must not count it twice. Without an index, the id tells calls apart.
       const key =
         typeof call.index === "number" ? call.index : typeof call.id === "string" ? call.id : undefined;
-      if (key === undefined) this.#toolCalls.set(`#${this.#toolCalls.size}`, name);
-      else if (!this.#toolCalls.has(key)) this.#toolCalls.set(key, name);
+      const fragment = isRecord(call.function) ? stringOr(call.function.arguments) : "";
+      const known = key === undefined ? undefined : this.#toolCalls.get(key);
+      if (known !== undefined) {
+        // A provider that repeats whole calls repeats their arguments too.
+        if (typeof call.index === "number") known.arguments += fragment;
+        continue;
+      }
+      const name = functionName(call);
+      if (name === undefined) continue;
+      this.#toolCalls.set(key ?? `#${this.#toolCalls.size}`, {
+        id: stringOr(call.id),
+        name,
+        arguments: fragment,
+      });
     }
   }
 }
@@ -148,6 +175,10 @@ function functionName(call: unknown): string | undefined {
   if (!isRecord(call) || !isRecord(call.function)) return undefined;
   const name = call.function.name;
   return typeof name === "string" && name.length > 0 ? name : undefined;
+}
+
+function stringOr(value: unknown): string {
+  return typeof value === "string" ? value : "";
 }
 
 function modelName(model: unknown): string | undefined {

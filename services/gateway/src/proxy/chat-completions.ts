@@ -3,7 +3,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import { Api, type EventPayload, FailureReason, type RunIdentity, type StepStarted } from "@holdfast/events";
 import {
-  type ChatCompletionSummary,
+  type AnswerSummary,
   type ChatRequestView,
   ChatStreamMeter,
   formatSseData,
@@ -55,7 +55,7 @@ type Outcome =
   | {
       kind: "completed";
       status: number;
-      summary: ChatCompletionSummary;
+      summary: AnswerSummary;
     }
   | {
       kind: "failed";
@@ -347,7 +347,7 @@ function outcomeEvent(
         usage: { ...summary.usage },
         cost: deps.pricer.price({ model, usage: summary.usage, provider: deps.provider }),
         finishReason: summary.finishReason ?? "",
-        toolCalls: [...summary.toolCalls],
+        toolCalls: summary.toolCalls.map((call) => call.name),
       },
     };
   }
