@@ -34,7 +34,9 @@ ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(finished_at)
 ORDER BY (finished_at, run_id, event_id);
 
-INSERT INTO steps_v2
+INSERT INTO steps_v2 (step_id, run_id, step, tag, api, model, stream, status, failure_reason, upstream_status,
+       error_type, error_code, usage_reported, input_tokens, output_tokens, cached_input_tokens,
+       cost_usd, latency_ms, first_byte_ms, finish_reason, tool_calls, finished_at, event_id, stream_seq)
 SELECT step_id, run_id, step, tag, api, model, stream, status, failure_reason, upstream_status,
        error_type, error_code, usage_reported, input_tokens, output_tokens, cached_input_tokens,
        cost_usd, latency_ms, first_byte_ms, finish_reason, tool_calls, finished_at, event_id, stream_seq

@@ -37,6 +37,7 @@ function raw(runId: string, seq: number, type: string, extra: Partial<RawEventRo
     stream_seq: seq,
     ts: 1_764_680_000_000 + seq,
     tag: "prod",
+    tenant: "",
     payload: JSON.stringify({ model: "gpt-4o-mini" }),
     ...extra,
   };
@@ -65,7 +66,12 @@ function step(
     input_tokens: 100,
     output_tokens: 20,
     cached_input_tokens: 0,
+    cache_write_tokens: 0,
+    reasoning_tokens: 0,
     cost_usd: cost,
+    estimated: false,
+    response_id: "",
+    tenant: "",
     latency_ms: 30,
     first_byte_ms: 10,
     finish_reason: "stop",
@@ -148,12 +154,23 @@ describe("analytics store (embedded ClickHouse)", () => {
     // Rows the last release wrote, before this database took the v2 migrations.
     await analytics.client.insert({
       table: "raw_events_v1",
-      values: [raw("old", 1, "StepStarted"), raw("old", 2, "StepCompleted")],
+      values: [raw("old", 1, "StepStarted"), raw("old", 2, "StepCompleted")].map(
+        ({ tenant: _, ...v1 }) => v1,
+      ),
       format: "JSONEachRow",
     });
     await analytics.client.insert({
       table: "steps_v1",
-      values: [step("old", 2, "0.000000005")],
+      values: [step("old", 2, "0.000000005")].map(
+        ({
+          tenant: _t,
+          cache_write_tokens: _w,
+          reasoning_tokens: _r,
+          estimated: _e,
+          response_id: _i,
+          ...v1
+        }) => v1,
+      ),
       format: "JSONEachRow",
     });
     const copies = (await loadMigrations()).filter((m) => m.name.endsWith("_v2.sql"));

@@ -11,6 +11,7 @@ export interface RawEventRow {
   stream_seq: number;
   ts: number;
   tag: string;
+  tenant: string;
   payload: string;
 }
 
@@ -32,8 +33,14 @@ export interface StepRow {
   input_tokens: number;
   output_tokens: number;
   cached_input_tokens: number;
+  cache_write_tokens: number;
+  reasoning_tokens: number;
   /** Decimal text in USD (exact), or null when unknown. */
   cost_usd: string | null;
+  /** Usage and cost are Holdfast's estimate: the outcome was lost with its gateway. */
+  estimated: boolean;
+  response_id: string;
+  tenant: string;
   latency_ms: number;
   first_byte_ms: number;
   finish_reason: string;

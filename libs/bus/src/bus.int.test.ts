@@ -7,7 +7,7 @@ import {
   makeEnvelope,
   RunSource,
 } from "@holdfast/events";
-import { natsUrl, uniqueNamespace } from "@holdfast/test-harness";
+import { natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Bus, connectBus } from "./bus.js";
 import { ConcurrencyError } from "./errors.js";
@@ -36,6 +36,7 @@ function started(step: number): EventPayload {
       messageCount: 1,
       upstream: "http://127.0.0.1:1",
       gateway: "test",
+      estimatedInputTokens: 0,
     },
   };
 }
@@ -52,11 +53,11 @@ async function appendRun(runId: string, count: number): Promise<number> {
 
 describe("event bus", () => {
   it("provisions idempotently: a second provision of the same stream changes nothing", async () => {
-    const before = await bus.jsm.streams.info(bus.eventsStream);
+    const before = await bus.streamConfig();
     await bus.provision();
-    const after = await bus.jsm.streams.info(bus.eventsStream);
-    expect(after.config).toEqual(before.config);
-    expect(after.config).toMatchObject({
+    const after = await bus.streamConfig();
+    expect(after).toEqual(before);
+    expect(after).toMatchObject({
       storage: "file",
       allow_direct: true,
       deny_delete: true,
@@ -75,8 +76,39 @@ describe("event bus", () => {
       foldRun(
         "replay-a",
         history.events.map((e) => e.envelope),
-      ).steps,
-    ).toHaveLength(4);
+      ).started,
+    ).toBe(4);
+    // A reader that knows the run up to its second event reads only what follows.
+    const rest = await bus.readRun("replay-a", history.events[1]!.streamSequence);
+    expect(rest.events.map((e) => e.envelope.sequence)).toEqual([3, 4]);
+    expect(rest.lastStreamSequence).toBe(history.lastStreamSequence);
+    const none = await bus.readRun("replay-a", history.lastStreamSequence);
+    expect(none).toMatchObject({ events: [], lastStreamSequence: history.lastStreamSequence });
+  });
+
+  it("watches every event appended from now on, in stream order, with its run and place", async () => {
+    const seen: { runId: string; streamSequence: number }[] = [];
+    const watch = await bus.watch(({ runId, streamSequence }) => seen.push({ runId, streamSequence }));
+    const a = await bus.append(envelope("watch.a", 1), 0);
+    const b = await bus.append(envelope("watch b", 1), 0);
+    const c = await bus.append(envelope("watch.a", 2), a.streamSequence);
+    await waitFor(() => seen.length >= 3, { timeoutMs: 5_000, message: "the watch saw too little" });
+    await watch.stop();
+    expect(seen.filter((e) => e.runId.startsWith("watch"))).toEqual([
+      { runId: "watch.a", streamSequence: a.streamSequence },
+      { runId: "watch b", streamSequence: b.streamSequence },
+      { runId: "watch.a", streamSequence: c.streamSequence },
+    ]);
+  });
+
+  it("keeps many appends in flight at once and matches every ack to its append", async () => {
+    const appends = Array.from({ length: 500 }, (_, i) => bus.append(envelope(`many-${i}`, 1), 0));
+    const results = await Promise.all(appends);
+    expect(new Set(results.map((r) => r.streamSequence)).size).toBe(500);
+    for (const [i, result] of results.entries()) {
+      const history = await bus.readRun(`many-${i}`);
+      expect(history.lastStreamSequence).toBe(result.streamSequence);
+    }
   });
 
   it("replays a run longer than one read batch", async () => {

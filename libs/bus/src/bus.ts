@@ -1,9 +1,9 @@
 import {
-  type DecodedEnvelope,
   decodeEnvelope,
   type Envelope,
   type EventType,
   encodeEnvelope,
+  type StoredEnvelope,
   type Subjects,
   subjects as subjectsFor,
 } from "@holdfast/events";
@@ -25,7 +25,8 @@ import {
 } from "@nats-io/jetstream";
 import { type KV, Kvm } from "@nats-io/kv";
 import { connect, headers, type NatsConnection, nanos } from "@nats-io/transport-node";
-import { BusConfigurationError, BusUnavailableError, ConcurrencyError } from "./errors.js";
+import { BusConfigurationError, BusRejectedError, BusUnavailableError, ConcurrencyError } from "./errors.js";
+import { AsyncPublisher } from "./publisher.js";
 
 export interface BusOptions {
   /** One URL or a comma-separated list, e.g. nats://127.0.0.1:4222. */
@@ -47,8 +48,41 @@ export interface AppendResult {
 }
 
 export interface StoredEvent {
-  envelope: DecodedEnvelope;
+  /** The event, or an UnknownEvent when this version cannot read its type or version. */
+  envelope: StoredEnvelope;
   streamSequence: number;
+}
+
+/** An event as the watch delivers it: its run and place, its bytes not yet decoded. */
+export interface WatchedEvent {
+  runId: string;
+  streamSequence: number;
+  data: Uint8Array;
+}
+
+/** A live view of every event appended from now on. */
+export interface Watch {
+  /** Called when the watch may have missed events (it reconnected): cached state is suspect. */
+  onGap(handler: () => void): void;
+  stop(): Promise<void>;
+}
+
+/** The event stream's size and age. */
+export interface StreamState {
+  firstSeq: number;
+  lastSeq: number;
+  messages: number;
+  /** When the stream was created (RFC 3339): its identity across re-creations. */
+  created: string;
+}
+
+/** A stored message in full, for tools and tests that audit the log. */
+export interface StoredMessage {
+  seq: number;
+  subject: string;
+  data: Uint8Array;
+  /** Every header, as NATS writes them. */
+  headers: string;
 }
 
 /** A message of the event stream as stored, not yet decoded. */
@@ -99,17 +133,41 @@ export async function connectBus(options: BusOptions): Promise<Bus> {
   return new Bus(nc, jetstream(nc), jsm, subjectsFor(options.prefix), options);
 }
 
+/**
+ * Holdfast's only door to NATS: appends with per-run order, reads, the live watch, KV
+ * buckets, durable consumers. No other package touches a NATS connection.
+ */
 export class Bus {
   readonly subjects: Subjects;
+  private readonly publisher: AsyncPublisher;
 
   constructor(
-    readonly nc: NatsConnection,
-    readonly js: JetStreamClient,
-    readonly jsm: JetStreamManager,
+    private readonly nc: NatsConnection,
+    private readonly js: JetStreamClient,
+    private readonly jsm: JetStreamManager,
     subjects: Subjects,
     private readonly options: BusOptions,
   ) {
     this.subjects = subjects;
+    this.publisher = new AsyncPublisher(nc, options.appendTimeoutMs ?? 5_000);
+    void this.followStatus();
+  }
+
+  private reconnecting = false;
+  private readonly gapHandlers = new Set<() => void>();
+
+  /** False while the connection to NATS is down (appends would wait, then fail). */
+  get connected(): boolean {
+    return !this.nc.isClosed() && !this.reconnecting;
+  }
+
+  private async followStatus(): Promise<void> {
+    for await (const s of this.nc.status()) {
+      if (s.type === "disconnect" || s.type === "reconnecting") this.reconnecting = true;
+      else if (s.type === "reconnect") this.reconnecting = false;
+      // Whatever the watch delivered meanwhile may be incomplete.
+      if (s.type === "reconnect" || s.type === "slowConsumer") for (const gap of this.gapHandlers) gap();
+    }
   }
 
   get eventsStream(): string {
@@ -184,31 +242,29 @@ export class Bus {
     const type = envelope.type as EventType;
     const subject = this.subjects.runEvent(envelope.runId, type);
     const h = headers();
+    h.set("Nats-Msg-Id", envelope.id);
+    h.set("Nats-Expected-Last-Subject-Sequence", String(expectedLastStreamSequence));
+    h.set("Nats-Expected-Last-Subject-Sequence-Subject", this.subjects.run(envelope.runId));
     h.set("Holdfast-Type", envelope.type);
     h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
     h.set("Content-Type", "application/protobuf");
-    try {
-      const ack = await this.js.publish(subject, encodeEnvelope(envelope), {
-        msgID: envelope.id,
-        headers: h,
-        timeout: this.options.appendTimeoutMs ?? 5_000,
-        expect: {
-          lastSubjectSequence: expectedLastStreamSequence,
-          lastSubjectSequenceSubject: this.subjects.run(envelope.runId),
-        },
-      });
-      return { streamSequence: ack.seq, duplicate: ack.duplicate };
-    } catch (error) {
-      if (isApiError(error, JetStreamApiCodes.StreamWrongLastSequence)) {
-        // A retry of an append that already landed fails the sequence check before the
-        // dedupe check: recognise our own event and report it as a duplicate.
-        const landed = await this.findLanded(subject, envelope.id);
-        if (landed !== undefined) return { streamSequence: landed, duplicate: true };
-        throw new ConcurrencyError(envelope.runId, expectedLastStreamSequence, wrongLastSequence(error));
-      }
-      if (error instanceof JetStreamApiError) throw error;
-      throw new BusUnavailableError(`append to ${this.eventsStream} failed`, { cause: error });
+    const ack = await this.publisher.publish(subject, encodeEnvelope(envelope), h);
+    if (ack.ok) return { streamSequence: ack.seq, duplicate: ack.duplicate };
+    if (ack.errCode === JetStreamApiCodes.StreamWrongLastSequence) {
+      // A retry of an append that already landed fails the sequence check before the
+      // dedupe check: recognise our own event and report it as a duplicate.
+      const landed = await this.findLanded(subject, envelope.id);
+      if (landed !== undefined) return { streamSequence: landed, duplicate: true };
+      throw new ConcurrencyError(
+        envelope.runId,
+        expectedLastStreamSequence,
+        wrongLastSequence(ack.description),
+      );
     }
+    if (ack.errCode === 0) {
+      throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
+    }
+    throw new BusRejectedError(`JetStream refused the append (${ack.errCode}): ${ack.description}`);
   }
 
   private async findLanded(subject: string, eventId: string): Promise<number | undefined> {
@@ -219,11 +275,15 @@ export class Bus {
     return undefined;
   }
 
-  /** Every event of one run, in order, read directly from the stream (no consumer needed). */
-  async readRun(runId: string): Promise<RunHistory> {
+  /**
+   * The events of one run in order, read directly from the stream (no consumer needed):
+   * all of them, or those after stream sequence `after` (what a reader that knows the run
+   * up to there is missing).
+   */
+  async readRun(runId: string, after = 0): Promise<RunHistory> {
     const filter = this.subjects.run(runId);
     const events: StoredEvent[] = [];
-    let from = 1;
+    let from = after + 1;
     for (;;) {
       let received = 0;
       try {
@@ -242,7 +302,73 @@ export class Bus {
       }
       if (received < READ_BATCH) break;
     }
-    return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? 0 };
+    return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? after };
+  }
+
+  /**
+   * Every event appended from now on, in stream order, to `handler` (synchronously; it
+   * must not throw). An ordered consumer: it follows the stream across reconnects and
+   * recreates itself past a gap, calling the gap handlers so holders of cached state can
+   * re-read.
+   */
+  async watch(handler: (event: WatchedEvent) => void): Promise<Watch> {
+    const gaps: (() => void)[] = [];
+    const consumer = await this.js.consumers.getPushConsumer(this.eventsStream, {
+      filter_subjects: this.subjects.allRuns,
+      deliver_policy: DeliverPolicy.New,
+    });
+    const messages = await consumer.consume({
+      callback: (message) => {
+        handler({
+          runId: this.subjects.runIdOf(message.subject),
+          streamSequence: message.seq,
+          data: message.data,
+        });
+      },
+    });
+    return {
+      onGap: (gap) => {
+        gaps.push(gap);
+        this.gapHandlers.add(gap);
+      },
+      stop: async () => {
+        for (const gap of gaps) this.gapHandlers.delete(gap);
+        await messages.close();
+      },
+    };
+  }
+
+  /** The event stream's configuration as JetStream holds it. */
+  async streamConfig(): Promise<StreamConfig> {
+    return (await this.jsm.streams.info(this.eventsStream)).config;
+  }
+
+  /** The stream's first and last sequence, size and creation time. */
+  async streamState(): Promise<StreamState> {
+    const info = await this.jsm.streams.info(this.eventsStream);
+    return {
+      firstSeq: info.state.first_seq,
+      lastSeq: info.state.last_seq,
+      messages: info.state.messages,
+      created: info.created,
+    };
+  }
+
+  /** Every message of the stream, data and headers, in order: for audits and tests. */
+  async *allMessages(): AsyncIterable<StoredMessage> {
+    const { firstSeq, lastSeq } = await this.streamState();
+    for (let seq = firstSeq; seq <= lastSeq && seq > 0; seq++) {
+      const message = await this.jsm.streams.getMessage(this.eventsStream, { seq }).catch(() => null);
+      if (message) {
+        yield { seq, subject: message.subject, data: message.data, headers: message.header.toString() };
+      }
+    }
+  }
+
+  /** How many messages each subject matching `filter` holds. */
+  async subjectCounts(filter: string): Promise<Map<string, number>> {
+    const info = await this.jsm.streams.info(this.eventsStream, { subjects_filter: filter });
+    return new Map(Object.entries(info.state.subjects ?? {}));
   }
 
   /**
@@ -282,11 +408,8 @@ export class Bus {
    * housekeeping, not the request path.
    */
   async countsByRun(type: EventType): Promise<Map<string, number>> {
-    const info = await this.jsm.streams.info(this.eventsStream, {
-      subjects_filter: this.subjects.ofType(type),
-    });
     const counts = new Map<string, number>();
-    for (const [subject, count] of Object.entries(info.state.subjects ?? {})) {
+    for (const [subject, count] of await this.subjectCounts(this.subjects.ofType(type))) {
       counts.set(this.subjects.runIdOf(subject), count);
     }
     return counts;
@@ -335,17 +458,53 @@ export class Bus {
    * A JetStream key-value bucket under this bus's prefix (created if missing), for small
    * pointers a service must share across instances and restarts.
    */
-  async keyValue(bucket: string): Promise<KV> {
+  async keyValue(bucket: string, options: { ttlMs?: number } = {}): Promise<KV> {
     const name = `${this.subjects.prefix.toUpperCase()}_${bucket}`;
     return new Kvm(this.js).create(name, {
       history: 1,
       replicas: this.options.replicas ?? 1,
       storage: StorageType.File,
+      ...(options.ttlMs === undefined ? {} : { ttl: options.ttlMs }),
     });
   }
 
+  /** An existing durable consumer, as it is (for a reader that must not reconfigure it). */
+  durable(name: string): Promise<Consumer> {
+    return this.js.consumers.get(this.eventsStream, name);
+  }
+
+  /** Starts delivery of a durable consumer at `seq` (JetStream consumer reset, nats-server 2.14+). */
+  async resetDurable(name: string, seq: number): Promise<void> {
+    await this.jsm.consumers.reset(this.eventsStream, name, seq);
+  }
+
+  /** A durable consumer's delivery state, or undefined when it does not exist. */
+  async durableState(
+    name: string,
+  ): Promise<{ delivered: number; ackFloor: number; pending: number; ackPending: number } | undefined> {
+    const info = await this.jsm.consumers.info(this.eventsStream, name).catch((error: unknown) => {
+      if (isApiError(error, JetStreamApiCodes.ConsumerNotFound)) return undefined;
+      throw error;
+    });
+    if (info === undefined) return undefined;
+    return {
+      delivered: info.delivered.stream_seq,
+      ackFloor: info.ack_floor.stream_seq,
+      pending: info.num_pending,
+      ackPending: info.num_ack_pending,
+    };
+  }
+
+  /** Finishes what is in flight, then disconnects. */
   async close(): Promise<void> {
+    this.publisher.close();
     if (!this.nc.isClosed()) await this.nc.drain();
+  }
+
+  /** Drops the connection at once, as a crash would (for tests of what survives one). */
+  async abandon(): Promise<void> {
+    this.publisher.close();
+    if (!this.nc.isClosed()) await this.nc.close();
   }
 }
 
@@ -357,7 +516,7 @@ function isNotFound(error: unknown): boolean {
   return error instanceof Error && /message not found|no message found/i.test(error.message);
 }
 
-function wrongLastSequence(error: unknown): number | undefined {
-  const match = error instanceof Error ? /wrong last sequence: (\d+)/.exec(error.message) : null;
+function wrongLastSequence(description: string): number | undefined {
+  const match = /wrong last sequence: (\d+)/.exec(description);
   return match ? Number(match[1]) : undefined;
 }

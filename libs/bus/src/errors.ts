@@ -38,3 +38,10 @@ export class BusConfigurationError extends BusError {
   readonly code = "HOLDFAST_BUS_MISCONFIGURED";
   readonly retryable = false;
 }
+
+/** JetStream refused an append for a reason a retry will not change (the stream is full, sealed, …). */
+export class BusRejectedError extends BusError {
+  override readonly name = "BusRejectedError";
+  readonly code = "HOLDFAST_BUS_REJECTED";
+  readonly retryable = false;
+}

@@ -1,5 +1,5 @@
 export type { Consumer, ConsumerMessages, JsMsg } from "@nats-io/jetstream";
-export type { KV, KvEntry } from "@nats-io/kv";
+export type { KV, KvEntry, KvWatchEntry } from "@nats-io/kv";
 export {
   type AppendResult,
   Bus,
@@ -9,6 +9,16 @@ export {
   type RawMessage,
   type RunHistory,
   type StoredEvent,
+  type StoredMessage,
+  type StreamState,
+  type Watch,
+  type WatchedEvent,
 } from "./bus.js";
-export { BusConfigurationError, BusError, BusUnavailableError, ConcurrencyError } from "./errors.js";
+export {
+  BusConfigurationError,
+  BusError,
+  BusRejectedError,
+  BusUnavailableError,
+  ConcurrencyError,
+} from "./errors.js";
 export { Lease, type LeaseHandlers, type LeaseOptions } from "./lease.js";

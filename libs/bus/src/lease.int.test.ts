@@ -32,7 +32,7 @@ describe("lease", () => {
     expect(b.lease.holderSeen).toBe("a");
 
     // A's process goes away without letting go.
-    await elsewhere.nc.close();
+    await elsewhere.abandon();
     await waitFor(() => b.lease.held, { timeoutMs: 10_000, message: "the standby never took the lease" });
     expect(b.told).toEqual(["acquired"]);
     await waitFor(() => a.told.includes("lost"), { timeoutMs: 10_000, message: "A never knew it lost" });

@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import { connectBus } from "@holdfast/bus";
-import { foldRun, type RunState } from "@holdfast/events";
+import { describeRun, type RunView } from "@holdfast/events";
 import { COMMON_OPTIONS, configFrom } from "./common.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table, usd } from "./format.js";
@@ -22,11 +22,11 @@ export async function show(argv: string[]): Promise<void> {
     prefix: config.nats.prefix,
     name: "holdfast-cli",
   });
-  let state: RunState;
+  let state: RunView;
   try {
     const history = await bus.readRun(runId);
     if (history.events.length === 0) throw new CliError(`no run named ${JSON.stringify(runId)}`);
-    state = foldRun(
+    state = describeRun(
       runId,
       history.events.map((e) => e.envelope),
     );
@@ -37,7 +37,7 @@ export async function show(argv: string[]): Promise<void> {
   console.log(render(state));
 }
 
-function render(s: RunState): string {
+function render(s: RunView): string {
   const id = s.identifiedBy;
   const how = id
     ? id.source === "fingerprint"
@@ -53,23 +53,24 @@ function render(s: RunState): string {
     `model       ${s.model || "-"}`,
     `identified  ${how}`,
     `steps       ${s.steps.length} (${s.completed} completed, ${s.failed} failed)`,
-    `tokens      ${s.totals.inputTokens} in (${s.totals.cachedInputTokens} cached), ${s.totals.outputTokens} out`,
-    `cost        ${usd(s.totals.costNanoUsd / 1e9, s.totals.unpricedSteps)}${s.totals.unpricedSteps > 0 ? ` (${s.totals.unpricedSteps} step(s) unpriced)` : ""}`,
+    `tokens      ${s.totals.inputTokens} in (${s.totals.cachedInputTokens} cached, ${s.totals.cacheWriteTokens} written to cache), ${s.totals.outputTokens} out (${s.totals.reasoningTokens} reasoning)`,
+    `cost        ${usd(s.totals.costNanoUsd / 1e9, s.totals.unpricedSteps)}${s.totals.unpricedSteps > 0 ? ` (${s.totals.unpricedSteps} step(s) unpriced)` : ""}${s.totals.estimatedSteps > 0 ? ` (${s.totals.estimatedSteps} step(s) estimated: their outcome was lost with a gateway)` : ""}`,
     `first seen  ${s.firstSeenMs ? new Date(s.firstSeenMs).toISOString() : "-"}`,
     `last seen   ${s.lastSeenMs ? `${new Date(s.lastSeenMs).toISOString()} (${ago(s.lastSeenMs)})` : "-"}`,
   ];
   const steps = table(
-    ["STEP", "STATUS", "MODEL", "STREAM", "HTTP", "IN", "CACHED", "OUT", "COST", "LATENCY", "DETAIL"],
+    ["STEP", "STATUS", "API", "MODEL", "STREAM", "HTTP", "IN", "CACHED", "OUT", "COST", "LATENCY", "DETAIL"],
     s.steps.map((step) => [
       step.step,
       step.status,
+      step.api,
       step.model,
       step.stream ? "yes" : "no",
       step.upstreamStatus ?? "-",
       step.inputTokens,
       step.cachedInputTokens,
       step.outputTokens,
-      step.status === "in_flight" ? "-" : nanoUsd(step.costNanoUsd),
+      step.status === "in_flight" ? "-" : `${nanoUsd(step.costNanoUsd)}${step.estimated ? " (est.)" : ""}`,
       step.latencyMs === null ? "-" : `${step.latencyMs}ms`,
       step.failure
         ? `${step.failure.reason}: ${step.failure.message}`.slice(0, 80)

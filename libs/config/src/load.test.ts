@@ -47,7 +47,8 @@ describe("loadConfig", () => {
         gateway: {
           host: "127.0.0.1",
           port: 4141,
-          upstream: "https://api.openai.com/v1",
+          upstream: "auto",
+          upstreams: {},
           max_body_bytes: 33_554_432,
           upstream_timeout_ms: 600_000,
           heartbeat_ms: 10_000,
@@ -71,11 +72,13 @@ describe("loadConfig", () => {
             "metadata.conversation_id",
             "metadata.thread_id",
             "metadata.trace_id",
+            "metadata.user_id",
           ],
           traceparent: true,
           idle_minutes: 30,
           tag_headers: ["X-Holdfast-Tag"],
           tag_fields: ["metadata.tag"],
+          tenant_headers: ["X-Holdfast-Tenant"],
         },
         prices: {},
       });

@@ -49,6 +49,12 @@ const path = () =>
     error: "expected a path; only a leading ~/ is expanded (to the home directory)",
   });
 
+const upstreamUrl = (shape: string) =>
+  url("http", "https")
+    .transform((value) => value.replace(/\/+$/, ""))
+    .optional()
+    .describe(`Base URL (with its version, …/v1) for ${shape} calls; unset, gateway.upstream decides.`);
+
 const list = <T extends z.ZodType>(item: T, what: string) =>
   z.array(item, { error: `expected a list of ${what}` });
 
@@ -92,13 +98,31 @@ export const configSchema = z
             .default("127.0.0.1")
             .describe("Interface the gateway listens on."),
           port: integer(0, 65535).default(4141).describe("Port the gateway listens on; 0 picks a free port."),
-          upstream: url("http", "https")
-            // The gateway appends the API path, so a trailing slash would double up.
-            .transform((value) => value.replace(/\/+$/, ""))
-            .default("https://api.openai.com/v1")
+          upstream: z
+            .union(
+              [
+                z.literal("auto"),
+                url("http", "https")
+                  // The gateway appends the API path, so a trailing slash would double up.
+                  .transform((value) => value.replace(/\/+$/, "")),
+              ],
+              { error: 'expected "auto" or a URL starting with http:// or https://' },
+            )
+            .default("auto")
             .describe(
-              "Provider base URL, as an SDK would use it (OPENAI_BASE_URL); the gateway appends /chat/completions.",
+              'Provider base URL with its version (…/v1), as an OpenAI SDK would use it; "auto" sends Anthropic Messages to https://api.anthropic.com/v1 and the rest to https://api.openai.com/v1.',
             ),
+          upstreams: z
+            .strictObject(
+              {
+                openai_chat_completions: upstreamUrl("Chat Completions"),
+                openai_responses: upstreamUrl("Responses"),
+                anthropic_messages: upstreamUrl("Anthropic Messages"),
+              },
+              mapping,
+            )
+            .prefault({})
+            .describe("A base URL per API shape, overriding gateway.upstream for that shape."),
           max_body_bytes: positiveInteger()
             .default(33_554_432)
             .describe("Largest request body the gateway accepts, in bytes."),
@@ -231,6 +255,8 @@ export const configSchema = z
               "metadata.conversation_id",
               "metadata.thread_id",
               "metadata.trace_id",
+              // Anthropic's only metadata field.
+              "metadata.user_id",
             ])
             .describe("Request body fields that name the run, in order of preference, after the headers."),
           traceparent: flag()
@@ -247,6 +273,11 @@ export const configSchema = z
           tag_fields: list(matching(FIELD_PATH, "a dotted field path"), "dotted field paths")
             .default(["metadata.tag"])
             .describe("Request body fields whose values tag the run."),
+          tenant_headers: list(headerName(), "header names")
+            .default(["X-Holdfast-Tenant"])
+            .describe(
+              "Request headers whose values name the run's tenant; every event of the run carries it.",
+            ),
         },
         mapping,
       )

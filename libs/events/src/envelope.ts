@@ -1,8 +1,5 @@
-import { Envelope } from "@holdfast/proto";
+import { Envelope, type StepCompleted, type StepFailed, type StepOutcome } from "@holdfast/proto";
 import { EventDecodeError } from "./errors.js";
-
-/** The schema version this code writes. Readers accept it and every earlier one. */
-export const SCHEMA_VERSION = 1;
 
 export type EventPayload = NonNullable<Envelope["payload"]>;
 export type PayloadCase = EventPayload["$case"];
@@ -17,6 +14,17 @@ const TYPE_OF_CASE = {
 export type EventType = (typeof TYPE_OF_CASE)[PayloadCase];
 export const EVENT_TYPES = Object.values(TYPE_OF_CASE) as readonly EventType[];
 
+/**
+ * The schema version this code writes, per event type. A reader accepts it and every
+ * earlier one (upcast below); a later one is an event it does not know yet.
+ */
+export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
+  StepStarted: 1,
+  // 2: the fields shared with StepFailed moved into `outcome`.
+  StepCompleted: 2,
+  StepFailed: 2,
+};
+
 export function eventTypeOf(payload: EventPayload): EventType {
   return TYPE_OF_CASE[payload.$case];
 }
@@ -27,18 +35,21 @@ export interface NewEvent {
   sequence: number;
   timestampMs: number;
   tag: string;
+  tenant?: string;
   payload: EventPayload;
 }
 
-export function makeEnvelope(event: NewEvent): Envelope {
+export function makeEnvelope(event: NewEvent): DecodedEnvelope {
+  const type = eventTypeOf(event.payload);
   return {
     id: event.id,
-    type: eventTypeOf(event.payload),
-    schemaVersion: SCHEMA_VERSION,
+    type,
+    schemaVersion: SCHEMA_VERSIONS[type],
     runId: event.runId,
     sequence: event.sequence,
     timestampMs: event.timestampMs,
     tag: event.tag,
+    tenant: event.tenant ?? "",
     payload: event.payload,
   };
 }
@@ -47,37 +58,113 @@ export function encodeEnvelope(envelope: Envelope): Uint8Array {
   return Envelope.encode(envelope).finish();
 }
 
-/** A decoded envelope whose payload is known to be present. */
+/** A decoded event this version knows, upcast to the version it writes. */
 export type DecodedEnvelope = Envelope & { payload: EventPayload };
 
 /**
- * Decodes and checks an event. An event from a newer schema, or whose type and payload
- * disagree, is refused rather than half-understood.
+ * An event this version cannot read: a type added by a later version, or a later schema
+ * version of a known type. Its place in the run (sequence) still counts; its content is
+ * skipped, and readers count what they skipped.
  */
-export function decodeEnvelope(bytes: Uint8Array): DecodedEnvelope {
+export interface UnknownEvent {
+  readonly id: string;
+  readonly type: string;
+  readonly schemaVersion: number;
+  readonly runId: string;
+  readonly sequence: number;
+  readonly timestampMs: number;
+  readonly tag: string;
+  readonly tenant: string;
+  readonly payload: undefined;
+  readonly unknown: "type" | "version";
+}
+
+/** An event as read from the log: one this version knows, or one it skips. */
+export type StoredEnvelope = DecodedEnvelope | UnknownEvent;
+
+export function isKnown(event: StoredEnvelope): event is DecodedEnvelope {
+  return event.payload !== undefined;
+}
+
+/**
+ * Decodes and checks an event. Bytes that are not an envelope, or whose type disagrees
+ * with its payload, are refused; an event of a type or version this code does not know
+ * comes back as an UnknownEvent, so adding an event type never requires upgrading every
+ * reader first. Older versions are upcast to the current one.
+ */
+export function decodeEnvelope(bytes: Uint8Array): StoredEnvelope {
   let envelope: Envelope;
   try {
     envelope = Envelope.decode(bytes);
   } catch (cause) {
     throw new EventDecodeError("event is not a valid protobuf Envelope", { cause });
   }
+  if (envelope.id === "" || envelope.type === "" || envelope.sequence < 1) {
+    throw new EventDecodeError("event has no id, type or sequence: it is not a Holdfast envelope");
+  }
   const { payload } = envelope;
-  if (payload === undefined) {
-    throw new EventDecodeError(
-      `event ${envelope.id} (type "${envelope.type}") has no payload this version knows`,
-    );
-  }
-  if (envelope.schemaVersion < 1 || envelope.schemaVersion > SCHEMA_VERSION) {
-    throw new EventDecodeError(
-      `event ${envelope.id} has schema version ${envelope.schemaVersion}; this version reads 1..${SCHEMA_VERSION}`,
-    );
-  }
+  const known = SCHEMA_VERSIONS[envelope.type as EventType];
+  if (payload === undefined || known === undefined) return unknownEvent(envelope, "type");
   if (eventTypeOf(payload) !== envelope.type) {
     throw new EventDecodeError(
       `event ${envelope.id} says type "${envelope.type}" but carries ${eventTypeOf(payload)}`,
     );
   }
-  return envelope as DecodedEnvelope;
+  if (envelope.schemaVersion > known) return unknownEvent(envelope, "version");
+  if (envelope.schemaVersion < 1) {
+    throw new EventDecodeError(`event ${envelope.id} has schema version ${envelope.schemaVersion}`);
+  }
+  return upcast(envelope as DecodedEnvelope);
+}
+
+function unknownEvent(envelope: Envelope, unknown: UnknownEvent["unknown"]): UnknownEvent {
+  return {
+    id: envelope.id,
+    type: envelope.type,
+    schemaVersion: envelope.schemaVersion,
+    runId: envelope.runId,
+    sequence: envelope.sequence,
+    timestampMs: envelope.timestampMs,
+    tag: envelope.tag,
+    tenant: envelope.tenant,
+    payload: undefined,
+    unknown,
+  };
+}
+
+/** Brings an older version of an event to the one this code writes. */
+function upcast(envelope: DecodedEnvelope): DecodedEnvelope {
+  const { payload } = envelope;
+  if (envelope.schemaVersion === SCHEMA_VERSIONS[envelope.type as EventType]) return envelope;
+  switch (payload.$case) {
+    case "stepCompleted":
+    case "stepFailed":
+      // Version 1 carried the outcome's fields flat on the event.
+      return {
+        ...envelope,
+        schemaVersion: 2,
+        payload: { ...payload, value: { ...payload.value, outcome: flatOutcome(payload.value) } },
+      } as DecodedEnvelope;
+    default:
+      return envelope;
+  }
+}
+
+function flatOutcome(v1: StepCompleted | StepFailed): StepOutcome {
+  return {
+    stepId: v1.stepId,
+    step: v1.step,
+    api: v1.api,
+    model: v1.model,
+    upstreamStatus: v1.upstreamStatus,
+    usage: v1.usage,
+    cost: v1.cost,
+    latencyMs: v1.latencyMs,
+    firstByteMs: v1.firstByteMs,
+    stream: v1.stream,
+    responseId: "",
+    estimated: false,
+  };
 }
 
 /** The canonical JSON form (proto3 JSON mapping): for CLI output and the analytics copy. */

@@ -7,6 +7,7 @@ export {
   RunSource,
   StepCompleted,
   StepFailed,
+  StepOutcome,
   StepStarted,
   Usage,
 } from "@holdfast/proto";
@@ -19,22 +20,35 @@ export {
   encodeEnvelope,
   envelopeToJson,
   eventTypeOf,
+  isKnown,
   makeEnvelope,
   type NewEvent,
   type PayloadCase,
-  SCHEMA_VERSION,
+  SCHEMA_VERSIONS,
+  type StoredEnvelope,
+  type UnknownEvent,
 } from "./envelope.js";
 export { EventDecodeError, EventsError, InvalidRunIdError } from "./errors.js";
 export { createIdGenerator, timestampOfId } from "./ids.js";
 export { apiFromName, apiName, failureReasonName, runSourceName } from "./names.js";
 export {
+  type CompleteStep,
+  decide,
+  type FailStep,
+  type ObservedOutcome,
+  type RunCommand,
+  type StartStep,
+} from "./run/decide.js";
+export {
   evolve,
   foldRun,
   initialState,
+  type OpenStep,
   type RunState,
-  type StepState,
-  type StepStatus,
+  RunStatus,
+  type RunTotals,
 } from "./run/state.js";
+export { describeRun, type RunView, type StepStatus, type StepView } from "./run/view.js";
 export {
   assertRunId,
   CONTROL_CHARACTER,

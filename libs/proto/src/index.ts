@@ -12,6 +12,7 @@ export {
   runSourceToJSON,
   StepCompleted,
   StepFailed,
+  StepOutcome,
   StepStarted,
   Usage,
 } from "./gen/holdfast/events/v1/events.generated.js";

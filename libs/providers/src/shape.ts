@@ -103,4 +103,6 @@ export interface ApiShape {
   streamMeter(view: RequestView): StreamMeter;
   /** An error in this shape's own envelope, for errors the gateway answers itself. */
   errorBody(message: string, fields?: ErrorFields): unknown;
+  /** The same error as the SSE event this shape's streams end with when they fail. */
+  streamErrorEvent(message: string, fields?: ErrorFields): string;
 }

@@ -1,29 +1,34 @@
 import type { IncomingMessage } from "node:http";
-import type { Socket } from "node:net";
 import type { Logger } from "@holdfast/log";
-import { openAIErrorBody } from "@holdfast/providers";
+import type { ApiShape, ErrorFields } from "@holdfast/providers";
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
   type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
   LogController,
 } from "fastify";
 import { GatewayError } from "./errors.js";
 import { decodedBody, UnsupportedContentEncodingError } from "./http/body.js";
 import { normalizeTarget } from "./http/path.js";
-import { type ChatCompletionsDeps, registerChatCompletions } from "./proxy/chat-completions.js";
-import { registerPassthrough } from "./proxy/passthrough.js";
+import type { PipelineDeps } from "./pipeline/call.js";
+import { pipelineRoutes, shapeForPath } from "./pipeline/routes.js";
+import { passthrough } from "./proxy/passthrough.js";
+import type { Upstreams } from "./upstream/upstream.js";
 
-export interface GatewayAppDeps extends ChatCompletionsDeps {
+export interface GatewayAppDeps extends PipelineDeps {
   log: Logger;
   maxBodyBytes: number;
+  upstreams: Upstreams;
   /** Reports whether the event log is reachable, for /holdfast/health. */
-  health: () => { nats: "connected" | "disconnected" };
+  health: () => Record<string, unknown>;
 }
 
 /**
- * The gateway's HTTP surface. Every error on a provider route is answered in the
- * provider's own error shape, so an SDK raises it as it would the provider's.
+ * The gateway's HTTP surface: one pipeline for every provider API shape, everything else
+ * under /v1 passed through. Every error is answered in the shape of the API the client
+ * called, so its SDK raises it as it would the provider's own.
  */
 export function buildApp(deps: GatewayAppDeps): FastifyInstance {
   const logger: FastifyBaseLogger = deps.log;
@@ -40,9 +45,10 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
     },
     // A request Node's parser refuses (malformed header bytes, headers too large) still
     // gets an error in the provider's shape.
-    clientErrorHandler(error: NodeJS.ErrnoException, socket: Socket) {
-      if (error.code === "ECONNRESET" || socket.destroyed) return;
-      if (socket.writable) socket.write(rawErrorResponse(error));
+    clientErrorHandler(error, socket) {
+      if ((error as NodeJS.ErrnoException).code === "ECONNRESET" || socket.destroyed) return;
+      if (socket.writable)
+        socket.write(rawErrorResponse(error as unknown as NodeJS.ErrnoException & { rawPacket?: Buffer }));
       socket.destroy();
     },
     loggerInstance: logger,
@@ -58,90 +64,104 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
   app.addHook("preClose", async () => {
     closing = true;
   });
-  app.addHook("onRequest", async (_request, reply) => {
+  app.addHook("onRequest", async (request, reply) => {
     if (!closing) return;
-    return reply
-      .code(503)
-      .header("connection", "close")
-      .send(
-        openAIErrorBody("This Holdfast gateway is shutting down; retry on another or in a moment.", {
-          type: "server_error",
-          code: "holdfast_shutting_down",
-        }),
-      );
+    return answer(
+      request,
+      reply.header("connection", "close"),
+      503,
+      "This Holdfast gateway is shutting down; retry on another or in a moment.",
+      {
+        type: "server_error",
+        code: "holdfast_shutting_down",
+      },
+    );
   });
+  // The raw bytes are kept: a request is forwarded exactly as the client sent it.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (_request, body, done) => done(null, body));
   // A compressed request body is decoded here, so it is read, metered and forwarded like any other.
   app.addHook("preParsing", async (request, _reply, payload) =>
     decodedBody(payload, request.headers["content-encoding"]),
   );
 
-  // The raw bytes are kept: a request is forwarded exactly as the client sent it.
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", { parseAs: "buffer" }, (_request, body, done) => done(null, body));
-
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    if (error instanceof UnsupportedContentEncodingError) {
-      return reply.code(415).send(openAIErrorBody(error.message, { code: "unsupported_content_encoding" }));
-    }
     if (error instanceof GatewayError) {
       if (error.status >= 500) request.log.warn({ err: error }, "call not completed");
-      return reply
-        .code(error.status)
-        .send(openAIErrorBody(error.message, { type: error.type, param: error.param, code: error.code }));
+      return answer(request, reply, error.status, error.message, error);
+    }
+    if (error instanceof UnsupportedContentEncodingError) {
+      return answer(request, reply, 415, error.message, { code: "unsupported_content_encoding" });
     }
     if (error.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-      return reply
-        .code(413)
-        .send(
-          openAIErrorBody(
-            `The request body is larger than ${deps.maxBodyBytes} bytes, the most this gateway accepts (gateway.max_body_bytes).`,
-            { code: "request_too_large" },
-          ),
-        );
+      return answer(
+        request,
+        reply,
+        413,
+        `The request body is larger than ${deps.maxBodyBytes} bytes, the most this gateway accepts (gateway.max_body_bytes).`,
+        { code: "request_too_large" },
+      );
     }
     if (error.statusCode !== undefined && error.statusCode < 500) {
-      return reply.code(error.statusCode).send(openAIErrorBody(error.message, { code: error.code ?? null }));
+      return answer(request, reply, error.statusCode, error.message, { code: error.code ?? null });
     }
     request.log.error({ err: error }, "unexpected gateway error");
-    return reply.code(500).send(
-      openAIErrorBody("Holdfast failed while handling this call.", {
-        type: "server_error",
-        code: "holdfast_error",
-      }),
-    );
+    return answer(request, reply, 500, "Holdfast failed while handling this call.", {
+      type: "server_error",
+      code: "holdfast_error",
+    });
   });
 
   app.setNotFoundHandler((request, reply) =>
-    reply.code(404).send(
-      openAIErrorBody(`Holdfast does not serve ${request.method} ${request.url.split("?")[0]}.`, {
-        code: "unknown_url",
-      }),
-    ),
+    answer(request, reply, 404, `Holdfast does not serve ${request.method} ${request.url.split("?")[0]}.`, {
+      code: "unknown_url",
+    }),
   );
 
   app.all(REFUSED_TARGET, async (request, reply) =>
-    reply.code(400).send(
-      openAIErrorBody(refusedTargets.get(request.raw) ?? "The request path is not one Holdfast serves.", {
+    answer(
+      request,
+      reply,
+      400,
+      refusedTargets.get(request.raw) ?? "The request path is not one Holdfast serves.",
+      {
         code: "invalid_path",
-      }),
+      },
     ),
   );
   app.get("/holdfast/health", async () => ({ status: "ok", pid: process.pid, ...deps.health() }));
-  registerChatCompletions(app, deps);
-  registerPassthrough(app, deps.upstream);
+  app.register(pipelineRoutes(deps));
+  app.register(passthrough(deps.upstreams));
   return app;
 }
 
 const REFUSED_TARGET = "/holdfast/refused-target";
 
-/** A whole HTTP response for a request the HTTP parser refused, in OpenAI's error shape. */
-function rawErrorResponse(error: NodeJS.ErrnoException): string {
+/** The shape whose error envelope this request's client parses. */
+function shapeOf(request: FastifyRequest): ApiShape {
+  return request.routeOptions.config?.shape ?? shapeForPath(request.raw.url ?? request.url);
+}
+
+function answer(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  status: number,
+  message: string,
+  fields: ErrorFields,
+) {
+  return reply.code(status).send(shapeOf(request).errorBody(message, fields));
+}
+
+/** A whole HTTP response for a request the HTTP parser refused, in its API's error shape. */
+function rawErrorResponse(error: NodeJS.ErrnoException & { rawPacket?: Buffer }): string {
   const [status, text, message] =
     error.code === "HPE_HEADER_OVERFLOW"
       ? [431, "Request Header Fields Too Large", "The request headers are larger than this gateway accepts."]
       : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
         ? [408, "Request Timeout", "The request was not received in time."]
         : [400, "Bad Request", `The request is not valid HTTP: ${error.message}.`];
-  const body = JSON.stringify(openAIErrorBody(message, { code: "invalid_http" }));
+  // The request line, when the parser got that far, says which API the client speaks.
+  const path = /^[A-Z]+ (\S+)/.exec(error.rawPacket?.toString("latin1") ?? "")?.[1] ?? "/";
+  const body = JSON.stringify(shapeForPath(path).errorBody(message, { code: "invalid_http" }));
   return `HTTP/1.1 ${status} ${text}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
 }

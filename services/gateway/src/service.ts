@@ -4,14 +4,15 @@ import { connectBus } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
 import { createIdGenerator } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
-import { createPricer, providerFromUpstream } from "@holdfast/providers";
+import { createPricer } from "@holdfast/providers";
 import { buildApp } from "./app.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
+import { RESPONSE_TTL_MS, ResponseIndex } from "./identify/responses.js";
 import { RunLedger } from "./ledger/ledger.js";
 import { Liveness } from "./liveness/liveness.js";
 import { Reaper } from "./liveness/reaper.js";
-import { Upstream } from "./upstream/upstream.js";
+import { Upstreams } from "./upstream/upstream.js";
 
 export interface RunningGateway {
   /** Base URL agents use, e.g. http://127.0.0.1:4141/v1. */
@@ -36,12 +37,16 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
   await bus.provision();
   const newId = createIdGenerator(clock);
   const ledger = new RunLedger({ bus, log, clock, newId });
+  await ledger.start();
   const generations = new Generations({
     kv: await bus.keyValue("FINGERPRINTS"),
     runState: (runId) => ledger.current(runId),
     clock,
     idleMs: config.identification.idle_minutes * 60_000,
   });
+  await generations.start();
+  const responses = new ResponseIndex(await bus.keyValue("RESPONSES", { ttlMs: RESPONSE_TTL_MS }));
+  await responses.start();
   // A process id that a restart of the same instance does not reuse: the calls the dead
   // process had in flight are told apart from this one's.
   const gatewayId = `${instanceId}#${randomBytes(3).toString("hex")}`;
@@ -52,10 +57,19 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
     clock,
   );
   await liveness.start();
-  const reaper = new Reaper({ bus, ledger, liveness, log, intervalMs: config.gateway.heartbeat_ms * 3 });
+  const pricer = createPricer({ overrides: config.prices });
+  const reaper = new Reaper({
+    bus,
+    ledger,
+    liveness,
+    pricer,
+    log,
+    intervalMs: config.gateway.heartbeat_ms * 3,
+  });
   reaper.start();
-  const upstream = new Upstream({
-    baseUrl: config.gateway.upstream,
+  const upstreams = new Upstreams({
+    upstream: config.gateway.upstream,
+    byShape: config.gateway.upstreams,
     timeoutMs: config.gateway.upstream_timeout_ms,
   });
   const rules = {
@@ -64,35 +78,38 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
     traceparent: config.identification.traceparent,
     tagHeaders: config.identification.tag_headers,
     tagFields: config.identification.tag_fields,
+    tenantHeaders: config.identification.tenant_headers,
   };
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
     ledger,
-    upstream,
-    pricer: createPricer({ overrides: config.prices }),
-    provider: providerFromUpstream(config.gateway.upstream),
+    upstreams,
+    pricer,
     instanceId: gatewayId,
     newId,
-    recordWaitMs: 5_000,
-    resolveRun: runResolver(rules, generations),
+    resolveRun: runResolver(rules, generations, responses),
+    responses,
+    logConnected: () => bus.connected,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
-    health: () => ({ nats: bus.nc.isClosed() ? "disconnected" : "connected" }),
+    health: () => ({ nats: bus.connected ? "connected" : "disconnected", runs_cached: ledger.cachedRuns }),
   });
   await app.listen({ host: config.gateway.host, port: config.gateway.port });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.gateway.port;
   const host = config.gateway.host === "0.0.0.0" ? "127.0.0.1" : config.gateway.host;
-  log.info({ port, upstream: upstream.origin, gateway: gatewayId }, "gateway listening");
+  log.info({ port, upstream: config.gateway.upstream, gateway: gatewayId }, "gateway listening");
   return {
     baseUrl: `http://${host}:${port}/v1`,
     port,
     async close() {
       await reaper.stop();
       await app.close();
-      await ledger.drain();
+      await ledger.stop();
+      generations.stop();
+      responses.stop();
       await liveness.stop();
-      await upstream.close();
+      await upstreams.close();
       await bus.close();
     },
   };

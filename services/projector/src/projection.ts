@@ -1,6 +1,6 @@
 import { nanoUsdToDecimal, type RawEventRow, type StepRow } from "@holdfast/analytics";
 import type { StoredEvent } from "@holdfast/bus";
-import { apiName, envelopeToJson, failureReasonName } from "@holdfast/events";
+import { apiName, envelopeToJson, failureReasonName, isKnown } from "@holdfast/events";
 
 /** The rows one event becomes. Pure: the same event always gives the same rows. */
 export interface ProjectedRows {
@@ -9,8 +9,6 @@ export interface ProjectedRows {
 }
 
 export function project({ envelope, streamSequence }: StoredEvent): ProjectedRows {
-  // The payload in its proto3 JSON form (camelCase fields), e.g. {"stepId": ..., "model": ...}.
-  const payloadJson = envelopeToJson(envelope)[envelope.payload.$case] ?? {};
   const raw: RawEventRow = {
     event_id: envelope.id,
     type: envelope.type,
@@ -20,11 +18,18 @@ export function project({ envelope, streamSequence }: StoredEvent): ProjectedRow
     stream_seq: streamSequence,
     ts: envelope.timestampMs,
     tag: envelope.tag,
-    payload: JSON.stringify(payloadJson),
+    tenant: envelope.tenant,
+    // The payload in its proto3 JSON form (camelCase fields), e.g. {"stepId": ..., "model": ...};
+    // an event of a type this version does not know keeps its place with an empty payload.
+    payload: isKnown(envelope)
+      ? JSON.stringify(envelopeToJson(envelope)[envelope.payload.$case] ?? {})
+      : "{}",
   };
+  if (!isKnown(envelope)) return { raw, step: undefined };
   const { payload } = envelope;
   if (payload.$case !== "stepCompleted" && payload.$case !== "stepFailed") return { raw, step: undefined };
-  const e = payload.value;
+  const e = payload.value.outcome;
+  if (e === undefined) return { raw, step: undefined };
   const failed = payload.$case === "stepFailed" ? payload.value : undefined;
   const completed = payload.$case === "stepCompleted" ? payload.value : undefined;
   const step: StepRow = {
@@ -32,6 +37,7 @@ export function project({ envelope, streamSequence }: StoredEvent): ProjectedRow
     run_id: envelope.runId,
     step: e.step,
     tag: envelope.tag,
+    tenant: envelope.tenant,
     api: apiName(e.api),
     model: e.model,
     stream: e.stream,
@@ -44,7 +50,11 @@ export function project({ envelope, streamSequence }: StoredEvent): ProjectedRow
     input_tokens: e.usage?.inputTokens ?? 0,
     output_tokens: e.usage?.outputTokens ?? 0,
     cached_input_tokens: e.usage?.cachedInputTokens ?? 0,
+    cache_write_tokens: e.usage?.cacheWriteTokens ?? 0,
+    reasoning_tokens: e.usage?.reasoningTokens ?? 0,
     cost_usd: e.cost?.known ? nanoUsdToDecimal(e.cost.nanoUsd) : null,
+    estimated: e.estimated,
+    response_id: e.responseId,
     latency_ms: e.latencyMs,
     first_byte_ms: e.firstByteMs,
     finish_reason: completed?.finishReason ?? "",

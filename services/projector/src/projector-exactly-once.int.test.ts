@@ -58,7 +58,7 @@ describe("projector, exactly once", () => {
     await a.start();
     await stalled.promise;
     expect(await totals()).toMatchObject({ events: 60, steps: 0 });
-    await busA.nc.close();
+    await busA.abandon();
 
     // B stands by until A's lease runs out, then replays the batch from the checkpoint.
     const busB = await projectorBus("projector-b");
@@ -107,7 +107,7 @@ describe("projector, exactly once", () => {
     });
     await a.start();
     await died.promise;
-    await busA.nc.close();
+    await busA.abandon();
     expect(await totals()).toMatchObject({ events: 60 + 10, steps: 30 });
 
     const busB = await projectorBus("projector-b2");
@@ -165,7 +165,7 @@ describe("projector, exactly once", () => {
     expect(b.status).toMatchObject({ role: "standby", leaseHolder: a.status.leaseHolder });
 
     // A dies without letting go; B takes over once the lease has gone unrenewed.
-    await busA.nc.close();
+    await busA.abandon();
     for (let i = 51; i <= 60; i++) await call(`run-${i % 3}`, i);
     await waitFor(async () => (await totals()).steps === 60 && (await drained(busB, "proj")), {
       timeoutMs: 15_000,

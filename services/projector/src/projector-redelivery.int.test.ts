@@ -53,7 +53,7 @@ describe("projector without consumer reset (nats-server before 2.14)", () => {
     // ClickHouse (as when the consumer ran ahead of a database that was lost or rebuilt).
     for (let i = 31; i <= 40; i++) await call(`run-${i % 3}`, i);
     const busX = await connectBus({ servers: natsUrl(), prefix, name: "former-holder" });
-    const consumer = await busX.js.consumers.get(busX.eventsStream, "proj");
+    const consumer = await busX.durable("proj");
     const taken = await consumer.fetch({ max_messages: 20, expires: 5_000 });
     let last: { ack(): void; seq: number } | undefined;
     for await (const message of taken) {

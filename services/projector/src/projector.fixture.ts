@@ -1,6 +1,13 @@
 import { type Analytics, migrate, nanoUsdToDecimal, openAnalytics, runSql } from "@holdfast/analytics";
 import { type Bus, connectBus } from "@holdfast/bus";
-import { Api, createIdGenerator, type EventPayload, makeEnvelope, RunSource } from "@holdfast/events";
+import {
+  Api,
+  createIdGenerator,
+  type EventPayload,
+  makeEnvelope,
+  RunSource,
+  StepCompleted,
+} from "@holdfast/events";
 import { createLogger, type Logger } from "@holdfast/log";
 import { makeTempDir, natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll } from "vitest";
@@ -73,6 +80,7 @@ export async function call(runId: string, step: number, at?: number) {
         messageCount: step,
         upstream: "http://fake",
         gateway: "test",
+        estimatedInputTokens: 10,
       },
     },
     at,
@@ -81,20 +89,22 @@ export async function call(runId: string, step: number, at?: number) {
     runId,
     {
       $case: "stepCompleted",
-      value: {
-        stepId,
-        step,
-        api,
-        model: "gpt-4o-mini",
-        upstreamStatus: 200,
-        usage: { reported: true, inputTokens: 10, outputTokens: 3, cachedInputTokens: 0 },
-        cost: { known: true, nanoUsd: 7 },
-        latencyMs: 5,
-        firstByteMs: 2,
+      value: StepCompleted.fromPartial({
+        outcome: {
+          stepId,
+          step,
+          api,
+          model: "gpt-4o-mini",
+          upstreamStatus: 200,
+          usage: { reported: true, inputTokens: 10, outputTokens: 3, cachedInputTokens: 0 },
+          cost: { known: true, nanoUsd: 7 },
+          latencyMs: 5,
+          firstByteMs: 2,
+          stream: false,
+        },
         finishReason: "stop",
         toolCalls: [],
-        stream: false,
-      },
+      }),
     },
     at,
   );
@@ -159,8 +169,8 @@ export function projectorBus(name: string): Promise<Bus> {
 }
 
 export async function drained(bus: Bus, consumer: string) {
-  const info = await bus.jsm.consumers.info(bus.eventsStream, consumer);
-  return info.num_pending === 0 && info.num_ack_pending === 0;
+  const state = await bus.durableState(consumer);
+  return state !== undefined && state.pending === 0 && state.ackPending === 0;
 }
 
 /**
@@ -191,5 +201,5 @@ export async function dieBetweenInsertAndAck(options: {
   });
   await projector.start();
   await frozen;
-  await bus.nc.close();
+  await bus.abandon();
 }

@@ -120,7 +120,7 @@ export class Projector {
   /** Binds the database to the stream, then becomes active or stands by. */
   async start(): Promise<void> {
     const { bus, analytics, consumer, batchSize } = this.options;
-    const stream = await bus.jsm.streams.info(bus.eventsStream);
+    const stream = await bus.streamState();
     await bindProjection(analytics, { stream: bus.eventsStream, created: stream.created });
     this.key = { stream: bus.eventsStream, subjects: bus.subjects.allRuns };
     this.status.projectedSeq = await readCheckpoint(analytics, this.key);
@@ -219,7 +219,7 @@ export class Projector {
         this.status.projectedSeq = stint.checkpoint;
         if (this.options.resetOnStart ?? true) {
           try {
-            await bus.jsm.consumers.reset(bus.eventsStream, consumer, stint.checkpoint + 1);
+            await bus.resetDurable(consumer, stint.checkpoint + 1);
           } catch (error) {
             log.info(
               { err: error },

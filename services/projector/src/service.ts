@@ -54,7 +54,7 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
   let streamLastSeq = 0;
   const refresh = async () => {
     try {
-      streamLastSeq = (await bus.jsm.streams.info(bus.eventsStream)).state.last_seq;
+      streamLastSeq = (await bus.streamState()).lastSeq;
       await projector.refresh();
     } catch {
       // Keep the last known value; /health reports the projector's own error separately.

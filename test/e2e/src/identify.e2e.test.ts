@@ -35,22 +35,19 @@ async function call(options: {
 
 /** The run the last StepStarted in the log belongs to, and how it was identified. */
 async function lastRun(): Promise<{ runId: string; source: string; key: string; tag: string }> {
-  const info = await stack.bus.jsm.streams.info(stack.bus.eventsStream);
-  // Walk back from the end of the stream to the newest StepStarted.
-  for (let seq = info.state.last_seq; seq > 0; seq--) {
-    const message = await stack.bus.jsm.streams.getMessage(stack.bus.eventsStream, { seq });
-    if (message?.subject.endsWith(".StepStarted")) {
-      const runId = stack.bus.subjects.runIdOf(message.subject);
-      const state = await stack.run(runId);
-      return {
-        runId,
-        source: state.identifiedBy?.source ?? "",
-        key: state.identifiedBy?.key ?? "",
-        tag: state.tag,
-      };
-    }
+  let subject: string | undefined;
+  for await (const stored of stack.bus.allMessages()) {
+    if (stored.subject.endsWith(".StepStarted")) subject = stored.subject;
   }
-  throw new Error("no StepStarted in the log");
+  if (subject === undefined) throw new Error("no StepStarted in the log");
+  const runId = stack.bus.subjects.runIdOf(subject);
+  const state = await stack.run(runId);
+  return {
+    runId,
+    source: state.identifiedBy?.source ?? "",
+    key: state.identifiedBy?.key ?? "",
+    tag: state.tag,
+  };
 }
 
 describe("run identification, first match wins", () => {

@@ -1,6 +1,6 @@
 import { connectBus } from "@holdfast/bus";
 import { loadConfig } from "@holdfast/config";
-import { foldRun } from "@holdfast/events";
+import { describeRun } from "@holdfast/events";
 import { type FakeProvider, startFakeProvider } from "@holdfast/fake-provider";
 import { type RunningGateway, startGateway } from "@holdfast/gateway";
 import { createLogger } from "@holdfast/log";
@@ -95,7 +95,7 @@ describe("event log outage", () => {
 
     // NATS comes back on the same store: the pending outcome lands, and calls work again.
     await startNats();
-    await waitFor(async () => foldRun("outage", await history("outage")).completed === 2, {
+    await waitFor(async () => describeRun("outage", await history("outage")).completed === 2, {
       timeoutMs: 30_000,
       message: "the in-flight call's outcome never reached the log",
     });
@@ -108,7 +108,7 @@ describe("event log outage", () => {
       { timeoutMs: 30_000, message: "gateway did not recover" },
     );
     const events = await history("outage");
-    const run = foldRun("outage", events);
+    const run = describeRun("outage", events);
     expect(run.steps.map((s) => [s.step, s.status])).toEqual([
       [1, "completed"],
       [2, "completed"],

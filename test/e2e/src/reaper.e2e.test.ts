@@ -1,4 +1,5 @@
 import { Api, createIdGenerator, makeEnvelope, RunSource } from "@holdfast/events";
+import { createPricer } from "@holdfast/providers";
 import { waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Stack, startStack } from "./stack.js";
@@ -38,6 +39,7 @@ async function orphan(runId: string, step: number, previousStreamSeq: number): P
           fingerprint: "",
           generation: 0,
         },
+        estimatedInputTokens: 40,
         messageCount: 1,
         upstream: stack.provider.url,
         gateway: "gateway-that-died#0badc0",
@@ -70,10 +72,34 @@ describe("calls left in flight by a dead gateway", () => {
       },
       { timeoutMs: 5_000, message: "orphaned calls were never marked failed" },
     );
-    expect(reaped.steps.map((s) => [s.step, s.status, s.failure?.reason, s.costNanoUsd])).toEqual([
-      [1, "failed", "gateway_error", null],
-      [2, "failed", "gateway_error", null],
+    // Charged from what the start recorded (40 input tokens estimated from the request,
+    // no output known yet), priced, and marked estimated: an orphan is never free.
+    const estimate = createPricer().price({
+      model: "gpt-4o-mini",
+      usage: {
+        reported: true,
+        inputTokens: 40,
+        outputTokens: 0,
+        cachedInputTokens: 0,
+        cacheWriteTokens: 0,
+        reasoningTokens: 0,
+      },
+    });
+    expect(estimate.known && estimate.nanoUsd > 0).toBe(true);
+    expect(
+      reaped.steps.map((s) => [
+        s.step,
+        s.status,
+        s.failure?.reason,
+        s.inputTokens,
+        s.costNanoUsd,
+        s.estimated,
+      ]),
+    ).toEqual([
+      [1, "failed", "gateway_error", 40, estimate.nanoUsd, true],
+      [2, "failed", "gateway_error", 40, estimate.nanoUsd, true],
     ]);
+    expect(reaped.totals).toMatchObject({ estimatedSteps: 2, costNanoUsd: 2 * estimate.nanoUsd });
     expect(reaped.steps[0]?.failure?.message).toContain("gateway-that-died#0badc0");
 
     // Several more reaper passes (of both gateways) change nothing.

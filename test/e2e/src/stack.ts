@@ -1,7 +1,7 @@
 import { PassThrough } from "node:stream";
 import { type Bus, connectBus } from "@holdfast/bus";
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
-import { foldRun, type RunState } from "@holdfast/events";
+import { describeRun, type RunView } from "@holdfast/events";
 import { type FakeProvider, type FakeProviderOptions, startFakeProvider } from "@holdfast/fake-provider";
 import { startGateway } from "@holdfast/gateway";
 import { createLogger } from "@holdfast/log";
@@ -21,9 +21,9 @@ export interface Stack {
   logs(): string;
   client(options?: { apiKey?: string; headers?: Record<string, string> }): OpenAI;
   /** The run folded from JetStream, as `holdfast show` sees it. */
-  run(runId: string): Promise<RunState>;
+  run(runId: string): Promise<RunView>;
   /** Waits until the run has `steps` finished steps (outcomes are recorded after the response). */
-  settled(runId: string, steps: number): Promise<RunState>;
+  settled(runId: string, steps: number): Promise<RunView>;
   sql<T = Record<string, unknown>>(query: string): Promise<T[]>;
   /** Another gateway on the same event log (e.g. with another upstream); closed with the stack. */
   extraGateway(
@@ -78,7 +78,7 @@ export async function startStack(
     logs: () => captured.join(""),
     client: (o = {}) => clientFor(gateway.baseUrl, o.apiKey ?? API_KEY, o.headers),
     run: async (runId) =>
-      foldRun(
+      describeRun(
         runId,
         (await bus.readRun(runId)).events.map((e) => e.envelope),
       ),

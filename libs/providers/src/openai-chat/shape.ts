@@ -1,6 +1,6 @@
 import { openAIErrorBody } from "../error-shape.js";
 import type { ApiShape, RequestView, StreamMeter, StreamObservation } from "../shape.js";
-import type { SseEvent } from "../sse.js";
+import { formatSseData, type SseEvent } from "../sse.js";
 import { type ChatRequestView, readChatRequest, withStreamUsage } from "./request.js";
 import { ChatStreamMeter, summarizeChatCompletion } from "./response.js";
 
@@ -24,6 +24,8 @@ export const openAIChatShape: ApiShape = {
   summarize: summarizeChatCompletion,
   streamMeter: (view: RequestView) => new ChatMeter((view as ChatRequestView).clientWantsUsage),
   errorBody: openAIErrorBody,
+  // OpenAI SDKs raise a `data: {"error": …}` event as an APIError.
+  streamErrorEvent: (message, fields) => formatSseData(openAIErrorBody(message, fields)),
 };
 
 class ChatMeter implements StreamMeter {

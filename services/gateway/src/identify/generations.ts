@@ -8,6 +8,8 @@ export interface GenerationsOptions {
   runState: (runId: string) => Promise<RunState>;
   clock: () => number;
   idleMs: number;
+  /** Fingerprints whose pointer is kept in memory; the least recently used go first. */
+  maxCached?: number;
 }
 
 export interface Generation {
@@ -30,9 +32,30 @@ export function fingerprintRunId(fingerprint: string, generation: number): strin
  * events.
  */
 export class Generations {
+  // Bounded, and kept current by a watch on the bucket: a generation another gateway
+  // started is known here as soon as it is written.
   private readonly known = new Map<string, { generation: number; revision: number }>();
+  private stopWatch: (() => void) | undefined;
 
   constructor(private readonly options: GenerationsOptions) {}
+
+  async start(): Promise<void> {
+    const watch = await this.options.kv.watch({ include: "updates" });
+    this.stopWatch = () => watch.stop();
+    void (async () => {
+      for await (const entry of watch) {
+        const cached = this.known.get(entry.key);
+        if (cached === undefined || entry.revision <= cached.revision) continue;
+        if (entry.operation === "PUT")
+          this.remember(entry.key, { generation: Number(entry.string()), revision: entry.revision });
+        else this.known.delete(entry.key);
+      }
+    })();
+  }
+
+  stop(): void {
+    this.stopWatch?.();
+  }
 
   async resolve(fingerprint: string, messageCount: number): Promise<Generation> {
     let pointer = this.known.get(fingerprint) ?? (await this.read(fingerprint));
@@ -46,10 +69,18 @@ export class Generations {
   }
 
   private startsNewGeneration(state: RunState, messageCount: number): boolean {
-    const last = state.steps.at(-1);
-    if (last === undefined) return false;
-    if (messageCount < last.messageCount) return true;
+    if (state.started === 0) return false;
+    if (messageCount < state.lastMessageCount) return true;
     return state.lastSeenMs !== null && this.options.clock() - state.lastSeenMs > this.options.idleMs;
+  }
+
+  private remember(fingerprint: string, pointer: { generation: number; revision: number }): void {
+    this.known.delete(fingerprint);
+    this.known.set(fingerprint, pointer);
+    if (this.known.size > (this.options.maxCached ?? 100_000)) {
+      const oldest = this.known.keys().next().value;
+      if (oldest !== undefined) this.known.delete(oldest);
+    }
   }
 
   private async read(fingerprint: string): Promise<{ generation: number; revision: number }> {
@@ -58,7 +89,7 @@ export class Generations {
       entry && entry.operation === "PUT"
         ? { generation: Number(entry.string()), revision: entry.revision }
         : { generation: 0, revision: 0 };
-    this.known.set(fingerprint, pointer);
+    this.remember(fingerprint, pointer);
     return pointer;
   }
 
@@ -74,7 +105,7 @@ export class Generations {
           ? await this.options.kv.create(fingerprint, next)
           : await this.options.kv.update(fingerprint, next, from.revision);
       const pointer = { generation: from.generation + 1, revision };
-      this.known.set(fingerprint, pointer);
+      this.remember(fingerprint, pointer);
       return pointer;
     } catch {
       // Lost the race: whoever won started the new generation; join it.

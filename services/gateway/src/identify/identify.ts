@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { CONTROL_CHARACTER, MAX_RUN_ID_LENGTH, RunSource } from "@holdfast/events";
-import type { ChatRequestView } from "@holdfast/providers";
+import type { RequestView } from "@holdfast/providers";
 import { InvalidRequestError } from "../errors.js";
 import { DuplicateHeaderError, type RequestHeaders } from "../http/headers.js";
 
@@ -13,6 +13,7 @@ export interface IdentifyRules {
   traceparent: boolean;
   tagHeaders: readonly string[];
   tagFields: readonly string[];
+  tenantHeaders: readonly string[];
 }
 
 export interface ExplicitRun {
@@ -26,15 +27,24 @@ const MAX_TAG_LENGTH = 128;
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-.*)?$/;
 
 /**
- * The run a call names itself, if it does: a header, then a body field, then a W3C trace
- * id. Returns undefined when the call names nothing (the caller then fingerprints it).
- * A named id that cannot be a run id is the client's error, reported with where it came from.
+ * The run a call names itself, if it does: `named`, by a header, then a body field;
+ * `traced`, by a W3C trace id. Undefined when the call names nothing that way. A named id
+ * that cannot be a run id is the client's error, reported with where it came from.
  */
 export function explicitRun(
   headers: RequestHeaders,
   body: unknown,
   rules: IdentifyRules,
+  which: "named" | "traced",
 ): ExplicitRun | undefined {
+  if (which === "traced") {
+    if (!rules.traceparent) return undefined;
+    // W3C Trace Context: several traceparent headers make it invalid, and it is ignored.
+    const traceId = traceIdOf(optionalHeader(headers, "traceparent"));
+    return traceId === undefined
+      ? undefined
+      : { runId: traceId, source: RunSource.RUN_SOURCE_TRACEPARENT, key: "" };
+  }
   for (const name of rules.headers) {
     const value = headerValue(headers, name);
     if (value !== undefined)
@@ -45,12 +55,16 @@ export function explicitRun(
     if (value !== undefined)
       return { runId: checkRunId(value, `body field ${path}`), source: RunSource.RUN_SOURCE_BODY, key: path };
   }
-  if (rules.traceparent) {
-    // W3C Trace Context: several traceparent headers make it invalid, and it is ignored.
-    const traceId = traceIdOf(optionalHeader(headers, "traceparent"));
-    if (traceId !== undefined) return { runId: traceId, source: RunSource.RUN_SOURCE_TRACEPARENT, key: "" };
-  }
   return undefined;
+}
+
+/** The run's tenant from a header, first match wins; "" when none. */
+export function readTenant(headers: RequestHeaders, rules: IdentifyRules): string {
+  for (const name of rules.tenantHeaders) {
+    const value = headerValue(headers, name);
+    if (value !== undefined) return checkTag(value, `header ${name}`, "tenant");
+  }
+  return "";
 }
 
 /** The run's tag from a header or body field, first match wins; "" when none. */
@@ -82,7 +96,7 @@ export function traceIdOf(traceparent: string | undefined): string | undefined {
  * What stays constant across one agent's loop: the model, the system prompt and the first
  * message after it. Hex, 16 characters (64 bits).
  */
-export function fingerprintOf(view: ChatRequestView): string {
+export function fingerprintOf(view: RequestView): string {
   return createHash("sha256")
     .update(view.model)
     .update("\u0000")
@@ -134,13 +148,14 @@ function checkRunId(value: string, where: string): string {
   return value;
 }
 
-function checkTag(value: string, where: string): string {
+function checkTag(value: string, where: string, what = "tag"): string {
   if (value.length > MAX_TAG_LENGTH) {
     throw new InvalidRequestError(
-      `The tag in ${where} is ${value.length} characters long; the limit is ${MAX_TAG_LENGTH}.`,
+      `The ${what} in ${where} is ${value.length} characters long; the limit is ${MAX_TAG_LENGTH}.`,
     );
   }
-  if (CONTROL_CHARACTER.test(value))
-    throw new InvalidRequestError(`The tag in ${where} contains a control character.`);
+  if (CONTROL_CHARACTER.test(value)) {
+    throw new InvalidRequestError(`The ${what} in ${where} contains a control character.`);
+  }
   return value;
 }

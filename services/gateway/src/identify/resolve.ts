@@ -1,30 +1,70 @@
 import { RunSource } from "@holdfast/events";
-import type { ChatRequestView } from "@holdfast/providers";
+import type { RequestView } from "@holdfast/providers";
 import type { RequestHeaders } from "../http/headers.js";
-import type { ResolvedRun } from "../proxy/chat-completions.js";
 import type { Generations } from "./generations.js";
-import { explicitRun, fingerprintOf, type IdentifyRules, readTag } from "./identify.js";
+import { explicitRun, fingerprintOf, type IdentifyRules, readTag, readTenant } from "./identify.js";
+import type { ResponseIndex } from "./responses.js";
+
+export interface ResolvedRun {
+  runId: string;
+  identity: { source: RunSource; key: string; fingerprint: string; generation: number };
+  tag: string;
+  tenant: string;
+}
+
+export type ResolveRun = (headers: RequestHeaders, body: unknown, view: RequestView) => Promise<ResolvedRun>;
 
 /**
- * Which run a call belongs to, first match wins: a header, a body field, a W3C trace id,
- * and otherwise a fingerprint of the agent's loop split into generations.
+ * Which run a call belongs to, first match wins: a header, a body field, the run that
+ * produced the response it continues (`previous_response_id`), a W3C trace id, and
+ * otherwise a fingerprint of the agent's loop split into generations.
  */
-export function runResolver(rules: IdentifyRules, generations: Generations) {
-  return async (headers: RequestHeaders, body: unknown, view: ChatRequestView): Promise<ResolvedRun> => {
+export function runResolver(
+  rules: IdentifyRules,
+  generations: Generations,
+  responses: ResponseIndex,
+): ResolveRun {
+  return async (headers, body, view) => {
     const tag = readTag(headers, body, rules);
-    const named = explicitRun(headers, body, rules);
-    if (named) {
+    const tenant = readTenant(headers, rules);
+    const named = explicitRun(headers, body, rules, "named");
+    if (named)
       return {
         runId: named.runId,
         tag,
+        tenant,
         identity: { source: named.source, key: named.key, fingerprint: "", generation: 0 },
       };
+    if (view.previousResponseId !== undefined) {
+      const runId = await responses.runOf(view.previousResponseId);
+      if (runId !== undefined) {
+        return {
+          runId,
+          tag,
+          tenant,
+          identity: {
+            source: RunSource.RUN_SOURCE_PREVIOUS_RESPONSE,
+            key: view.previousResponseId,
+            fingerprint: "",
+            generation: 0,
+          },
+        };
+      }
     }
+    const traced = explicitRun(headers, body, rules, "traced");
+    if (traced)
+      return {
+        runId: traced.runId,
+        tag,
+        tenant,
+        identity: { source: traced.source, key: traced.key, fingerprint: "", generation: 0 },
+      };
     const fingerprint = fingerprintOf(view);
     const { runId, generation } = await generations.resolve(fingerprint, view.messageCount);
     return {
       runId,
       tag,
+      tenant,
       identity: { source: RunSource.RUN_SOURCE_FINGERPRINT, key: "", fingerprint, generation },
     };
   };

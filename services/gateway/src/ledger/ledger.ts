@@ -1,11 +1,12 @@
-import { type Bus, BusError, BusUnavailableError, ConcurrencyError } from "@holdfast/bus";
+import { type Bus, BusError, ConcurrencyError, type Watch, type WatchedEvent } from "@holdfast/bus";
 import {
   type DecodedEnvelope,
-  type EventPayload,
+  decide,
+  decodeEnvelope,
   evolve,
-  foldRun,
   initialState,
   makeEnvelope,
+  type RunCommand,
   type RunState,
 } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
@@ -17,117 +18,90 @@ export interface LedgerOptions {
   newId: () => string;
   /** Runs kept in memory; beyond it the least recently used are dropped and re-read on demand. */
   maxCachedRuns?: number;
-  /** Attempts to re-read and re-decide after another writer got to a run first. */
+  /** Attempts to catch up and re-decide after another writer got to a run first. */
   maxConflictRetries?: number;
-  /** How long an append may wait behind the run's earlier appends before giving up. */
-  queueTimeoutMs?: number;
+}
+
+/** Who a run's events are labelled with. */
+export interface RunLabels {
+  tag: string;
+  tenant: string;
+}
+
+export interface Executed {
+  /** The events the command appended (none when it had already been carried out). */
+  events: DecodedEnvelope[];
+  state: RunState;
 }
 
 interface Entry {
   state: RunState;
-  /** Stream sequence of the run's last event: the expectation for the next append. */
+  /** Stream sequence of the run's last event as this gateway knows it: the next append's expectation. */
   lastStreamSequence: number;
   /** Tail of this run's appends: they run one after another, in call order. */
   tail: Promise<unknown>;
-}
-
-/** Decides the payload of the next event from the run as it stands. */
-export type Decide = (state: RunState) => EventPayload;
-/** A decision that may be "append nothing" (e.g. the step it is about has already finished). */
-export type DecideIfNeeded = (state: RunState) => EventPayload | undefined;
-
-export interface Appended {
-  event: DecodedEnvelope;
-  state: RunState;
+  /** Appends of this process in flight; what the watch brings meanwhile waits in `heard`. */
+  appending: number;
+  heard: WatchedEvent[];
+  /** The state may be behind the log (a gap in what the watch delivered): catch up before deciding. */
+  stale: boolean;
+  /** The state was read from (or confirmed by) the log, not just assumed new. */
+  known: boolean;
 }
 
 /**
- * The gateway's view of runs: each run's state folded from its events, kept in memory,
- * and the only way the gateway appends to a run.
+ * The gateway's view of runs and the only way it appends to one.
+ *
+ * Each run it serves is kept in memory and follows the log: a watch on the event stream
+ * folds in what other gateways append (a hold, a stop, their calls), so a decision is
+ * made from current state without reading the run first. A run first seen here is taken
+ * to be new; if it is not, its first append fails the stream's expected-sequence check
+ * and the run is read. After any conflict the run is read from the last event this
+ * gateway knew, not from the start.
  *
  * Appends to one run are serialized in this process and guarded across processes by the
- * stream's expected-last-sequence check: when another gateway appended first, the run is
- * re-read, the event re-decided, and the append retried.
+ * expected-last-subject-sequence check.
  */
 export class RunLedger {
   private readonly runs = new Map<string, Entry>();
   private readonly pending = new Set<Promise<unknown>>();
+  private watch: Watch | undefined;
 
   constructor(private readonly options: LedgerOptions) {}
 
-  /**
-   * Appends the event `decide` makes from the run's current state, and returns the
-   * envelope as appended together with the run state after it.
-   *
-   * An append waits for the run's earlier appends. If its turn has not come within
-   * `queueTimeoutMs` (the log is down and an earlier outcome is still being retried), it
-   * gives up without appending anything and rejects with BusUnavailableError.
-   */
-  append(runId: string, tag: string, decide: Decide): Promise<Appended> {
-    return this.enqueue(runId, tag, decide).then(defined);
-  }
-
-  /**
-   * Like append, but `decide` may find there is nothing to append; the event is then
-   * undefined. The run is re-read from the log first: "nothing to do" must not be
-   * concluded from a state this gateway cached before others appended.
-   */
-  appendIfNeeded(
-    runId: string,
-    tag: string,
-    decide: DecideIfNeeded,
-  ): Promise<{ event: DecodedEnvelope | undefined; state: RunState }> {
-    return this.enqueue(runId, tag, decide, { reloadFirst: true });
-  }
-
-  private enqueue(
-    runId: string,
-    tag: string,
-    decide: DecideIfNeeded,
-    options: { reloadFirst?: boolean } = {},
-  ): Promise<{ event: DecodedEnvelope | undefined; state: RunState }> {
-    const entry = this.entry(runId);
-    let gaveUp = false;
-    const turn = entry.tail.then(async () => {
-      if (gaveUp) throw new BusUnavailableError("gave up waiting for the run's earlier appends");
-      clearTimeout(timer);
-      if (options.reloadFirst) await this.reload(runId, entry);
-      return this.appendNow(runId, tag, decide, entry);
+  /** Starts following the log. */
+  async start(): Promise<void> {
+    this.watch = await this.options.bus.watch((event) => this.heard(event));
+    // The watch may have missed events while disconnected: every cached run catches up.
+    this.watch.onGap(() => {
+      for (const entry of this.runs.values()) entry.stale = true;
     });
-    entry.tail = turn.catch(() => undefined);
-    this.track(turn);
-    let timer: NodeJS.Timeout | undefined;
-    const waited = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        gaveUp = true;
-        reject(
-          new BusUnavailableError(
-            `run ${JSON.stringify(runId)}: earlier events are still waiting for the event log after ${this.queueTimeoutMs} ms`,
-          ),
-        );
-      }, this.queueTimeoutMs);
-    });
-    waited.catch(() => undefined);
-    return Promise.race([turn, waited]);
   }
 
-  private get queueTimeoutMs(): number {
-    return this.options.queueTimeoutMs ?? 5_000;
+  async stop(): Promise<void> {
+    await this.drain();
+    await this.watch?.stop();
   }
 
   /**
-   * Like append, but keeps retrying while the log is unreachable: for outcomes of calls
-   * that already happened, which must reach the log even if NATS blinks. The event id is
-   * fixed across attempts, so a retry whose predecessor landed is not written twice.
+   * Decides `command` on the run as it stands and appends what it decides, once the log
+   * has acknowledged it. Rejects with a BusError when the log cannot take it.
    */
-  record(runId: string, tag: string, decide: Decide): Promise<Appended> {
-    const entry = this.entry(runId);
-    const result = entry.tail.then(async () => {
-      const id = this.options.newId();
-      const at = this.options.clock();
+  execute(runId: string, labels: RunLabels, command: RunCommand): Promise<Executed> {
+    return this.enqueue(runId, (entry) => this.executeNow(runId, labels, command, entry, this.idsFor()));
+  }
+
+  /**
+   * Like execute, but keeps retrying while the log is unreachable: for the outcomes of
+   * calls that already happened, which must reach the log even if NATS blinks. The event
+   * ids are fixed across those retries, so one that had in fact landed is not written twice.
+   */
+  executeDurably(runId: string, labels: RunLabels, command: RunCommand): Promise<Executed> {
+    return this.enqueue(runId, async (entry) => {
+      const ids = this.idsFor();
       for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
         try {
-          return defined(await this.appendNow(runId, tag, decide, entry, id, at));
+          return await this.executeNow(runId, labels, command, entry, ids);
         } catch (error) {
           if (!(error instanceof BusError) || !error.retryable || error instanceof ConcurrencyError)
             throw error;
@@ -136,16 +110,13 @@ export class RunLedger {
         }
       }
     });
-    entry.tail = result.catch(() => undefined);
-    this.track(result);
-    return result;
   }
 
   /** The run's current state, read from the log if this gateway has not seen it yet. */
   async current(runId: string): Promise<RunState> {
     const entry = this.entry(runId);
     await entry.tail;
-    if (entry.lastStreamSequence === 0 && entry.state.lastSequence === 0) await this.reload(runId, entry);
+    if (entry.stale || !entry.known) await this.catchUp(runId, entry);
     return entry.state;
   }
 
@@ -154,13 +125,141 @@ export class RunLedger {
     while (this.pending.size > 0) await Promise.allSettled([...this.pending]);
   }
 
+  /** Runs held in memory (for health and benchmarks). */
+  get cachedRuns(): number {
+    return this.runs.size;
+  }
+
+  private enqueue(runId: string, work: (entry: Entry) => Promise<Executed>): Promise<Executed> {
+    const entry = this.entry(runId);
+    const turn = entry.tail.then(() => work(entry));
+    entry.tail = turn.catch(() => undefined);
+    const settled = turn.finally(() => this.pending.delete(settled));
+    settled.catch(() => undefined);
+    this.pending.add(settled);
+    return turn;
+  }
+
+  /** Event ids for one decision's events, fixed across its retries. */
+  private idsFor(): () => string {
+    const ids: string[] = [];
+    let next = 0;
+    return () => {
+      if (next === ids.length) ids.push(this.options.newId());
+      return ids[next++]!;
+    };
+  }
+
+  private async executeNow(
+    runId: string,
+    labels: RunLabels,
+    command: RunCommand,
+    entry: Entry,
+    ids: () => string,
+  ): Promise<Executed> {
+    const retries = this.options.maxConflictRetries ?? 5;
+    for (let attempt = 0; ; attempt++) {
+      // Only a start may assume a run it has not read is new; anything else decides on
+      // the run as the log has it (a step's outcome after its run left the cache).
+      if (entry.stale || (!entry.known && command.type !== "StartStep")) await this.catchUp(runId, entry);
+      const at = this.options.clock();
+      const events: DecodedEnvelope[] = [];
+      try {
+        entry.appending += 1;
+        for (const payload of decide(command, entry.state, at)) {
+          const envelope = makeEnvelope({
+            id: ids(),
+            runId,
+            sequence: entry.state.lastSequence + 1,
+            timestampMs: at,
+            tag: labels.tag,
+            tenant: labels.tenant,
+            payload,
+          });
+          const { streamSequence } = await this.options.bus.append(envelope, entry.lastStreamSequence);
+          entry.state = evolve(entry.state, envelope);
+          entry.lastStreamSequence = streamSequence;
+          // The log took it at the sequence expected: the state is the log's.
+          entry.known = true;
+          events.push(envelope);
+        }
+        return { events, state: entry.state };
+      } catch (error) {
+        if (!(error instanceof ConcurrencyError) || attempt >= retries) throw error;
+        this.options.log.debug({ runId, attempt }, "run moved on in another writer; catching up");
+        entry.stale = true;
+      } finally {
+        entry.appending -= 1;
+        this.replayHeard(entry);
+      }
+    }
+  }
+
+  /** Folds in what the log holds after the last event this gateway knew of the run. */
+  private async catchUp(runId: string, entry: Entry): Promise<void> {
+    entry.stale = false;
+    // What the watch brings during the read waits, and is folded after it.
+    entry.appending += 1;
+    try {
+      const missing = await this.options.bus.readRun(runId, entry.lastStreamSequence);
+      for (const { envelope } of missing.events) entry.state = evolve(entry.state, envelope);
+      entry.lastStreamSequence = missing.lastStreamSequence;
+      entry.known = true;
+    } catch (error) {
+      entry.stale = true;
+      throw error;
+    } finally {
+      entry.appending -= 1;
+      this.replayHeard(entry);
+    }
+  }
+
+  private heard(event: WatchedEvent): void {
+    const entry = this.runs.get(event.runId);
+    if (entry === undefined || event.streamSequence <= entry.lastStreamSequence) return;
+    if (entry.appending > 0) entry.heard.push(event);
+    else this.fold(entry, event);
+  }
+
+  private replayHeard(entry: Entry): void {
+    if (entry.appending > 0 || entry.heard.length === 0) return;
+    const heard = entry.heard;
+    entry.heard = [];
+    for (const event of heard) if (event.streamSequence > entry.lastStreamSequence) this.fold(entry, event);
+  }
+
+  /** Folds one watched event when it is the run's next; anything else means the state is behind. */
+  private fold(entry: Entry, event: WatchedEvent): void {
+    if (entry.stale) return;
+    try {
+      const envelope = decodeEnvelope(event.data);
+      if (envelope.sequence !== entry.state.lastSequence + 1) {
+        entry.stale = true;
+        return;
+      }
+      entry.state = evolve(entry.state, envelope);
+      entry.lastStreamSequence = event.streamSequence;
+    } catch {
+      entry.stale = true;
+    }
+  }
+
   private entry(runId: string): Entry {
     let entry = this.runs.get(runId);
     if (entry) {
       // Map iteration order is insertion order: re-inserting marks it most recently used.
       this.runs.delete(runId);
     } else {
-      entry = { state: initialState(runId), lastStreamSequence: 0, tail: Promise.resolve() };
+      // Taken to be new until the log says otherwise (see the class comment).
+      entry = {
+        state: initialState(runId),
+        lastStreamSequence: 0,
+        tail: Promise.resolve(),
+        appending: 0,
+        heard: [],
+        stale: false,
+        known: false,
+      };
     }
     this.runs.set(runId, entry);
     this.evict();
@@ -172,61 +271,7 @@ export class RunLedger {
     for (const [runId, entry] of this.runs) {
       if (this.runs.size <= max) break;
       // A run with appends in flight stays; its state is needed when they land.
-      if (entry.state.inFlight === 0) this.runs.delete(runId);
+      if (entry.appending === 0) this.runs.delete(runId);
     }
   }
-
-  private async appendNow(
-    runId: string,
-    tag: string,
-    decide: DecideIfNeeded,
-    entry: Entry,
-    id = this.options.newId(),
-    at?: number,
-  ): Promise<{ event: DecodedEnvelope | undefined; state: RunState }> {
-    const { bus, clock } = this.options;
-    const retries = this.options.maxConflictRetries ?? 5;
-    for (let attempt = 0; ; attempt++) {
-      const payload = decide(entry.state);
-      if (payload === undefined) return { event: undefined, state: entry.state };
-      const envelope = makeEnvelope({
-        id,
-        runId,
-        sequence: entry.state.lastSequence + 1,
-        timestampMs: at ?? clock(),
-        tag,
-        payload,
-      }) as DecodedEnvelope;
-      try {
-        const { streamSequence } = await bus.append(envelope, entry.lastStreamSequence);
-        entry.state = evolve(entry.state, envelope);
-        entry.lastStreamSequence = streamSequence;
-        return { event: envelope, state: entry.state };
-      } catch (error) {
-        if (!(error instanceof ConcurrencyError) || attempt >= retries) throw error;
-        this.options.log.debug({ runId, attempt }, "run moved on in another writer; re-reading");
-        await this.reload(runId, entry);
-      }
-    }
-  }
-
-  private async reload(runId: string, entry: Entry): Promise<void> {
-    const history = await this.options.bus.readRun(runId);
-    entry.state = foldRun(
-      runId,
-      history.events.map((e) => e.envelope),
-    );
-    entry.lastStreamSequence = history.lastStreamSequence;
-  }
-
-  private track(promise: Promise<unknown>): void {
-    const settled = promise.finally(() => this.pending.delete(settled));
-    settled.catch(() => undefined);
-    this.pending.add(settled);
-  }
-}
-
-function defined(result: { event: DecodedEnvelope | undefined; state: RunState }): Appended {
-  if (result.event === undefined) throw new Error("a total decision appended nothing");
-  return { event: result.event, state: result.state };
 }

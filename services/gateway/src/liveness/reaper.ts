@@ -1,6 +1,7 @@
 import type { Bus } from "@holdfast/bus";
-import { apiFromName, type EventPayload, FailureReason, foldRun, type RunState } from "@holdfast/events";
+import { type FailStep, FailureReason, foldRun, type OpenStep, type RunState } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
+import { type Pricer, providerFromUpstream } from "@holdfast/providers";
 import type { RunLedger } from "../ledger/ledger.js";
 import type { Liveness } from "./liveness.js";
 
@@ -8,16 +9,19 @@ export interface ReaperOptions {
   bus: Bus;
   ledger: RunLedger;
   liveness: Liveness;
+  pricer: Pricer;
   log: Logger;
   intervalMs: number;
 }
 
 /**
  * Finishes the calls a dead gateway left in flight. A process killed mid-call never
- * appends the call's outcome, so without this its run would read "running" forever.
- * Every gateway reaps; the runs' sequence checks and a decision re-made on the current
- * state make sure each orphan gets exactly one StepFailed (reason gateway_error, usage
- * and cost unknown: the provider may have answered and billed).
+ * appends the call's outcome (or dies before the log acknowledged it), so without this its
+ * run would read "running" forever and an answered call would go unmetered. Each orphan
+ * gets one StepFailed (reason gateway_error) charged from what its start recorded: the
+ * input estimated from the request and the run's average output so far, priced, and
+ * marked estimated. Every gateway reaps; a decision re-made on the run as the log has it,
+ * under the run's sequence check, makes sure no orphan is failed twice.
  */
 export class Reaper {
   private timer: NodeJS.Timeout | undefined;
@@ -62,45 +66,59 @@ export class Reaper {
         runId,
         history.events.map((e) => e.envelope),
       );
-      for (const step of state.steps) {
-        if (step.status !== "in_flight" || (await liveness.isAlive(step.gateway))) continue;
-        const { event } = await ledger.appendIfNeeded(runId, state.tag, (current) =>
-          orphanFailure(current, step.stepId),
+      for (const step of state.open.values()) {
+        if (await liveness.isAlive(step.gateway)) continue;
+        const { events } = await ledger.execute(
+          runId,
+          { tag: state.tag, tenant: state.tenant },
+          this.charge(state, step),
         );
-        if (event) {
+        if (events.length > 0) {
           reaped += 1;
           log.warn(
             { runId, step: step.step, gateway: step.gateway },
-            "marked a call failed: its gateway died",
+            "charged a call whose gateway died, from its estimate",
           );
         }
       }
     }
     return reaped;
   }
-}
 
-/** The StepFailed for an orphaned step, or nothing if it has finished meanwhile. */
-function orphanFailure(state: RunState, stepId: string): EventPayload | undefined {
-  const step = state.steps.find((s) => s.stepId === stepId);
-  if (step === undefined || step.status !== "in_flight") return undefined;
-  return {
-    $case: "stepFailed",
-    value: {
-      stepId,
-      step: step.step,
-      api: apiFromName(step.api),
+  /** The lost step's outcome: failed, charged from the estimate its start recorded. */
+  private charge(state: RunState, step: OpenStep): FailStep {
+    const outputTokens = state.completed > 0 ? Math.round(state.totals.outputTokens / state.completed) : 0;
+    const usage = {
+      // Not the provider's report: the provider's answer (if any) was lost with the gateway.
+      reported: false,
+      inputTokens: step.estimatedInputTokens,
+      outputTokens,
+      cachedInputTokens: 0,
+      cacheWriteTokens: 0,
+      reasoningTokens: 0,
+    };
+    const cost = this.options.pricer.price({
       model: step.model,
-      upstreamStatus: 0,
+      usage: { ...usage, reported: true },
+      provider: providerFromUpstream(step.upstream),
+    });
+    return {
+      type: "FailStep",
+      stepId: step.stepId,
+      outcome: {
+        model: step.model,
+        upstreamStatus: 0,
+        usage,
+        cost,
+        latencyMs: 0,
+        firstByteMs: 0,
+        responseId: "",
+        estimated: true,
+      },
       reason: FailureReason.FAILURE_REASON_GATEWAY_ERROR,
       errorType: "gateway_lost",
       errorCode: "",
-      errorMessage: `The gateway handling this call (${step.gateway}) stopped before the call finished; its outcome is unknown.`,
-      usage: { reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 },
-      cost: { known: false, nanoUsd: 0 },
-      latencyMs: 0,
-      firstByteMs: 0,
-      stream: step.stream,
-    },
-  };
+      errorMessage: `The gateway handling this call (${step.gateway}) stopped before its outcome was recorded; it is charged from Holdfast's estimate.`,
+    };
+  }
 }

@@ -1,4 +1,10 @@
 import type { IncomingHttpHeaders } from "node:http";
+import {
+  type ApiShape,
+  type ProviderFamily,
+  providerFromUpstream,
+  type ShapeName,
+} from "@holdfast/providers";
 import { Agent, type Dispatcher, errors as undiciErrors } from "undici";
 
 export interface UpstreamOptions {
@@ -20,12 +26,15 @@ export interface UpstreamRequest {
 /** One provider endpoint with a pool of keep-alive connections. */
 export class Upstream {
   readonly origin: string;
+  /** The price catalog's provider for this host (undefined for self-hosted ones). */
+  readonly provider: string | undefined;
   private readonly basePath: string;
   private readonly agent: Agent;
 
   constructor(options: UpstreamOptions) {
     const url = new URL(options.baseUrl);
     this.origin = url.origin;
+    this.provider = providerFromUpstream(options.baseUrl);
     this.basePath = url.pathname.replace(/\/+$/, "");
     this.agent = new Agent({
       keepAliveTimeout: 30_000,
@@ -103,4 +112,75 @@ export function isTimeout(error: unknown): boolean {
     error instanceof undiciErrors.BodyTimeoutError ||
     error instanceof undiciErrors.ConnectTimeoutError
   );
+}
+
+const AUTO: Record<ProviderFamily, string> = {
+  openai: "https://api.openai.com/v1",
+  anthropic: "https://api.anthropic.com/v1",
+};
+
+export interface UpstreamsConfig {
+  /** "auto", or one base URL for every shape. */
+  upstream: string;
+  /** A base URL per shape, overriding `upstream`. */
+  byShape: Partial<Record<ShapeName, string | undefined>>;
+  timeoutMs: number;
+}
+
+/**
+ * Where each call goes: a base URL per API shape (configured, or by `auto`: Anthropic
+ * Messages to Anthropic, the rest to OpenAI), one connection pool per origin.
+ */
+export class Upstreams {
+  private readonly pools = new Map<string, Upstream>();
+  private readonly byShape = new Map<ShapeName, Upstream>();
+  private readonly byFamily: Record<ProviderFamily, Upstream>;
+
+  constructor(private readonly config: UpstreamsConfig) {
+    this.byFamily = {
+      openai: this.pool(config.upstream === "auto" ? AUTO.openai : config.upstream),
+      anthropic: this.pool(config.upstream === "auto" ? AUTO.anthropic : config.upstream),
+    };
+  }
+
+  /** The upstream for calls of one shape. */
+  forShape(shape: ApiShape): Upstream {
+    let upstream = this.byShape.get(shape.name);
+    if (upstream === undefined) {
+      const url = this.config.byShape[shape.name];
+      upstream = url === undefined ? this.byFamily[shape.family] : this.pool(url);
+      this.byShape.set(shape.name, upstream);
+    }
+    return upstream;
+  }
+
+  /**
+   * The upstream for a path Holdfast does not meter (models, files, count_tokens, …):
+   * Anthropic's when the request speaks Anthropic (its path or its headers), else OpenAI's.
+   */
+  forPassthrough(path: string, headers: IncomingHttpHeaders): Upstream {
+    const anthropic =
+      path.startsWith("/v1/messages") ||
+      (headers["anthropic-version"] !== undefined && headers["x-api-key"] !== undefined);
+    return this.forFamily(anthropic ? "anthropic" : "openai");
+  }
+
+  private forFamily(family: ProviderFamily): Upstream {
+    const shape = family === "anthropic" ? "anthropic_messages" : "openai_chat_completions";
+    const url = this.config.byShape[shape];
+    return url === undefined ? this.byFamily[family] : this.pool(url);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.pools.values()].map((upstream) => upstream.close()));
+  }
+
+  private pool(baseUrl: string): Upstream {
+    let upstream = this.pools.get(baseUrl);
+    if (upstream === undefined) {
+      upstream = new Upstream({ baseUrl, timeoutMs: this.config.timeoutMs });
+      this.pools.set(baseUrl, upstream);
+    }
+    return upstream;
+  }
 }

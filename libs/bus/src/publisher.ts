@@ -1,0 +1,131 @@
+import {
+  createInbox,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  type Subscription,
+} from "@nats-io/transport-node";
+
+/** JetStream's answer to a publish: where the message landed, or why it did not. */
+export type PubAck =
+  | { readonly ok: true; readonly seq: number; readonly duplicate: boolean }
+  | { readonly ok: false; readonly errCode: number; readonly description: string }
+  /** Nobody answered: no stream took the subject (503 no responders), or the ack timed out. */
+  | { readonly ok: false; readonly errCode: 0; readonly description: string };
+
+interface Pending {
+  readonly resolve: (ack: PubAck) => void;
+  readonly deadline: number;
+}
+
+/**
+ * Publishes to JetStream with many publishes in flight and their acknowledgements
+ * matched as they come back, on one subscription and one timer for all of them: no
+ * promise, timer or Error per publish (the nats.js request path builds all three), so an
+ * ack costs a JSON parse and a map lookup. Writes issued in the same tick go out in one
+ * socket write (nats.js coalesces them).
+ */
+export class AsyncPublisher {
+  private readonly prefix: string;
+  private readonly pending = new Map<string, Pending>();
+  private readonly subscription: Subscription;
+  private readonly sweeper: NodeJS.Timeout;
+  private next = 0;
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly ackTimeoutMs: number,
+  ) {
+    this.prefix = createInbox();
+    this.subscription = nc.subscribe(`${this.prefix}.*`, {
+      callback: (error, msg) => {
+        if (error === null) this.settle(msg);
+      },
+    });
+    // Acks are overdue only by whole sweeps: a publish times out between one and two
+    // sweep intervals after its deadline would have fired.
+    const sweepMs = Math.max(50, Math.min(1_000, Math.floor(ackTimeoutMs / 4)));
+    this.sweeper = setInterval(() => this.sweep(), sweepMs);
+    this.sweeper.unref();
+  }
+
+  /** Publishes and resolves with JetStream's ack (never rejects: failures are PubAcks). */
+  publish(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
+    const token = (this.next++).toString(36);
+    return new Promise<PubAck>((resolve) => {
+      this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs });
+      try {
+        this.nc.publish(subject, data, { reply: `${this.prefix}.${token}`, headers });
+      } catch (error) {
+        this.pending.delete(token);
+        resolve({ ok: false, errCode: 0, description: (error as Error).message });
+      }
+    });
+  }
+
+  /** Answers every publish still waiting as failed, and stops. */
+  close(): void {
+    clearInterval(this.sweeper);
+    this.subscription.unsubscribe();
+    for (const [token, pending] of this.pending) {
+      this.pending.delete(token);
+      pending.resolve({
+        ok: false,
+        errCode: 0,
+        description: "the connection closed before JetStream answered",
+      });
+    }
+  }
+
+  get inFlight(): number {
+    return this.pending.size;
+  }
+
+  private settle(msg: Msg): void {
+    const token = msg.subject.slice(this.prefix.length + 1);
+    const pending = this.pending.get(token);
+    if (pending === undefined) return;
+    this.pending.delete(token);
+    if (msg.headers?.hasError) {
+      pending.resolve({
+        ok: false,
+        errCode: 0,
+        description: `${msg.headers.code} ${msg.headers.description}`,
+      });
+      return;
+    }
+    pending.resolve(readAck(msg.data));
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    for (const [token, pending] of this.pending) {
+      if (pending.deadline > now) continue;
+      this.pending.delete(token);
+      pending.resolve({
+        ok: false,
+        errCode: 0,
+        description: `JetStream did not acknowledge within ${this.ackTimeoutMs} ms`,
+      });
+    }
+  }
+}
+
+function readAck(data: Uint8Array): PubAck {
+  let body: { seq?: unknown; duplicate?: unknown; error?: { err_code?: unknown; description?: unknown } };
+  try {
+    body = JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("utf8"));
+  } catch {
+    return { ok: false, errCode: 0, description: "JetStream answered with something that is not an ack" };
+  }
+  if (body.error !== undefined) {
+    return {
+      ok: false,
+      errCode: typeof body.error.err_code === "number" ? body.error.err_code : 0,
+      description: String(body.error.description ?? "unknown JetStream error"),
+    };
+  }
+  if (typeof body.seq !== "number")
+    return { ok: false, errCode: 0, description: "JetStream's ack has no sequence" };
+  return { ok: true, seq: body.seq, duplicate: body.duplicate === true };
+}

@@ -1,0 +1,388 @@
+import { Api, FailureReason, RunSource, StepCompleted, StepFailed } from "@holdfast/proto";
+import { describe, expect, it } from "vitest";
+import {
+  type DecodedEnvelope,
+  decodeEnvelope,
+  type EventPayload,
+  encodeEnvelope,
+  makeEnvelope,
+  type StoredEnvelope,
+} from "../envelope.js";
+import {
+  type CompleteStep,
+  decide,
+  type FailStep,
+  type ObservedOutcome,
+  type RunCommand,
+  type StartStep,
+} from "./decide.js";
+import { evolve, foldRun, initialState, type RunState, RunStatus } from "./state.js";
+import { describeRun } from "./view.js";
+
+// The run as a decider, specified given/when/then: given these events, when this
+// command, then these events (and this state).
+
+const RUN = "agent-7";
+const NOW = 1_764_000_000_000;
+
+/** Envelopes for payloads, numbered from 1 as the log would. */
+function history(...payloads: EventPayload[]): DecodedEnvelope[] {
+  return payloads.map((payload, i) =>
+    makeEnvelope({
+      id: `e${i + 1}`,
+      runId: RUN,
+      sequence: i + 1,
+      timestampMs: NOW + i * 10,
+      tag: "t",
+      payload,
+    }),
+  );
+}
+
+function given(...payloads: EventPayload[]) {
+  const state = foldRun(RUN, history(...payloads));
+  return {
+    state,
+    when: (command: RunCommand) => ({
+      // biome-ignore lint/suspicious/noThenProperty: given/when/then is the specification's grammar; this object is never awaited
+      then: (...expected: EventPayload[]) => expect(decide(command, state, NOW)).toEqual(expected),
+    }),
+  };
+}
+
+const identity = {
+  source: RunSource.RUN_SOURCE_HEADER,
+  key: "x-holdfast-run",
+  fingerprint: "",
+  generation: 0,
+};
+
+function start(stepId: string, overrides: Partial<StartStep> = {}): StartStep {
+  return {
+    type: "StartStep",
+    stepId,
+    api: Api.API_OPENAI_CHAT_COMPLETIONS,
+    model: "gpt-4o-mini",
+    stream: false,
+    identity,
+    messageCount: 2,
+    upstream: "http://127.0.0.1:1",
+    gateway: "gw-1#a",
+    estimatedInputTokens: 12,
+    ...overrides,
+  };
+}
+
+function observed(
+  tokens: [number, number],
+  nanoUsd: number | null,
+  extra: Partial<ObservedOutcome> = {},
+): ObservedOutcome {
+  return {
+    model: "gpt-4o-mini-2024-07-18",
+    upstreamStatus: 200,
+    usage: {
+      reported: true,
+      inputTokens: tokens[0],
+      outputTokens: tokens[1],
+      cachedInputTokens: 0,
+      cacheWriteTokens: 0,
+      reasoningTokens: 0,
+    },
+    cost: { known: nanoUsd !== null, nanoUsd: nanoUsd ?? 0 },
+    latencyMs: 120,
+    firstByteMs: 40,
+    responseId: "chatcmpl-1",
+    estimated: false,
+    ...extra,
+  };
+}
+
+const complete = (stepId: string, outcome = observed([10, 5], 700)): CompleteStep => ({
+  type: "CompleteStep",
+  stepId,
+  outcome,
+  finishReason: "stop",
+  toolCalls: [],
+});
+
+const fail = (stepId: string, outcome = observed([0, 0], 0)): FailStep => ({
+  type: "FailStep",
+  stepId,
+  outcome: { ...outcome, upstreamStatus: 429 },
+  reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
+  errorType: "rate_limit_error",
+  errorCode: "rate_limit_exceeded",
+  errorMessage: "slow down",
+});
+
+/** The events a command decides on a state, as the next payloads of the run. */
+function apply(state: RunState, ...commands: RunCommand[]): { state: RunState; events: EventPayload[] } {
+  const events: EventPayload[] = [];
+  for (const command of commands) {
+    for (const payload of decide(command, state, NOW)) {
+      events.push(payload);
+      state = evolve(
+        state,
+        makeEnvelope({
+          id: `d${state.lastSequence + 1}`,
+          runId: RUN,
+          sequence: state.lastSequence + 1,
+          timestampMs: NOW,
+          tag: "t",
+          payload,
+        }),
+      );
+    }
+  }
+  return { state, events };
+}
+
+const started = (stepId: string) => decide(start(stepId), initialState(RUN), NOW)[0]!;
+
+describe("StartStep", () => {
+  it("given a new run, when a step starts, then it is step 1 with what the call said", () => {
+    given()
+      .when(start("s1"))
+      .then({
+        $case: "stepStarted",
+        value: {
+          stepId: "s1",
+          step: 1,
+          api: Api.API_OPENAI_CHAT_COMPLETIONS,
+          model: "gpt-4o-mini",
+          stream: false,
+          identity,
+          messageCount: 2,
+          upstream: "http://127.0.0.1:1",
+          gateway: "gw-1#a",
+          estimatedInputTokens: 12,
+        },
+      });
+  });
+
+  it("given two steps started, when another starts, then it is step 3", () => {
+    const { state } = apply(initialState(RUN), start("s1"), start("s2"));
+    expect(decide(start("s3"), state, NOW)).toMatchObject([{ value: { step: 3 } }]);
+  });
+
+  it("given the step is already in flight, when it is started again (a retry), then nothing is appended", () => {
+    const { state } = apply(initialState(RUN), start("s1"));
+    expect(decide(start("s1"), state, NOW)).toEqual([]);
+  });
+});
+
+describe("CompleteStep and FailStep", () => {
+  it("given a step in flight, when it completes, then the outcome carries the step's number, api and stream", () => {
+    const { state } = apply(initialState(RUN), start("s1", { stream: true }));
+    expect(decide(complete("s1"), state, NOW)).toEqual([
+      {
+        $case: "stepCompleted",
+        value: StepCompleted.fromPartial({
+          outcome: {
+            stepId: "s1",
+            step: 1,
+            api: Api.API_OPENAI_CHAT_COMPLETIONS,
+            stream: true,
+            ...observed([10, 5], 700),
+          },
+          finishReason: "stop",
+          toolCalls: [],
+        }),
+      },
+    ]);
+  });
+
+  it("given a step that has finished, when its outcome is recorded again (a retry after the dedupe window), then nothing is appended", () => {
+    const { state } = apply(initialState(RUN), start("s1"), complete("s1"));
+    expect(decide(complete("s1"), state, NOW)).toEqual([]);
+    expect(decide(fail("s1"), state, NOW)).toEqual([]);
+  });
+
+  it("given no such step, when an outcome arrives, then nothing is appended", () => {
+    given().when(complete("ghost")).then();
+  });
+
+  it("given a step in flight, when it fails, then the failure keeps the provider's type, code and message", () => {
+    const { state, events } = apply(initialState(RUN), start("s1"), fail("s1"));
+    expect(events[1]).toEqual({
+      $case: "stepFailed",
+      value: StepFailed.fromPartial({
+        outcome: {
+          stepId: "s1",
+          step: 1,
+          api: Api.API_OPENAI_CHAT_COMPLETIONS,
+          stream: false,
+          ...observed([0, 0], 0),
+          upstreamStatus: 429,
+        },
+        reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
+        errorType: "rate_limit_error",
+        errorCode: "rate_limit_exceeded",
+        errorMessage: "slow down",
+      }),
+    });
+    expect(state).toMatchObject({ failed: 1, completed: 0, status: RunStatus.Idle });
+  });
+
+  it("given an outcome without a model, then the step's requested model stands", () => {
+    const { events } = apply(
+      initialState(RUN),
+      start("s1"),
+      complete("s1", observed([1, 1], 1, { model: "" })),
+    );
+    expect(events[1]).toMatchObject({ value: { outcome: { model: "gpt-4o-mini" } } });
+  });
+});
+
+describe("evolve", () => {
+  it("given calls in flight and finished, then status, counts and totals follow, unknown costs counted apart", () => {
+    let { state } = apply(initialState(RUN), start("s1"), start("s2"));
+    expect(state).toMatchObject({ status: RunStatus.Running, started: 2 });
+    expect(state.open.size).toBe(2);
+    ({ state } = apply(
+      state,
+      complete("s1", observed([100, 20], 1_500)),
+      complete("s2", observed([50, 5], null, { estimated: true })),
+    ));
+    expect(state).toMatchObject({
+      status: RunStatus.Idle,
+      completed: 2,
+      totals: { inputTokens: 150, outputTokens: 25, costNanoUsd: 1_500, unpricedSteps: 1, estimatedSteps: 1 },
+    });
+    expect(state.open.size).toBe(0);
+  });
+
+  it("given an event already folded (a redelivery), then nothing changes", () => {
+    const events = history(started("s1"));
+    const once = foldRun(RUN, events);
+    expect(evolve(once, events[0]!)).toBe(once);
+  });
+
+  it("costs the same per event whatever the run's length: only calls in flight are kept", () => {
+    let state = initialState(RUN);
+    for (let i = 0; i < 20_000; i++) ({ state } = apply(state, start(`s${i}`), complete(`s${i}`)));
+    expect(state).toMatchObject({ started: 20_000, completed: 20_000, lastSequence: 40_000 });
+    expect(state.open.size).toBe(0);
+    expect(Object.keys(state)).not.toContain("steps");
+  });
+
+  it("given an event type this version does not know, then it takes its place in the sequence and is counted", () => {
+    const unknown: StoredEnvelope = {
+      id: "e2",
+      type: "RunHeld",
+      schemaVersion: 1,
+      runId: RUN,
+      sequence: 2,
+      timestampMs: NOW,
+      tag: "",
+      tenant: "",
+      payload: undefined,
+      unknown: "type",
+    };
+    const state = foldRun(RUN, [...history(started("s1")), unknown]);
+    expect(state).toMatchObject({ lastSequence: 2, unknownEvents: 1, started: 1 });
+    // The next decision numbers the next event after it.
+    expect(decide(start("s2"), state, NOW)).toMatchObject([{ value: { step: 2 } }]);
+  });
+});
+
+describe("schema versions", () => {
+  it("reads a version 1 StepCompleted (fields flat) as version 2 (fields in outcome)", () => {
+    const v1 = {
+      ...makeEnvelope({
+        id: "e2",
+        runId: RUN,
+        sequence: 2,
+        timestampMs: NOW,
+        tag: "",
+        payload: { $case: "stepCompleted", value: StepCompleted.fromPartial({}) },
+      }),
+      schemaVersion: 1,
+      payload: {
+        $case: "stepCompleted" as const,
+        value: StepCompleted.fromPartial({
+          stepId: "s1",
+          step: 1,
+          api: Api.API_OPENAI_CHAT_COMPLETIONS,
+          model: "m",
+          upstreamStatus: 200,
+          usage: { reported: true, inputTokens: 7, outputTokens: 3 },
+          cost: { known: true, nanoUsd: 9 },
+          latencyMs: 5,
+          firstByteMs: 2,
+          finishReason: "stop",
+          toolCalls: ["t"],
+          stream: true,
+        }),
+      },
+    };
+    const read = decodeEnvelope(encodeEnvelope(v1));
+    expect(read.schemaVersion).toBe(2);
+    expect(read.payload).toMatchObject({
+      value: {
+        finishReason: "stop",
+        toolCalls: ["t"],
+        outcome: {
+          stepId: "s1",
+          step: 1,
+          model: "m",
+          upstreamStatus: 200,
+          latencyMs: 5,
+          firstByteMs: 2,
+          stream: true,
+          usage: { inputTokens: 7 },
+          cost: { nanoUsd: 9 },
+          estimated: false,
+        },
+      },
+    });
+    const state = foldRun(RUN, [...history(started("s1")), read]);
+    expect(state).toMatchObject({ completed: 1, totals: { inputTokens: 7, costNanoUsd: 9 } });
+  });
+
+  it("skips a later version of a known type instead of half-reading it", () => {
+    const later = { ...history(started("s1"))[0]!, schemaVersion: 99 };
+    expect(decodeEnvelope(encodeEnvelope(later))).toMatchObject({
+      payload: undefined,
+      unknown: "version",
+      type: "StepStarted",
+    });
+  });
+});
+
+describe("describeRun", () => {
+  it("lists every step in order with names for people", () => {
+    const events: StoredEnvelope[] = [];
+    let state = initialState(RUN);
+    for (const command of [start("s1"), complete("s1"), start("s2"), fail("s2")]) {
+      for (const payload of decide(command, state, NOW)) {
+        const envelope = makeEnvelope({
+          id: `x${state.lastSequence + 1}`,
+          runId: RUN,
+          sequence: state.lastSequence + 1,
+          timestampMs: NOW,
+          tag: "prod",
+          payload,
+        });
+        events.push(envelope);
+        state = evolve(state, envelope);
+      }
+    }
+    const view = describeRun(RUN, events);
+    expect(view).toMatchObject({
+      status: "idle",
+      tag: "prod",
+      completed: 1,
+      failed: 1,
+      inFlight: 0,
+      identifiedBy: { source: "header" },
+    });
+    expect(view.steps.map((s) => [s.step, s.status, s.api, s.failure?.reason ?? null, s.responseId])).toEqual(
+      [
+        [1, "completed", "openai_chat_completions", null, "chatcmpl-1"],
+        [2, "failed", "openai_chat_completions", "upstream_status", "chatcmpl-1"],
+      ],
+    );
+  });
+});

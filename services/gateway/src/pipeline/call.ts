@@ -1,0 +1,485 @@
+import type { IncomingHttpHeaders } from "node:http";
+import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
+import { type Api, apiFromName, FailureReason, type RunCommand, type StartStep } from "@holdfast/events";
+import {
+  type AnswerSummary,
+  type ApiShape,
+  NO_USAGE,
+  type Pricer,
+  type ProviderError,
+  type RequestView,
+  readProviderError,
+  redactSecretsDeep,
+  SseParser,
+  type StreamMeter,
+  type UsageReport,
+} from "@holdfast/providers";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import type { Dispatcher } from "undici";
+import {
+  type GatewayError,
+  InvalidRequestError,
+  LogUnavailableError,
+  UpstreamTimeoutError,
+  UpstreamUnreachableError,
+} from "../errors.js";
+import { RequestHeaders } from "../http/headers.js";
+import type { ResolveRun } from "../identify/resolve.js";
+import type { ResponseIndex } from "../identify/responses.js";
+import type { RunLabels, RunLedger } from "../ledger/ledger.js";
+import {
+  forwardHeaders,
+  isTimeout,
+  returnHeaders,
+  type Upstream,
+  type Upstreams,
+} from "../upstream/upstream.js";
+import type { Call, PipelineHooks } from "./hooks.js";
+import { ResponseWriter } from "./writer.js";
+
+export interface PipelineDeps {
+  ledger: RunLedger;
+  upstreams: Upstreams;
+  pricer: Pricer;
+  /** This gateway process, as recorded in StepStarted ("<instance id>#<boot id>"). */
+  instanceId: string;
+  newId: () => string;
+  resolveRun: ResolveRun;
+  responses: ResponseIndex;
+  /** False while the event log is unreachable: a call that cannot be recorded is not forwarded. */
+  logConnected: () => boolean;
+  onRecordError: (error: unknown, runId: string) => void;
+}
+
+/** How a call ended, before it is made an event. */
+type Ending =
+  | { kind: "completed"; status: number; summary: AnswerSummary }
+  | {
+      kind: "failed";
+      reason: FailureReason;
+      status: number;
+      error: ProviderError;
+      usage: UsageReport;
+      model: string | undefined;
+      responseId: string | undefined;
+    };
+
+// About four characters a token: what a lost step is charged for its input.
+const CHARS_PER_TOKEN = 4;
+
+/**
+ * One model call, whatever its API shape: identify the run → decide before forward →
+ * record the start while forwarding (the answer's first byte waits for the start's ack,
+ * which overlaps the provider's own latency) → meter the answer as it streams → decide
+ * before deliver → record the outcome without making the client wait for it.
+ *
+ * A call killed between its answer and its outcome's ack is charged by the reaper from
+ * what the start recorded, marked as estimated: an answered call is never unmetered.
+ */
+export async function handleCall(
+  shape: ApiShape,
+  hooks: PipelineHooks,
+  deps: PipelineDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<void> {
+  const t0 = performance.now();
+  // The client going away aborts the upstream call: nobody would read the answer.
+  const abort = new AbortController();
+  reply.raw.on("close", () => {
+    if (!reply.raw.writableFinished) abort.abort();
+  });
+  const raw = request.body as Buffer;
+  const body = parseJson(raw);
+  const read = shape.readRequest(body);
+  if (!read.ok) throw new InvalidRequestError(read.error.message, { param: read.error.param });
+  const view = read.request;
+  const run = await deps.resolveRun(new RequestHeaders(request.raw.rawHeaders), body, view);
+  // The credentials of this call, kept out of everything recorded about it.
+  const secrets = credentialsOf(request.headers);
+  const call: Call = {
+    shape,
+    view,
+    run,
+    stepId: deps.newId(),
+    request,
+    writer: new ResponseWriter(reply.raw),
+    clientGone: abort.signal,
+  };
+  const verdict = await hooks.forward(call);
+  if (verdict.kind === "refuse") throw verdict.error;
+  if (!deps.logConnected()) throw logUnavailable();
+
+  const upstream = deps.upstreams.forShape(shape);
+  const api = apiFromName(shape.name);
+  const labels: RunLabels = { tag: run.tag, tenant: run.tenant };
+  const started = deps.ledger.execute(
+    run.runId,
+    labels,
+    startCommand(call, api, upstream, deps, raw.length, secrets),
+  );
+  // A call the log refused to start is not worth its answer: stop forwarding it.
+  let startFailed = false;
+  started.catch(() => {
+    startFailed = true;
+    abort.abort();
+  });
+
+  let firstByteMs = 0;
+  const markFirstByte = () => {
+    if (firstByteMs === 0) firstByteMs = Math.max(1, Math.round(performance.now() - t0));
+  };
+  const record = (ending: Ending): void => {
+    const latencyMs = Math.round(performance.now() - t0);
+    const command = redactSecretsDeep(
+      outcomeCommand(call, ending, latencyMs, firstByteMs, upstream, deps.pricer),
+      secrets,
+    );
+    deps.ledger.executeDurably(run.runId, labels, command).then(
+      ({ events }) => {
+        const responseId = command.outcome.responseId;
+        if (events.length > 0 && responseId !== "" && shape.name === "openai_responses") {
+          deps.responses
+            .remember(responseId, run.runId)
+            .catch((error: unknown) => deps.onRecordError(error, run.runId));
+        }
+      },
+      (error: unknown) => deps.onRecordError(error, run.runId),
+    );
+  };
+
+  const upstreamBody = upstreamBodyOf(shape, body, view, raw);
+  let response: Dispatcher.ResponseData;
+  try {
+    response = await upstream.request({
+      path: shape.upstreamPath,
+      method: "POST",
+      headers: forwardHeaders(request.headers, upstreamBody.length),
+      body: upstreamBody,
+      signal: abort.signal,
+    });
+  } catch (error) {
+    if (startFailed) throw logUnavailable(error);
+    if (abort.signal.aborted) return void record(clientAborted(NO_USAGE, view.model));
+    const timedOut = isTimeout(error);
+    const message = timedOut
+      ? "The provider did not answer in time."
+      : `The provider could not be reached: ${(error as Error).message}`;
+    record({
+      kind: "failed",
+      reason: FailureReason.FAILURE_REASON_UPSTREAM_UNREACHABLE,
+      status: 0,
+      error: {
+        type: timedOut ? "timeout" : "unreachable",
+        code: (error as { code?: string }).code ?? null,
+        message,
+      },
+      usage: NO_USAGE,
+      model: view.model,
+      responseId: undefined,
+    });
+    throw timedOut
+      ? new UpstreamTimeoutError(message, { cause: error })
+      : new UpstreamUnreachableError(message, { cause: error });
+  }
+
+  // Nothing reaches the client before the log holds the call's start.
+  try {
+    await started;
+  } catch (cause) {
+    response.body.destroy();
+    throw logUnavailable(cause);
+  }
+
+  const contentType = String(response.headers["content-type"] ?? "");
+  if (response.statusCode < 300 && contentType.startsWith("text/event-stream")) {
+    reply.hijack();
+    await relayStream(call, hooks, response, shape.streamMeter(view), markFirstByte, record, secrets);
+    return;
+  }
+
+  let bytes: Buffer;
+  try {
+    bytes = Buffer.from(await response.body.arrayBuffer());
+    markFirstByte();
+  } catch (error) {
+    if (abort.signal.aborted) return void record(clientAborted(NO_USAGE, view.model));
+    const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;
+    record(upstreamReset(message, NO_USAGE, view.model, response.statusCode));
+    throw new UpstreamUnreachableError(message, { cause: error });
+  }
+
+  const text = decodeBody(bytes, response.headers["content-encoding"]);
+  const headers = returnHeaders(response.headers, bytes.length);
+  if (response.statusCode >= 300) {
+    record({
+      kind: "failed",
+      reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
+      status: response.statusCode,
+      error: readProviderError(response.statusCode, text, secrets),
+      usage: NO_USAGE,
+      model: view.model,
+      responseId: undefined,
+    });
+    reply.hijack();
+    call.writer.send(response.statusCode, headers, bytes);
+    return;
+  }
+  const summary = shape.summarize(safeJson(text));
+  const delivery = await hooks.deliver(call, summary);
+  record({ kind: "completed", status: response.statusCode, summary });
+  if (delivery.kind === "refuse") throw delivery.error;
+  reply.hijack();
+  call.writer.send(response.statusCode, headers, bytes);
+}
+
+/**
+ * Passes an SSE answer through event by event as each arrives, byte for byte, except
+ * events the shape marks hidden. Backpressure from a slow client slows the read from the
+ * provider. The terminal event (and anything after it) is held until the decision before
+ * delivery; the outcome is recorded then, without waiting for the log.
+ */
+async function relayStream(
+  call: Call,
+  hooks: PipelineHooks,
+  response: Dispatcher.ResponseData,
+  meter: StreamMeter,
+  markFirstByte: () => void,
+  record: (ending: Ending) => void,
+  secrets: readonly string[],
+): Promise<void> {
+  const { writer, clientGone, view, shape } = call;
+  writer.startStream(response.statusCode, returnHeaders(response.headers, undefined));
+  const parser = new SseParser();
+  let terminal = false;
+  let held = "";
+  const relay = (events: ReturnType<SseParser["push"]>): boolean => {
+    let out = "";
+    for (const event of events) {
+      const seen = meter.observe(event);
+      if (seen.hidden) continue;
+      if (seen.terminal) terminal = true;
+      if (terminal) held += event.raw;
+      else out += event.raw;
+    }
+    return out.length === 0 || writer.write(out);
+  };
+  try {
+    for await (const chunk of response.body) {
+      markFirstByte();
+      if (!relay(parser.push(chunk as Buffer))) await writer.drained(clientGone);
+      if (clientGone.aborted) throw new Error("client gone");
+    }
+    relay(parser.flush());
+  } catch (error) {
+    const summary = meter.summary();
+    if (clientGone.aborted) return record(clientAborted(summary.usage, summary.model ?? view.model));
+    const message = `The provider's connection broke before the stream was complete: ${(error as Error).message}`;
+    record(upstreamReset(message, summary.usage, summary.model ?? view.model, response.statusCode));
+    writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
+    return;
+  }
+  const summary = meter.summary();
+  if (meter.errorEvent !== undefined) {
+    // The client already has the provider's own error event; record what it said.
+    record({
+      kind: "failed",
+      reason: FailureReason.FAILURE_REASON_UPSTREAM_STREAM_ERROR,
+      status: response.statusCode,
+      error: readProviderError(response.statusCode, meter.errorEvent, secrets),
+      usage: summary.usage,
+      model: summary.model ?? view.model,
+      responseId: summary.responseId,
+    });
+    writer.end(held);
+    return;
+  }
+  if (!meter.complete) {
+    const message = "The provider ended the stream before it was complete.";
+    record(upstreamReset(message, summary.usage, summary.model ?? view.model, response.statusCode));
+    writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
+    return;
+  }
+  const delivery = await hooks.deliver(call, summary);
+  record({ kind: "completed", status: response.statusCode, summary });
+  if (delivery.kind === "refuse") {
+    writer.end(shape.streamErrorEvent(delivery.error.message, delivery.error));
+    return;
+  }
+  writer.end(held);
+}
+
+function startCommand(
+  call: Call,
+  api: Api,
+  upstream: Upstream,
+  deps: PipelineDeps,
+  bodyBytes: number,
+  secrets: readonly string[],
+): StartStep {
+  return redactSecretsDeep(
+    {
+      type: "StartStep",
+      stepId: call.stepId,
+      api,
+      model: call.view.model,
+      stream: call.view.stream,
+      identity: call.run.identity,
+      messageCount: call.view.messageCount,
+      upstream: upstream.origin,
+      gateway: deps.instanceId,
+      estimatedInputTokens: Math.ceil(bodyBytes / CHARS_PER_TOKEN),
+    },
+    secrets,
+  );
+}
+
+function outcomeCommand(
+  call: Call,
+  ending: Ending,
+  latencyMs: number,
+  firstByteMs: number,
+  upstream: Upstream,
+  pricer: Pricer,
+): Extract<RunCommand, { type: "CompleteStep" | "FailStep" }> {
+  if (ending.kind === "completed") {
+    const { summary } = ending;
+    const model = summary.model ?? call.view.model;
+    return {
+      type: "CompleteStep",
+      stepId: call.stepId,
+      outcome: {
+        model,
+        upstreamStatus: ending.status,
+        usage: { ...summary.usage },
+        cost: pricer.price({ model, usage: summary.usage, provider: upstream.provider }),
+        latencyMs,
+        firstByteMs,
+        responseId: summary.responseId ?? "",
+        estimated: false,
+      },
+      finishReason: summary.finishReason ?? "",
+      toolCalls: summary.toolCalls.map((toolCall) => toolCall.name),
+    };
+  }
+  const model = ending.model ?? call.view.model;
+  // A provider bills no tokens for a call it refused; a call cut off midway consumed an
+  // unknown amount unless usage arrived before the break.
+  const cost =
+    ending.reason === FailureReason.FAILURE_REASON_UPSTREAM_STATUS
+      ? { known: true, nanoUsd: 0 }
+      : pricer.price({ model, usage: ending.usage, provider: upstream.provider });
+  return {
+    type: "FailStep",
+    stepId: call.stepId,
+    outcome: {
+      model,
+      upstreamStatus: ending.status,
+      usage: { ...ending.usage },
+      cost,
+      latencyMs,
+      firstByteMs,
+      responseId: ending.responseId ?? "",
+      estimated: false,
+    },
+    reason: ending.reason,
+    errorType: ending.error.type,
+    errorCode: ending.error.code ?? "",
+    errorMessage: ending.error.message,
+  };
+}
+
+function clientAborted(usage: UsageReport, model: string | undefined): Ending {
+  return {
+    kind: "failed",
+    reason: FailureReason.FAILURE_REASON_CLIENT_ABORTED,
+    status: 0,
+    error: {
+      type: "client_aborted",
+      code: null,
+      message: "The client closed the connection before the response was complete.",
+    },
+    usage,
+    model,
+    responseId: undefined,
+  };
+}
+
+function upstreamReset(
+  message: string,
+  usage: UsageReport,
+  model: string | undefined,
+  status: number,
+): Ending {
+  return {
+    kind: "failed",
+    reason: FailureReason.FAILURE_REASON_UPSTREAM_RESET,
+    status,
+    error: { type: "upstream_reset", code: null, message },
+    usage,
+    model,
+    responseId: undefined,
+  };
+}
+
+function logUnavailable(cause?: unknown): GatewayError {
+  return new LogUnavailableError(
+    "Holdfast could not record this call in its event log, so it was not sent to the provider. Retry shortly.",
+    { cause },
+  );
+}
+
+/** The body to forward: the client's bytes, unless the shape must change it (usage opt-in). */
+function upstreamBodyOf(shape: ApiShape, body: unknown, view: RequestView, raw: Buffer): Buffer {
+  const changed = shape.upstreamBody(body as Record<string, unknown>, view);
+  return changed === undefined ? raw : Buffer.from(JSON.stringify(changed));
+}
+
+function parseJson(raw: Buffer | undefined): unknown {
+  if (raw === undefined || raw.length === 0) {
+    throw new InvalidRequestError("The request body is empty; expected a JSON object.");
+  }
+  try {
+    return JSON.parse(raw.toString("utf8"));
+  } catch (error) {
+    throw new InvalidRequestError(
+      `We could not parse the JSON body of your request: ${(error as Error).message}`,
+    );
+  }
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The response as text, undoing a compression the provider applied anyway. */
+function decodeBody(bytes: Buffer, encoding: string | string[] | undefined): string {
+  try {
+    switch (String(encoding ?? "").toLowerCase()) {
+      case "gzip":
+        return gunzipSync(bytes).toString("utf8");
+      case "deflate":
+        return inflateSync(bytes).toString("utf8");
+      case "br":
+        return brotliDecompressSync(bytes).toString("utf8");
+      default:
+        return bytes.toString("utf8");
+    }
+  } catch {
+    return "";
+  }
+}
+
+/** Credentials in this request, so that anything echoing them can be scrubbed. */
+function credentialsOf(headers: IncomingHttpHeaders): string[] {
+  const found: string[] = [];
+  const auth = headers.authorization;
+  if (typeof auth === "string") found.push(auth.replace(/^Bearer\s+/i, "").trim());
+  const key = headers["x-api-key"];
+  if (typeof key === "string") found.push(key.trim());
+  return found.filter((s) => s.length > 0);
+}

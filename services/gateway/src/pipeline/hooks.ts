@@ -1,0 +1,74 @@
+import type { AnswerSummary, ApiShape, RequestView } from "@holdfast/providers";
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { GatewayError } from "../errors.js";
+import type { ResolvedRun } from "../identify/resolve.js";
+import type { ResponseWriter } from "./writer.js";
+
+/** One model call as the pipeline's hooks see it. */
+export interface Call {
+  readonly shape: ApiShape;
+  readonly view: RequestView;
+  readonly run: ResolvedRun;
+  readonly stepId: string;
+  readonly request: FastifyRequest;
+  /** The client's side: whether anything has been written yet, keepalives, the answer. */
+  readonly writer: ResponseWriter;
+  /** Aborted when the client goes away. */
+  readonly clientGone: AbortSignal;
+}
+
+/** What a hook decides: go on, or answer the client with this error instead. */
+export type Verdict =
+  | { readonly kind: "continue" }
+  | { readonly kind: "refuse"; readonly error: GatewayError };
+
+export const CONTINUE: Verdict = Object.freeze({ kind: "continue" });
+
+/** Decides before the call is recorded and forwarded (limits, holds, waits, routing). */
+export type BeforeForward = (call: Call) => Verdict | Promise<Verdict>;
+/**
+ * Decides before the end of the answer reaches the client: after the provider answered and
+ * the answer was metered, before a buffered body is sent or a stream's terminal event is
+ * released (the tool-call gate).
+ */
+export type BeforeDeliver = (call: Call, answer: AnswerSummary) => Verdict | Promise<Verdict>;
+
+/** The two decision points of the pipeline, filled by feature plugins. */
+export class PipelineHooks {
+  readonly beforeForward: BeforeForward[] = [];
+  readonly beforeDeliver: BeforeDeliver[] = [];
+
+  async forward(call: Call): Promise<Verdict> {
+    for (const hook of this.beforeForward) {
+      const verdict = await hook(call);
+      if (verdict.kind !== "continue") return verdict;
+    }
+    return CONTINUE;
+  }
+
+  async deliver(call: Call, answer: AnswerSummary): Promise<Verdict> {
+    for (const hook of this.beforeDeliver) {
+      const verdict = await hook(call, answer);
+      if (verdict.kind !== "continue") return verdict;
+    }
+    return CONTINUE;
+  }
+}
+
+declare module "fastify" {
+  interface FastifyInstance {
+    /** Where feature plugins add their decisions: `app.pipeline.beforeForward.push(hook)`. */
+    pipeline: PipelineHooks;
+  }
+}
+
+/**
+ * A fastify plugin whose decorations and hooks reach the whole app (what fastify-plugin
+ * does), so a feature registered as a plugin can add to `app.pipeline`.
+ */
+export function shared<Options>(
+  plugin: (app: FastifyInstance, options: Options) => Promise<void>,
+): (app: FastifyInstance, options: Options) => Promise<void> {
+  Object.assign(plugin, { [Symbol.for("skip-override")]: true });
+  return plugin;
+}
