@@ -53,6 +53,60 @@ describe("readProviderError", () => {
     });
   });
 
+  it("given Anthropic's error event inside a 200 stream, then its inner type and message are read", () => {
+    const data = JSON.stringify({
+      type: "error",
+      error: { details: null, type: "overloaded_error", message: "Overloaded" },
+      request_id: "req_011CSHoEeqs5C35K2UUqR7Fy",
+    });
+    expect(readProviderError(200, data, [])).toEqual({
+      type: "overloaded_error",
+      code: null,
+      message: "Overloaded",
+    });
+  });
+
+  it("given the Responses API's error event as it is sent, nested, then the inner error is read", () => {
+    const data = JSON.stringify({
+      type: "error",
+      sequence_number: 2,
+      error: {
+        type: "tokens",
+        code: "rate_limit_exceeded",
+        message: "Rate limit reached for gpt-4.1 on tokens per min (TPM): Limit 30000, Used 25265.",
+        param: null,
+      },
+    });
+    expect(readProviderError(200, data, [])).toEqual({
+      type: "tokens",
+      code: "rate_limit_exceeded",
+      message: "Rate limit reached for gpt-4.1 on tokens per min (TPM): Limit 30000, Used 25265.",
+    });
+  });
+
+  it("given the Responses API's error event as documented, flat, then `type: error` is not taken for the error's type", () => {
+    const data = JSON.stringify({
+      type: "error",
+      code: "server_error",
+      message: "The server had an error while processing your request.",
+      param: null,
+      sequence_number: 7,
+    });
+    expect(readProviderError(200, data, [])).toEqual({
+      type: "api_error",
+      code: "server_error",
+      message: "The server had an error while processing your request.",
+    });
+  });
+
+  it("given an error without a type inside a 200 stream, then it is the provider's, not the request's", () => {
+    expect(readProviderError(200, JSON.stringify({ error: { message: "boom" } }), [])).toEqual({
+      type: "api_error",
+      code: null,
+      message: "boom",
+    });
+  });
+
   it("given Google's error in an array, then status is the type and the numeric code a string", () => {
     const body = JSON.stringify([
       { error: { code: 400, message: "API key not valid.", status: "INVALID_ARGUMENT" } },

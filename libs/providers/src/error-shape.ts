@@ -65,10 +65,13 @@ const MAX_MESSAGE = 500;
 const MAX_LABEL = 100;
 
 /**
- * Reads an upstream error response: OpenAI's `{error:{message,type,code}}`, Anthropic's
- * `{type:"error",error:{type,message}}`, Google's `{error:{code,message,status}}` (bare or
- * in an array), Mistral's top-level `{message,type,code}`. Anything else falls back to the HTTP status. Every field is scrubbed of
- * secrets, since providers echo keys back in auth errors, and the message is bounded.
+ * Reads an upstream error response or stream error event: OpenAI's
+ * `{error:{message,type,code}}`, Anthropic's and the Responses API's
+ * `{type:"error",error:{type,message}}`, the Responses API's documented flat
+ * `{type:"error",code,message}`, Google's `{error:{code,message,status}}` (bare or in an
+ * array), Mistral's top-level `{message,type,code}`. What is missing comes from the HTTP
+ * status. Every field is scrubbed of secrets, since providers echo keys back in auth
+ * errors, and the message is bounded.
  */
 export function readProviderError(
   status: number,
@@ -99,8 +102,12 @@ function errorObject(bodyText: string): Record<string, unknown> | undefined {
   if (!isRecord(body)) return undefined;
   if (isRecord(body.error)) return body.error;
   if (typeof body.error === "string") return { message: body.error };
+  if (typeof body.message !== "string") return undefined;
+  // The Responses API's `error` event as its reference documents it: the fields beside
+  // `type: "error"`, which names the event, not the kind of error.
+  if (body.type === "error") return { message: body.message, code: body.code };
   // Mistral puts the fields at the top level.
-  return typeof body.message === "string" ? body : undefined;
+  return body;
 }
 
 function firstString(...values: unknown[]): string | undefined {
@@ -108,8 +115,12 @@ function firstString(...values: unknown[]): string | undefined {
   return undefined;
 }
 
-/** The error type OpenAI itself uses for a status, so clients branch the same way. */
+/**
+ * The error type OpenAI itself uses for a status, so clients branch the same way. An
+ * error inside a successful response (a stream that failed midway) is the provider's.
+ */
 function typeForStatus(status: number): string {
+  if (status < 300) return "api_error";
   switch (status) {
     case 400:
       return "invalid_request_error";

@@ -1,3 +1,8 @@
+export type { AnthropicRequestResult, AnthropicRequestView } from "./anthropic-messages/request.js";
+export { readAnthropicRequest } from "./anthropic-messages/request.js";
+export { AnthropicStreamMeter, summarizeAnthropicMessage } from "./anthropic-messages/response.js";
+export { anthropicMessagesShape } from "./anthropic-messages/shape.js";
+export { readAnthropicUsage } from "./anthropic-messages/usage.js";
 export type {
   AnthropicErrorBody,
   OpenAIErrorBody,
@@ -12,6 +17,11 @@ export type { ChatChunkObservation } from "./openai-chat/response.js";
 export { ChatStreamMeter, summarizeChatCompletion } from "./openai-chat/response.js";
 export { openAIChatShape } from "./openai-chat/shape.js";
 export { readChatUsage } from "./openai-chat/usage.js";
+export type { ResponsesRequestResult, ResponsesRequestView } from "./openai-responses/request.js";
+export { readResponsesRequest } from "./openai-responses/request.js";
+export { ResponsesStreamMeter, summarizeResponse } from "./openai-responses/response.js";
+export { openAIResponsesShape } from "./openai-responses/shape.js";
+export { readResponsesUsage } from "./openai-responses/usage.js";
 export type { PriceInput, PriceOverride, PriceResult, Pricer, PricerOptions } from "./prices.js";
 export { createPricer, providerFromUpstream } from "./prices.js";
 export { redactKnownSecrets, redactSecretsDeep, scrubSecrets } from "./secrets.js";
@@ -30,6 +40,6 @@ export type {
 } from "./shape.js";
 export { SHAPES, shapeNamed } from "./shapes.js";
 export type { SseEvent } from "./sse.js";
-export { formatSseComment, formatSseData, SSE_DONE, SseParser } from "./sse.js";
+export { formatSseComment, formatSseData, formatSseEvent, SSE_DONE, SseParser } from "./sse.js";
 export type { UsageReport } from "./usage.js";
 export { NO_USAGE } from "./usage.js";

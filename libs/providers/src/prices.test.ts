@@ -1,6 +1,8 @@
-import { findProvider } from "@pydantic/genai-prices";
+import { calcPrice, findProvider } from "@pydantic/genai-prices";
 import { describe, expect, it } from "vitest";
+import { readAnthropicUsage } from "./anthropic-messages/usage.js";
 import { InvalidPriceOverrideError } from "./errors.js";
+import { readResponsesUsage } from "./openai-responses/usage.js";
 import { createPricer, providerFromUpstream } from "./prices.js";
 import type { UsageReport } from "./usage.js";
 
@@ -123,6 +125,94 @@ describe("createPricer, from the bundled catalog", () => {
   });
 });
 
+// List prices in nano-USD per token ($1 per million tokens is 1,000 nano a token).
+// claude-3-5-haiku: $0.80 input, $1.00 cache write, $0.08 cache read, $4 output.
+const HAIKU_3_5 = { input: 800, cacheWrite: 1_000, cacheRead: 80, output: 4_000 };
+// claude-sonnet-4-5 up to 200k prompt tokens: $3 input, $3.75 cache write, $0.30 cache read, $15 output.
+const SONNET_4_5 = { input: 3_000, cacheWrite: 3_750, cacheRead: 300, output: 15_000 };
+// o4-mini: $1.10 input, $0.275 cached input, $4.40 output.
+const O4_MINI = { input: 1_100, cachedInput: 275, output: 4_400 };
+
+// An Anthropic usage object as a cached tool loop reports it: `input_tokens` is only the
+// uncached part.
+const ANTHROPIC_USAGE = {
+  input_tokens: 2_000,
+  cache_creation_input_tokens: 10_000,
+  cache_read_input_tokens: 50_000,
+  output_tokens: 500,
+};
+
+describe("createPricer, Anthropic usage from the bundled catalog", () => {
+  const pricer = createPricer();
+  const call = readAnthropicUsage(ANTHROPIC_USAGE);
+
+  it.each([
+    ["anthropic", "anthropic"],
+    ["no provider", undefined],
+  ])(
+    "given claude-3-5-haiku with %s, then uncached, cache-written, cache-read and output tokens each get their rate",
+    (_case, provider) => {
+      expect(pricer.price({ model: "claude-3-5-haiku-20241022", usage: call, provider })).toEqual({
+        known: true,
+        nanoUsd:
+          2_000 * HAIKU_3_5.input +
+          10_000 * HAIKU_3_5.cacheWrite +
+          50_000 * HAIKU_3_5.cacheRead +
+          500 * HAIKU_3_5.output,
+      });
+    },
+  );
+
+  it.each([
+    ["anthropic", "anthropic"],
+    ["no provider", undefined],
+  ])("given claude-sonnet-4-5 with %s, then it prices the same way at its own rates", (_case, provider) => {
+    expect(pricer.price({ model: "claude-sonnet-4-5", usage: call, provider })).toEqual({
+      known: true,
+      nanoUsd:
+        2_000 * SONNET_4_5.input +
+        10_000 * SONNET_4_5.cacheWrite +
+        50_000 * SONNET_4_5.cacheRead +
+        500 * SONNET_4_5.output,
+    });
+  });
+
+  it("given cache tokens, then the call costs what its parts cost, not its whole input at the input rate", () => {
+    const uncachedOnly = readAnthropicUsage({ input_tokens: 62_000, output_tokens: 500 });
+    const cached = pricer.price({ model: "claude-3-5-haiku-20241022", usage: call });
+    const uncached = pricer.price({ model: "claude-3-5-haiku-20241022", usage: uncachedOnly });
+    expect(call.inputTokens).toBe(uncachedOnly.inputTokens);
+    expect(cached.nanoUsd).toBeLessThan(uncached.nanoUsd);
+  });
+});
+
+describe("createPricer, Responses usage with reasoning tokens", () => {
+  const pricer = createPricer();
+  // A reasoning model's usage: 1,024 of its 1,200 output tokens were reasoning.
+  const call = readResponsesUsage({
+    input_tokens: 5_000,
+    input_tokens_details: { cached_tokens: 4_096 },
+    output_tokens: 1_200,
+    output_tokens_details: { reasoning_tokens: 1_024 },
+    total_tokens: 6_200,
+  });
+
+  it("given reasoning tokens, then they are billed as the output they are part of, once", () => {
+    expect(call.reasoningTokens).toBe(1_024);
+    expect(pricer.price({ model: "o4-mini", usage: call, provider: "openai" })).toEqual({
+      known: true,
+      nanoUsd: (5_000 - 4_096) * O4_MINI.input + 4_096 * O4_MINI.cachedInput + 1_200 * O4_MINI.output,
+    });
+  });
+
+  it("given the same usage without reasoning, then the price is the same", () => {
+    const plain = { ...call, reasoningTokens: 0 };
+    expect(pricer.price({ model: "o4-mini-2025-04-16", usage: plain })).toEqual(
+      pricer.price({ model: "o4-mini-2025-04-16", usage: call }),
+    );
+  });
+});
+
 describe("createPricer, with overrides", () => {
   it("given an override for a model the catalog lacks, then it prices from the override", () => {
     const pricer = createPricer({
@@ -205,5 +295,53 @@ describe("providerFromUpstream", () => {
     ["https://openai.com.evil.example"],
   ])("given %s, then the provider is unknown", (url) => {
     expect(providerFromUpstream(url)).toBeUndefined();
+  });
+});
+
+describe("createPricer, memoised rates against the catalog itself", () => {
+  // Every call after the first is priced from per-token rates read off the catalog once;
+  // they must give what the catalog gives, call after call, tiered and dated prices included.
+  const models: [string, string | undefined][] = [
+    ["gpt-4o-mini", "openai"],
+    ["gpt-4o", undefined],
+    ["o4-mini", "openai"],
+    ["claude-sonnet-4-5", "anthropic"],
+    ["claude-3-5-haiku-20241022", undefined],
+    ["gemini-1.5-pro", "google"],
+    ["gemini-2.5-pro", "google"],
+    ["deepseek-chat", "deepseek"],
+  ];
+  const usages: UsageReport[] = [
+    usage(10, 5),
+    usage(1_234, 567, 200),
+    { ...usage(250_000, 4_000, 100_000), cacheWriteTokens: 50_000 },
+    { ...usage(3_000, 900), cacheWriteTokens: 2_500 },
+  ];
+
+  it.each(models)("prices %s (provider %s) as calcPrice does, on every call", (model, provider) => {
+    const pricer = createPricer();
+    const catalogProvider = findProvider({ modelId: model, providerId: provider });
+    expect(catalogProvider, `${model} is in the catalog`).toBeDefined();
+    for (let round = 0; round < 2; round++) {
+      for (const u of usages) {
+        const direct = calcPrice(
+          {
+            input_tokens: u.inputTokens,
+            cache_read_tokens: u.cachedInputTokens,
+            cache_write_tokens: u.cacheWriteTokens,
+            output_tokens: u.outputTokens,
+          },
+          model,
+          { provider: catalogProvider },
+        );
+        const expected =
+          direct === null
+            ? { known: false, nanoUsd: 0 }
+            : { known: true, nanoUsd: Math.round(direct.total_price * 1e9) };
+        expect(pricer.price({ model, usage: u, provider }), `${model} ${JSON.stringify(u)}`).toEqual(
+          expected,
+        );
+      }
+    }
   });
 });

@@ -61,16 +61,23 @@ export function createPricer(options: PricerOptions = {}): Pricer {
     overrides.set(model, ratesOf(model, override));
   }
 
-  // Finding the catalog's provider for a model is most of a lookup's cost; it is done
-  // once per (provider, model) and the provider object handed to the catalog after that.
-  const providers = new Map<string, CatalogProvider | null>();
-  function catalogProvider(model: string, provider: string | undefined): CatalogProvider | null {
+  // The catalog's lookup (finding the provider, matching the model, resolving its price
+  // units) costs far more than the arithmetic, so it is done once per (provider, model):
+  // a model whose price is linear in the four token counts (no tiers, no price that
+  // changes by date or time of day) is priced from memoised per-token rates after that.
+  const memo = new Map<string, CatalogEntry>();
+  function catalogEntry(model: string, provider: string | undefined): CatalogEntry {
     const key = `${provider ?? ""}\u0000${model}`;
-    let found = providers.get(key);
+    let found = memo.get(key);
     if (found === undefined) {
-      found = findProvider({ modelId: model.toLowerCase().trim(), providerId: provider }) ?? null;
-      if (providers.size >= MAX_MEMO) providers.clear();
-      providers.set(key, found);
+      const catalogProvider =
+        findProvider({ modelId: model.toLowerCase().trim(), providerId: provider }) ?? null;
+      found =
+        catalogProvider === null
+          ? NOT_IN_CATALOG
+          : { provider: catalogProvider, linear: linearRates(model, catalogProvider) };
+      if (memo.size >= MAX_MEMO) memo.clear();
+      memo.set(key, found);
     }
     return found;
   }
@@ -92,9 +99,102 @@ export function createPricer(options: PricerOptions = {}): Pricer {
           NANO_PER_MTOK_PER_TOKEN;
         return { known: true, nanoUsd: roundNano(nano) };
       }
-      return priceFromCatalog(model, usage, catalogProvider(model, provider), at);
+      const entry = catalogEntry(model, provider);
+      if (entry.provider === null) return UNKNOWN;
+      if (entry.linear !== null)
+        return { known: true, nanoUsd: roundNano(linearUsd(entry.linear, usage) * NANO_PER_USD) };
+      return priceFromCatalog(model, usage, entry.provider, at);
     },
   };
+}
+
+interface CatalogEntry {
+  readonly provider: CatalogProvider | null;
+  readonly linear: LinearRates | null;
+}
+
+const NOT_IN_CATALOG: CatalogEntry = Object.freeze({ provider: null, linear: null });
+
+/** A price that is a fixed amount per call plus a rate per token of each kind, in USD. */
+interface LinearRates {
+  readonly perCall: number;
+  readonly uncachedInput: number;
+  readonly cachedInput: number;
+  readonly cacheWrite: number;
+  readonly output: number;
+}
+
+function linearUsd(r: LinearRates, u: UsageReport): number {
+  const uncached = u.inputTokens - u.cachedInputTokens - u.cacheWriteTokens;
+  return (
+    r.perCall +
+    uncached * r.uncachedInput +
+    u.cachedInputTokens * r.cachedInput +
+    u.cacheWriteTokens * r.cacheWrite +
+    u.outputTokens * r.output
+  );
+}
+
+const PROBE = 1_000_000;
+
+/**
+ * The model's price as per-token rates, read off the catalog by pricing one million
+ * tokens of each kind; null when the price is not linear in them (tiers by prompt
+ * length, prices by date or hour), and checked against the catalog on a mixed call
+ * before it is trusted.
+ */
+function linearRates(model: string, provider: CatalogProvider): LinearRates | null {
+  const total = (input: number, cacheRead: number, cacheWrite: number, output: number): number | null => {
+    try {
+      const result = calcPrice(
+        {
+          input_tokens: input,
+          cache_read_tokens: cacheRead,
+          cache_write_tokens: cacheWrite,
+          output_tokens: output,
+        },
+        model,
+        { provider },
+      );
+      if (result === null || !Number.isFinite(result.total_price)) return null;
+      if (Array.isArray(result.model.prices)) return null;
+      if (Object.values(result.model_price).some((price) => typeof price === "object")) return null;
+      return result.total_price;
+    } catch {
+      return null;
+    }
+  };
+  const perCall = total(0, 0, 0, 0);
+  const input = total(PROBE, 0, 0, 0);
+  const cached = total(PROBE, PROBE, 0, 0);
+  const written = total(PROBE, 0, PROBE, 0);
+  const output = total(0, 0, 0, PROBE);
+  if (perCall === null || input === null || cached === null || written === null || output === null)
+    return null;
+  const rates: LinearRates = {
+    perCall,
+    uncachedInput: (input - perCall) / PROBE,
+    cachedInput: (cached - perCall) / PROBE,
+    cacheWrite: (written - perCall) / PROBE,
+    output: (output - perCall) / PROBE,
+  };
+  const check = {
+    reported: true,
+    inputTokens: 12_345,
+    cachedInputTokens: 2_345,
+    cacheWriteTokens: 1_000,
+    outputTokens: 678,
+    reasoningTokens: 0,
+  };
+  const expected = total(
+    check.inputTokens,
+    check.cachedInputTokens,
+    check.cacheWriteTokens,
+    check.outputTokens,
+  );
+  if (expected === null) return null;
+  const got = linearUsd(rates, check);
+  return Math.abs(got - expected) <= Math.abs(expected) * 1e-9 ? rates : null;
 }
 
 type CatalogProvider = NonNullable<ReturnType<typeof findProvider>>;
@@ -103,10 +203,9 @@ const MAX_MEMO = 4_096;
 function priceFromCatalog(
   model: string,
   usage: UsageReport,
-  provider: CatalogProvider | null,
+  provider: CatalogProvider,
   at: Date | undefined,
 ): PriceResult {
-  if (provider === null) return UNKNOWN;
   let result: ReturnType<typeof calcPrice>;
   try {
     result = calcPrice(

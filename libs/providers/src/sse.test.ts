@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { formatSseComment, formatSseData, SSE_DONE, type SseEvent, SseParser } from "./sse.js";
+import {
+  eventType,
+  formatSseComment,
+  formatSseData,
+  formatSseEvent,
+  SSE_DONE,
+  type SseEvent,
+  SseParser,
+} from "./sse.js";
 
 const encoder = new TextEncoder();
 
@@ -194,5 +202,43 @@ describe("formatSseComment", () => {
       [true, undefined],
       [false, "[DONE]"],
     ]);
+  });
+});
+
+describe("formatSseEvent", () => {
+  it("given a name and JSON, then the parser reads back that name and that JSON", () => {
+    const text = formatSseEvent("error", { type: "error", error: { message: "a\nb" } });
+    expect(text).toBe('event: error\ndata: {"type":"error","error":{"message":"a\\nb"}}\n\n');
+    expect(parse([text])).toEqual([
+      {
+        raw: text,
+        data: '{"type":"error","error":{"message":"a\\nb"}}',
+        event: "error",
+        id: undefined,
+        comment: false,
+      },
+    ]);
+  });
+});
+
+describe("eventType", () => {
+  const typed = (data: string | undefined, event?: string): SseEvent => ({
+    raw: "",
+    data,
+    event,
+    id: undefined,
+    comment: false,
+  });
+
+  it.each([
+    ["the event name, over the data", typed('{"type":"b"}', "a"), "a"],
+    ["a leading type", typed('{"type":"message_stop"}'), "message_stop"],
+    ["a leading type with spaces", typed(' { "type" : "ping" }'), "ping"],
+    ["a type that is not first", typed('{"index":0,"type":"content_block_stop"}'), "content_block_stop"],
+    ["no type", typed('{"index":0}'), undefined],
+    ["data that is not JSON", typed("[DONE]"), undefined],
+    ["no data", typed(undefined), undefined],
+  ])("given %s, then the type is read", (_case, event, type) => {
+    expect(eventType(event)).toBe(type);
   });
 });

@@ -1,3 +1,5 @@
+import { parseObject } from "./json.js";
+
 /**
  * One Server-Sent-Events block as it arrived. `raw` is the exact text of the block, the
  * blank line that ends it included, so a proxy can forward events byte-for-byte while it
@@ -138,6 +140,33 @@ export class SseParser {
 /** One `data:` event carrying `json`. JSON text has no raw line breaks, so one line suffices. */
 export function formatSseData(json: unknown): string {
   return `data: ${JSON.stringify(json) ?? "null"}\n\n`;
+}
+
+/**
+ * One named event carrying `json`: `event: <name>` then its data, the way Anthropic's and
+ * the Responses API's streams send every event. `name` is the gateway's own, never a
+ * client's, so it holds no line break.
+ */
+export function formatSseEvent(name: string, json: unknown): string {
+  return `event: ${name}\n${formatSseData(json)}`;
+}
+
+// A typed event's JSON that begins with its type, as the providers send it: `{"type":"…"`.
+const LEADING_TYPE = /^\s*\{\s*"type"\s*:\s*"([^"\\]*)"/;
+
+/**
+ * The type of a typed stream event (Anthropic's, the Responses API's): its `event:` name,
+ * or, from a provider that sends data lines only, the `type` its JSON carries. Read from
+ * the first characters where they hold it, so most events are typed without a parse.
+ */
+export function eventType(event: SseEvent): string | undefined {
+  if (event.event !== undefined) return event.event;
+  const data = event.data;
+  if (data === undefined) return undefined;
+  const leading = LEADING_TYPE.exec(data);
+  if (leading !== null) return leading[1];
+  const json = parseObject(data);
+  return json !== undefined && typeof json.type === "string" ? json.type : undefined;
 }
 
 /**

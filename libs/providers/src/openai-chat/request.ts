@@ -1,3 +1,4 @@
+import { contentText } from "../content.js";
 import { isRecord } from "../json.js";
 import type { RequestRead, RequestView } from "../shape.js";
 
@@ -11,6 +12,7 @@ export interface ChatRequestView extends RequestView {
 export type ChatRequestResult = RequestRead<ChatRequestView>;
 
 const SYSTEM_ROLES = new Set(["system", "developer"]);
+const TEXT_PARTS: ReadonlySet<string> = new Set(["text"]);
 
 /**
  * Checks the few fields the gateway relies on and reads them. Everything else is the
@@ -59,8 +61,8 @@ export function readChatRequest(body: unknown): ChatRequestResult {
       );
     }
     // Only the text that is used gets built: long histories cost one pass of type checks.
-    if (SYSTEM_ROLES.has(role)) system.push(contentText(content));
-    else if (firstMessage === undefined) firstMessage = contentText(content);
+    if (SYSTEM_ROLES.has(role)) system.push(contentText(content, TEXT_PARTS));
+    else if (firstMessage === undefined) firstMessage = contentText(content, TEXT_PARTS);
   }
 
   return {
@@ -85,22 +87,6 @@ export function readChatRequest(body: unknown): ChatRequestResult {
 export function withStreamUsage(body: Record<string, unknown>): Record<string, unknown> {
   const options = isRecord(body.stream_options) ? body.stream_options : undefined;
   return { ...body, stream_options: { ...options, include_usage: true } };
-}
-
-/**
- * The text of a message's content. Parts that are not text (images, audio, files) stand
- * in as their JSON, so the same request always reads the same and different attachments
- * read differently.
- */
-function contentText(content: string | unknown[] | null | undefined): string {
-  if (typeof content === "string") return content;
-  if (!Array.isArray(content)) return "";
-  const texts: string[] = [];
-  for (const part of content) {
-    if (isRecord(part) && part.type === "text" && typeof part.text === "string") texts.push(part.text);
-    else texts.push(JSON.stringify(part) ?? "null");
-  }
-  return texts.join("\n");
 }
 
 function refuse(message: string, param: string | null): ChatRequestResult {

@@ -1,4 +1,4 @@
-import { isRecord } from "../json.js";
+import { isRecord, nonEmptyString, startsLikeObject, stringOr } from "../json.js";
 import type { AnswerSummary, ToolCall } from "../shape.js";
 import { NO_USAGE, type UsageReport } from "../usage.js";
 import { readChatUsage } from "./usage.js";
@@ -33,11 +33,11 @@ export function summarizeChatCompletion(json: unknown): AnswerSummary {
     }
   }
   return {
-    model: modelName(json.model),
+    model: nonEmptyString(json.model),
     usage: readUsage(json),
     finishReason,
     toolCalls,
-    responseId: modelName(json.id),
+    responseId: nonEmptyString(json.id),
   };
 }
 
@@ -89,8 +89,8 @@ export class ChatStreamMeter {
       return NOT_USAGE_ONLY;
     }
 
-    if (this.#model === undefined) this.#model = modelName(chunk.model);
-    if (this.#responseId === undefined) this.#responseId = modelName(chunk.id);
+    if (this.#model === undefined) this.#model = nonEmptyString(chunk.model);
+    if (this.#responseId === undefined) this.#responseId = nonEmptyString(chunk.id);
     const usage = readUsage(chunk);
     // Some providers repeat a running total in every chunk; the last one is the whole call.
     if (usage.reported) this.#usage = usage;
@@ -148,15 +148,6 @@ export class ChatStreamMeter {
   }
 }
 
-function startsLikeObject(data: string): boolean {
-  for (let i = 0; i < data.length; i++) {
-    const code = data.charCodeAt(i);
-    if (code === 0x7b /* { */) return true;
-    if (code !== 0x20 && code !== 0x09 && code !== 0x0a && code !== 0x0d) return false;
-  }
-  return false;
-}
-
 function readUsage(json: Record<string, unknown>): UsageReport {
   const usage = readChatUsage(json.usage);
   if (usage.reported) return usage;
@@ -175,12 +166,4 @@ function functionName(call: unknown): string | undefined {
   if (!isRecord(call) || !isRecord(call.function)) return undefined;
   const name = call.function.name;
   return typeof name === "string" && name.length > 0 ? name : undefined;
-}
-
-function stringOr(value: unknown): string {
-  return typeof value === "string" ? value : "";
-}
-
-function modelName(model: unknown): string | undefined {
-  return typeof model === "string" && model.length > 0 ? model : undefined;
 }
