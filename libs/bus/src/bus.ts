@@ -39,6 +39,8 @@ export interface BusOptions {
   replicas?: number;
   /** How long an append waits for the stream's acknowledgement. */
   appendTimeoutMs?: number;
+  /** Longest wait of a deferred append for others to share its socket write (default 2 ms). */
+  deferMs?: number;
 }
 
 export interface AppendResult {
@@ -149,7 +151,7 @@ export class Bus {
     private readonly options: BusOptions,
   ) {
     this.subjects = subjects;
-    this.publisher = new AsyncPublisher(nc, options.appendTimeoutMs ?? 5_000);
+    this.publisher = new AsyncPublisher(nc, options.appendTimeoutMs ?? 5_000, options.deferMs ?? 2);
     void this.followStatus();
   }
 
@@ -237,8 +239,15 @@ export class Bus {
    * JetStream message id, so a retried append never writes the event twice.
    *
    * Throws ConcurrencyError when another writer got there first.
+   *
+   * `defer`: nobody is waiting on this append urgently; it may wait a few milliseconds
+   * to share a socket write with the next append (see `flushDeferred`).
    */
-  async append(envelope: Envelope, expectedLastStreamSequence: number): Promise<AppendResult> {
+  async append(
+    envelope: Envelope,
+    expectedLastStreamSequence: number,
+    options: { defer?: boolean } = {},
+  ): Promise<AppendResult> {
     const type = envelope.type as EventType;
     const subject = this.subjects.runEvent(envelope.runId, type);
     const h = headers();
@@ -248,7 +257,10 @@ export class Bus {
     h.set("Holdfast-Type", envelope.type);
     h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
     h.set("Content-Type", "application/protobuf");
-    const ack = await this.publisher.publish(subject, encodeEnvelope(envelope), h);
+    const data = encodeEnvelope(envelope);
+    const ack = await (options.defer
+      ? this.publisher.publishDeferred(subject, data, h)
+      : this.publisher.publish(subject, data, h));
     if (ack.ok) return { streamSequence: ack.seq, duplicate: ack.duplicate };
     if (ack.errCode === JetStreamApiCodes.StreamWrongLastSequence) {
       // A retry of an append that already landed fails the sequence check before the
@@ -273,6 +285,11 @@ export class Bus {
       .catch(() => null);
     if (last && last.header.get("Nats-Msg-Id") === eventId) return last.seq;
     return undefined;
+  }
+
+  /** Sends deferred appends now: a caller about to wait on one of them should not wait the deferral out. */
+  flushDeferred(): void {
+    this.publisher.flush();
   }
 
   /**

@@ -18,12 +18,24 @@ interface Pending {
   readonly deadline: number;
 }
 
+interface Deferred {
+  readonly subject: string;
+  readonly data: Uint8Array;
+  readonly headers: MsgHdrs;
+  readonly token: string;
+}
+
 /**
  * Publishes to JetStream with many publishes in flight and their acknowledgements
  * matched as they come back, on one subscription and one timer for all of them: no
  * promise, timer or Error per publish (the nats.js request path builds all three), so an
  * ack costs a JSON parse and a map lookup. Writes issued in the same tick go out in one
  * socket write (nats.js coalesces them).
+ *
+ * A publish that nobody waits on urgently (a call's outcome, once the client has its
+ * answer) can be deferred: it goes out with the next urgent publish, in the same write, or
+ * after `deferMs`. On a loopback socket a write costs the writer the whole TCP path, so
+ * one agent after another on one gateway pays one write per call instead of two.
  */
 export class AsyncPublisher {
   private readonly prefix: string;
@@ -31,10 +43,13 @@ export class AsyncPublisher {
   private readonly subscription: Subscription;
   private readonly sweeper: NodeJS.Timeout;
   private next = 0;
+  private deferred: Deferred[] = [];
+  private deferTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
     private readonly ackTimeoutMs: number,
+    private readonly deferMs = 2,
   ) {
     this.prefix = createInbox();
     this.subscription = nc.subscribe(`${this.prefix}.*`, {
@@ -51,21 +66,51 @@ export class AsyncPublisher {
 
   /** Publishes and resolves with JetStream's ack (never rejects: failures are PubAcks). */
   publish(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
+    this.flush();
     const token = (this.next++).toString(36);
     return new Promise<PubAck>((resolve) => {
       this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs });
-      try {
-        this.nc.publish(subject, data, { reply: `${this.prefix}.${token}`, headers });
-      } catch (error) {
-        this.pending.delete(token);
-        resolve({ ok: false, errCode: 0, description: (error as Error).message });
-      }
+      this.send(subject, data, headers, token);
     });
+  }
+
+  /** Like publish, but the message may wait up to `deferMs` to share a write with others. */
+  publishDeferred(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
+    const token = (this.next++).toString(36);
+    return new Promise<PubAck>((resolve) => {
+      this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs });
+      this.deferred.push({ subject, data, headers, token });
+      this.deferTimer ??= setTimeout(() => this.flush(), this.deferMs);
+    });
+  }
+
+  /** Sends every deferred publish now. */
+  flush(): void {
+    if (this.deferTimer !== undefined) {
+      clearTimeout(this.deferTimer);
+      this.deferTimer = undefined;
+    }
+    if (this.deferred.length === 0) return;
+    const deferred = this.deferred;
+    this.deferred = [];
+    for (const d of deferred) this.send(d.subject, d.data, d.headers, d.token);
+  }
+
+  private send(subject: string, data: Uint8Array, headers: MsgHdrs, token: string): void {
+    try {
+      this.nc.publish(subject, data, { reply: `${this.prefix}.${token}`, headers });
+    } catch (error) {
+      const pending = this.pending.get(token);
+      this.pending.delete(token);
+      pending?.resolve({ ok: false, errCode: 0, description: (error as Error).message });
+    }
   }
 
   /** Answers every publish still waiting as failed, and stops. */
   close(): void {
     clearInterval(this.sweeper);
+    clearTimeout(this.deferTimer);
+    this.deferred = [];
     this.subscription.unsubscribe();
     for (const [token, pending] of this.pending) {
       this.pending.delete(token);

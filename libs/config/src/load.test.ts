@@ -52,6 +52,7 @@ describe("loadConfig", () => {
           max_body_bytes: 33_554_432,
           upstream_timeout_ms: 600_000,
           heartbeat_ms: 10_000,
+          outcome_defer_ms: 2,
         },
         nats: { host: "127.0.0.1", port: 0, prefix: "hf", replicas: 1 },
         clickhouse: { database: "holdfast", username: "default", password: "", reader_password: "" },
@@ -59,7 +60,8 @@ describe("loadConfig", () => {
         projector: {
           host: "127.0.0.1",
           port: 0,
-          batch_size: 500,
+          batch_size: 5_000,
+          linger_ms: 1_000,
           consumer: "projector",
           ack_wait_ms: 30_000,
           lease_ms: 10_000,

@@ -136,6 +136,11 @@ export const configSchema = z
             .describe(
               "How often a gateway says it is alive; one silent for 3 beats is dead and its calls in flight are marked failed.",
             ),
+          outcome_defer_ms: integer(0, 60_000)
+            .default(2)
+            .describe(
+              "How long a call's outcome may wait, once the client has its answer, to share one write to the log with other events, in milliseconds; a gateway killed meanwhile leaves the call to be charged from its estimate.",
+            ),
           instance_id: text("a non-empty string")
             .optional()
             .describe("Identifies this gateway in recorded events; when unset the gateway derives one."),
@@ -225,7 +230,14 @@ export const configSchema = z
           port: integer(0, 65535)
             .default(0)
             .describe("Port of the projector's HTTP API; 0 picks a free port."),
-          batch_size: integer(1, 10_000).default(500).describe("Events written to ClickHouse per insert."),
+          batch_size: integer(1, 50_000)
+            .default(5_000)
+            .describe("Most events written to ClickHouse per insert (and unacknowledged at once)."),
+          linger_ms: integer(0, 60_000)
+            .default(1_000)
+            .describe(
+              "Longest a batch waits, after its first event, for more to join it: how far the projection may trail a quiet log, in milliseconds.",
+            ),
           consumer: matching(/^[A-Za-z0-9_-]+$/, "a consumer name")
             .default("projector")
             .describe("Durable JetStream consumer name the projector reads through."),

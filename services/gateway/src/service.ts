@@ -33,6 +33,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
     prefix: config.nats.prefix,
     name: `holdfast-gateway ${instanceId}`,
     replicas: config.nats.replicas,
+    deferMs: config.gateway.outcome_defer_ms,
   });
   await bus.provision();
   const newId = createIdGenerator(clock);

@@ -206,13 +206,15 @@ export class Projector {
   /**
    * Takes events as they arrive and projects them in batches. A batch closes when it is
    * full, or `lingerMs` after its first event: a quiet log is projected within that
-   * delay, a busy one in large inserts (each insert is a new part for ClickHouse to
-   * merge, so many tiny ones cost more than they save). A batch that fails is retried,
+   * delay, a busy one in large inserts. Each insert costs ClickHouse a new part (files,
+   * then merges): measured on embedded chDB, about 4 ms per insert against some 30 µs
+   * per row, so a one-second linger takes the projector from ~1 ms of CPU per call to a
+   * fraction of that at a few hundred calls a second. A batch that fails is retried,
    * in order, until it succeeds: skipping it would lose events from the projection.
    */
   private async run(stint: Stint): Promise<void> {
     const { log, batchSize, bus, analytics, consumer } = this.options;
-    const lingerMs = this.options.lingerMs ?? 100;
+    const lingerMs = this.options.lingerMs ?? 1_000;
     while (stint.active && !this.stopping) {
       try {
         stint.checkpoint = await readCheckpoint(analytics, this.key!);

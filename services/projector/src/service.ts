@@ -46,6 +46,7 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
     log,
     consumer: config.projector.consumer,
     batchSize: config.projector.batch_size,
+    lingerMs: config.projector.linger_ms,
     ackWaitMs: config.projector.ack_wait_ms,
     leaseMs: config.projector.lease_ms,
   });

@@ -1,255 +1,496 @@
-// pnpm bench:gateway — what the gateway adds on top of the provider, measured side by side.
+// pnpm bench:gateway — what the Holdfast gateway adds on top of the provider, side by side
+// with the floor (a minimal node:http + undici proxy written in ./floor.ts).
 //
-// The stack runs as users run it (`holdfast up`: nats-server, projector with embedded
-// ClickHouse, gateway, each its own process) in front of the fake provider in a process
-// of its own. The same load generator then calls the provider directly and through the
-// gateway, at concurrency 1, 32 and 256, and prints both with their ratios. During the
-// gateway runs it also samples the event log (append rate) and the projector (lag).
+// One run starts the fake provider, the floor proxy and `holdfast up` (nats-server, the
+// projector with embedded ClickHouse, the gateway: each its own process, as users run it)
+// and drives each target with the same load generator: every API shape, streaming or
+// not, at 1, 32 and 256 connections. It prints added latency (p50/p99 over calling the
+// provider directly), req/s, time to first byte and CPU per call (read from /proc) for the
+// floor, the gateway alone and the whole stack (gateway + nats-server + projector), as
+// ratios to the floor; then two gateways alternating on one run, a 20,000-step run, and
+// the projection's lag. Linux only (CPU comes from /proc).
+//
+//   BENCH_PHASE_MS (default 4000)  measured time per phase, after a 1 s warm-up
+//   BENCH_CONCURRENCY (1,32,256)   BENCH_SHAPES (chat,responses,messages)
+//   BENCH_STEPS (20000)            length of the long run
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Pool } from "undici";
+import { CpuMeter, childrenOf } from "./cpu.js";
+import { type PhaseResult, percentile, runPhase, SHAPE_LOADS, type ShapeLoad, sleep } from "./load.js";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
-const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 6_000);
+const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 4_000);
 const WARMUP_MS = 1_000;
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,32,256").split(",").map(Number);
-const RUNS = Number(process.env.BENCH_RUNS ?? 64);
-const PROVIDER_MS = 250;
+const SHAPES = (process.env.BENCH_SHAPES ?? "chat,responses,messages").split(",");
+const STEPS = Number(process.env.BENCH_STEPS ?? 20_000);
+const RUNS = 64;
 
-interface Phase {
-  requests: number;
-  errors: number;
-  seconds: number;
-  latencies: Float64Array;
+interface Stack {
+  providerUrl: string;
+  floorUrl: string;
+  gatewayUrl: string;
+  natsUrl: string;
+  analyticsUrl: string;
+  pids: { floor: number; gateway: number; nats: number; projector: number };
+  children: ChildProcess[];
+  dataDir: string;
 }
 
-const body = JSON.stringify({
-  model: "gpt-4o-mini",
-  messages: [
-    { role: "system", content: "You are a benchmark." },
-    { role: "user", content: "Reply with a short sentence about throughput." },
-  ],
-});
+interface Measured {
+  result: PhaseResult;
+  cpu: CpuMeter;
+}
 
 async function main(): Promise<void> {
-  const dataDir = mkdtempSync(join(tmpdir(), "holdfast-bench-"));
-  const children: ChildProcess[] = [];
+  const stack = await startStack();
+  const lag = new LagSampler(stack.analyticsUrl);
   try {
-    const provider = spawn(process.execPath, [join(ROOT, "test/fake-provider/dist/main.js"), "--port", "0"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    children.push(provider);
-    const providerUrl = await firstMatch(provider, /listening on (http:\/\/\S+)/);
-
-    const up = spawn(
-      process.execPath,
-      [
-        join(ROOT, "libs/cli/dist/bin.js"),
-        "up",
-        "--data-dir",
-        dataDir,
-        "--port",
-        "0",
-        "--upstream",
-        `${providerUrl}/v1`,
-      ],
-      { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, HOLDFAST_LOG_LEVEL: "warn" } },
-    );
-    children.push(up);
-    await firstMatch(up, /(Ctrl-C stops everything)/);
-    const stack = JSON.parse(readFileSync(join(dataDir, "holdfast.json"), "utf8")) as {
-      gatewayUrl: string;
-      analyticsUrl: string;
-    };
-
     console.log(
       `Holdfast gateway benchmark — ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), node ${process.version}`,
     );
     console.log(
-      `Each phase: ${WARMUP_MS} ms warm-up, then ${PHASE_MS} ms measured; non-streaming chat completions,`,
+      `Per phase ${WARMUP_MS} ms warm-up + ${PHASE_MS} ms measured; fake provider with no added latency, so what`,
     );
     console.log(
-      `${RUNS} runs round-robin, fake provider with no added latency (so the gateway's share is visible).\n`,
+      "the proxies add is visible; load generator, provider and every proxy share this machine's CPUs.\n",
     );
-
-    const direct = new URL(providerUrl);
-    const gateway = new URL(stack.gatewayUrl);
-    const rows: string[][] = [];
-    const extras: string[] = [];
-    for (const c of CONCURRENCY) {
-      const d = await phase(direct.origin, "/v1/chat/completions", c);
-      const before = await streamLastSeq(stack.analyticsUrl);
-      const lag = sampleLag(stack.analyticsUrl);
-      const g = await phase(gateway.origin, "/v1/chat/completions", c);
-      const maxLag = lag.stop();
-      const after = await streamLastSeq(stack.analyticsUrl);
-      const catchUpMs = await waitCaughtUp(stack.analyticsUrl);
-      rows.push(row(c, "direct", d), row(c, "gateway", g), ratioRow(d, g));
-      extras.push(
-        `c=${String(c).padEnd(3)}  events appended ${rate((after - before) / (g.seconds + WARMUP_MS / 1000))}/s` +
-          `   projection lag max ${maxLag.events} events (${maxLag.ms} ms behind)` +
-          `   caught up ${catchUpMs} ms after load stopped`,
-      );
+    const summary: Row[] = [];
+    for (const shape of SHAPE_LOADS.filter((s) => SHAPES.includes(s.name))) {
+      for (const stream of [false, true]) {
+        for (const concurrency of CONCURRENCY) {
+          const row = await compare(stack, lag, shape, stream, concurrency);
+          summary.push(row);
+          console.log(formatRow(row));
+        }
+      }
     }
-    console.log(table(["conc", "target", "requests", "errors", "req/s", "p50 ms", "p99 ms"], rows));
-
-    // The same comparison with a provider that takes as long as a short real model call.
-    const slow = { "x-fake-latency-ms": String(PROVIDER_MS) };
-    const ds = await phase(direct.origin, "/v1/chat/completions", 32, slow);
-    const gs = await phase(gateway.origin, "/v1/chat/completions", 32, slow);
-    console.log(
-      `\nWith the provider answering in ${PROVIDER_MS} ms (a short real model call), concurrency 32:`,
-    );
-    console.log(
-      table(
-        ["conc", "target", "requests", "errors", "req/s", "p50 ms", "p99 ms"],
-        [row(32, "direct", ds), row(32, "gateway", gs), ratioRow(ds, gs)],
-      ),
-    );
-    console.log("\nEvent log and projection during the gateway phases (2 events per call):");
-    for (const line of extras) console.log(`  ${line}`);
+    console.log(`\n${legend()}`);
+    console.log(`\n${targets(summary)}`);
+    console.log(`\nProjection lag while Holdfast was under load: ${lag.report()}`);
+    await alternating(stack);
+    await longRun(stack);
   } finally {
-    for (const child of children.reverse()) child.kill("SIGINT");
-    await new Promise((resolve) => setTimeout(resolve, 2_000));
-    rmSync(dataDir, { recursive: true, force: true });
+    lag.stop();
+    for (const child of stack.children.reverse()) child.kill("SIGINT");
+    await sleep(2_000);
+    rmSync(stack.dataDir, { recursive: true, force: true });
   }
 }
 
-/** Keeps `concurrency` requests in flight for the phase and records each one's latency. */
-async function phase(
-  origin: string,
-  path: string,
+interface Row {
+  shape: string;
+  stream: boolean;
+  concurrency: number;
+  direct: PhaseResult;
+  floor: Measured;
+  holdfast: Measured;
+  pids: Stack["pids"];
+}
+
+async function compare(
+  stack: Stack,
+  lag: LagSampler,
+  shape: ShapeLoad,
+  stream: boolean,
   concurrency: number,
-  extraHeaders: Record<string, string> = {},
-): Promise<Phase> {
-  const pool = new Pool(origin, { connections: concurrency, pipelining: 1 });
-  const latencies: number[] = [];
-  let errors = 0;
-  let counter = 0;
-  let measuring = false;
-  let stop = false;
-  const worker = async () => {
-    while (!stop) {
-      const i = counter++;
-      const start = performance.now();
-      try {
-        const response = await pool.request({
-          path,
-          method: "POST",
-          headers: {
-            "content-type": "application/json",
-            authorization: "Bearer sk-bench",
-            "x-holdfast-run": `bench-${i % RUNS}`,
-            ...extraHeaders,
-          },
-          body,
-        });
-        await response.body.text();
-        if (response.statusCode !== 200) errors += 1;
-      } catch {
-        errors += 1;
-      }
-      if (measuring) latencies.push(performance.now() - start);
-    }
+): Promise<Row> {
+  const base = {
+    shape,
+    stream,
+    concurrency,
+    warmupMs: WARMUP_MS,
+    measureMs: PHASE_MS,
+    runOf: (i: number) => `bench-${shape.name}-${i % RUNS}`,
   };
-  const workers = Array.from({ length: concurrency }, worker);
-  await sleep(WARMUP_MS);
-  measuring = true;
-  const started = performance.now();
-  await sleep(PHASE_MS);
-  measuring = false;
-  const seconds = (performance.now() - started) / 1000;
-  stop = true;
-  await Promise.all(workers);
-  await pool.close();
-  return { requests: latencies.length, errors, seconds, latencies: Float64Array.from(latencies).sort() };
-}
-
-function percentile(sorted: Float64Array, p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-}
-
-function row(c: number, target: string, p: Phase): string[] {
-  return [
-    String(c),
-    target,
-    String(p.requests),
-    String(p.errors),
-    rate(p.requests / p.seconds),
-    percentile(p.latencies, 50).toFixed(2),
-    percentile(p.latencies, 99).toFixed(2),
-  ];
-}
-
-function ratioRow(d: Phase, g: Phase): string[] {
-  const x = (a: number, b: number) => `x${(a / b).toFixed(2)}`;
-  const added = (p: number) => `+${(percentile(g.latencies, p) - percentile(d.latencies, p)).toFixed(2)}`;
-  return [
-    "",
-    "gateway/direct",
-    "",
-    "",
-    x(g.requests / g.seconds, d.requests / d.seconds),
-    `${x(percentile(g.latencies, 50), percentile(d.latencies, 50))} (${added(50)})`,
-    `${x(percentile(g.latencies, 99), percentile(d.latencies, 99))} (${added(99)})`,
-  ];
-}
-
-async function streamLastSeq(analyticsUrl: string): Promise<number> {
-  const health = (await (await fetch(`${analyticsUrl}/health`)).json()) as { stream_last_seq: number };
-  return health.stream_last_seq;
-}
-
-/** Samples the projector's lag (events behind, and how old the newest projected event is). */
-function sampleLag(analyticsUrl: string): { stop(): { events: number; ms: number } } {
-  let events = 0;
-  let ms = 0;
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      try {
-        const health = (await (await fetch(`${analyticsUrl}/health`)).json()) as { lag_events: number };
-        events = Math.max(events, health.lag_events);
-        const [row] = await sql<{ behind: number }>(
-          analyticsUrl,
-          "SELECT toUnixTimestamp64Milli(now64(3)) - toUnixTimestamp64Milli(max(ts)) AS behind FROM events",
-        );
-        if (health.lag_events > 0) ms = Math.max(ms, row?.behind ?? 0);
-      } catch {
-        // The projector may be busy; try again.
+  const direct = await runPhase({ ...base, origin: stack.providerUrl });
+  const floorCpu = new CpuMeter([stack.pids.floor]);
+  const floor = await runPhase({
+    ...base,
+    origin: stack.floorUrl,
+    onMeasure: (at) => (at === "start" ? floorCpu.start() : floorCpu.stop()),
+  });
+  const { gateway, nats, projector } = stack.pids;
+  const holdfastCpu = new CpuMeter([gateway, nats, projector]);
+  const holdfast = await runPhase({
+    ...base,
+    origin: stack.gatewayUrl,
+    onMeasure: (at) => {
+      if (at === "start") {
+        holdfastCpu.start();
+        lag.measuring = true;
+      } else {
+        holdfastCpu.stop();
+        lag.measuring = false;
       }
-      await sleep(200);
-    }
-  })();
-  return {
-    stop: () => {
-      running = false;
-      void loop;
-      return { events, ms };
     },
+  });
+  return {
+    shape: shape.name,
+    stream,
+    concurrency,
+    direct,
+    floor: { result: floor, cpu: floorCpu },
+    holdfast: { result: holdfast, cpu: holdfastCpu },
+    pids: stack.pids,
   };
 }
 
-async function waitCaughtUp(analyticsUrl: string): Promise<number> {
-  const start = performance.now();
-  for (;;) {
-    const health = (await (await fetch(`${analyticsUrl}/health`)).json()) as { lag_events: number };
-    if (health.lag_events === 0) return Math.round(performance.now() - start);
-    await sleep(50);
+const WIDTHS = [9, 6, 4, 14, 7, 7, 7, 7, 7, 8, 11, 14, 6];
+const cells = (values: string[]) =>
+  values.map((v, i) => (i < 4 ? v.padEnd(WIDTHS[i]!) : v.padStart(WIDTHS[i]!))).join(" ");
+const HEAD = cells([
+  "shape",
+  "stream",
+  "conc",
+  "target",
+  "req/s",
+  "p50",
+  "p99",
+  "+p50",
+  "+p99",
+  "ttfb p50",
+  "cpu/call gw",
+  "cpu/call stack",
+  "errors",
+]);
+let headPrinted = false;
+
+function formatRow(row: Row): string {
+  const lines: string[] = [];
+  if (!headPrinted) {
+    lines.push(HEAD);
+    headPrinted = true;
+  }
+  const d = row.direct;
+  const f = row.floor.result;
+  const h = row.holdfast.result;
+  const p = (r: PhaseResult, q: number) => percentile(r.latencies, q);
+  const added = (r: PhaseResult, q: number) => p(r, q) - p(d, q);
+  const ttfb = (r: PhaseResult) => percentile(r.firstBytes, 50);
+  const floorCpu = row.floor.cpu.ms() / f.requests;
+  const gwCpu = row.holdfast.cpu.ms(row.pids.gateway) / h.requests;
+  const stackCpu = row.holdfast.cpu.ms() / h.requests;
+  const prefix = [row.shape, row.stream ? "yes" : "no", String(row.concurrency)];
+  const ms = (n: number) => n.toFixed(2);
+  lines.push(
+    cells([
+      ...prefix,
+      "direct",
+      rate(d),
+      ms(p(d, 50)),
+      ms(p(d, 99)),
+      "",
+      "",
+      ms(ttfb(d)),
+      "",
+      "",
+      String(d.errors),
+    ]),
+  );
+  lines.push(
+    cells([
+      ...prefix,
+      "floor",
+      rate(f),
+      ms(p(f, 50)),
+      ms(p(f, 99)),
+      ms(added(f, 50)),
+      ms(added(f, 99)),
+      ms(ttfb(f)),
+      ms(floorCpu),
+      ms(floorCpu),
+      String(f.errors),
+    ]),
+  );
+  lines.push(
+    cells([
+      ...prefix,
+      "holdfast",
+      rate(h),
+      ms(p(h, 50)),
+      ms(p(h, 99)),
+      ms(added(h, 50)),
+      ms(added(h, 99)),
+      ms(ttfb(h)),
+      ms(gwCpu),
+      ms(stackCpu),
+      String(h.errors),
+    ]),
+  );
+  const x = (a: number, b: number) => `x${(a / b).toFixed(2)}`;
+  lines.push(
+    cells([
+      ...prefix,
+      "holdfast/floor",
+      x(h.requests / h.seconds, f.requests / f.seconds),
+      "",
+      "",
+      x(Math.max(added(h, 50), 0.001), Math.max(added(f, 50), 0.001)),
+      x(Math.max(added(h, 99), 0.001), Math.max(added(f, 99), 0.001)),
+      `+${ms(ttfb(h) - ttfb(f))}`,
+      x(gwCpu, floorCpu),
+      x(stackCpu, floorCpu),
+      "",
+    ]),
+  );
+  return lines.join("\n");
+}
+
+function legend(): string {
+  return [
+    "ms throughout. +p50/+p99: latency added over calling the provider directly. ttfb: to the first body",
+    "byte. cpu/call: CPU time of the proxy's processes per call (floor: its one process; gw: the Holdfast",
+    "gateway process; stack: gateway + nats-server + projector with embedded ClickHouse).",
+  ].join("\n");
+}
+
+/** The issue's targets, checked on the figures above. */
+function targets(rows: Row[]): string {
+  const lines = ["Targets (Holdfast against the floor):"];
+  const check = (what: string, ok: boolean, detail: string) =>
+    lines.push(`  ${ok ? "met    " : "NOT met"}  ${what}: ${detail}`);
+  for (const row of rows) {
+    const d = row.direct;
+    const f = row.floor.result;
+    const h = row.holdfast.result;
+    const name = `${row.shape}${row.stream ? " stream" : ""} c=${row.concurrency}`;
+    const added = (r: PhaseResult) => percentile(r.latencies, 50) - percentile(d.latencies, 50);
+    if (row.concurrency === 1) {
+      const ratio = added(h) / Math.max(added(f), 0.001);
+      check(
+        `${name} added p50 <= 2.5x floor's`,
+        ratio <= 2.5,
+        `${added(h).toFixed(2)} vs ${added(f).toFixed(2)} ms (x${ratio.toFixed(2)})`,
+      );
+      const floorCpu = row.floor.cpu.ms() / f.requests;
+      const gw = row.holdfast.cpu.ms(row.pids.gateway) / h.requests;
+      const all = row.holdfast.cpu.ms() / h.requests;
+      check(
+        `${name} gateway CPU/call <= 2.5x floor's`,
+        gw <= 2.5 * floorCpu,
+        `${gw.toFixed(3)} vs ${floorCpu.toFixed(3)} ms (x${(gw / floorCpu).toFixed(2)})`,
+      );
+      check(
+        `${name} stack CPU/call <= 4x floor's`,
+        all <= 4 * floorCpu,
+        `${all.toFixed(3)} ms (x${(all / floorCpu).toFixed(2)})`,
+      );
+      if (row.stream) {
+        const extra = percentile(h.firstBytes, 50) - percentile(f.firstBytes, 50);
+        check(`${name} time to first byte <= floor's + 0.5 ms`, extra <= 0.5, `+${extra.toFixed(2)} ms`);
+      }
+    }
+    if (row.concurrency === 32) {
+      const ratio = h.requests / h.seconds / (f.requests / f.seconds);
+      check(`${name} req/s >= 0.4x floor's`, ratio >= 0.4, `x${ratio.toFixed(2)}`);
+    }
+  }
+  return lines.join("\n");
+}
+
+/** Two gateways taking turns on one run, against one gateway alone on one run. */
+async function alternating(stack: Stack): Promise<void> {
+  const second = await startSecondGateway(stack);
+  const shape = SHAPE_LOADS[0]!;
+  const base = {
+    shape,
+    stream: false,
+    concurrency: 1,
+    warmupMs: WARMUP_MS,
+    measureMs: PHASE_MS,
+  };
+  const one = await runPhase({ ...base, origin: stack.gatewayUrl, runOf: () => "bench-one-gateway" });
+  const two = await runPhase({
+    ...base,
+    origin: [stack.gatewayUrl, second.url],
+    runOf: () => "bench-two-gateways",
+  });
+  second.child.kill("SIGINT");
+  const p50 = (r: PhaseResult) => percentile(r.latencies, 50);
+  const p99 = (r: PhaseResult) => percentile(r.latencies, 99);
+  const ratio = p50(two) / p50(one);
+  console.log(
+    "\nOne run, c=1, non-streaming chat: one gateway, then two gateways taking turns call by call:",
+  );
+  console.log(
+    `  one gateway   p50 ${p50(one).toFixed(2)} ms  p99 ${p99(one).toFixed(2)} ms  errors ${one.errors}`,
+  );
+  console.log(
+    `  two gateways  p50 ${p50(two).toFixed(2)} ms  p99 ${p99(two).toFixed(2)} ms  errors ${two.errors}`,
+  );
+  console.log(
+    `  ${ratio <= 1.5 ? "met    " : "NOT met"}  two gateways within 1.5x of one: x${ratio.toFixed(2)}`,
+  );
+}
+
+/** One run of STEPS sequential calls: does a call cost the same at step 20,000 as at step 1? */
+async function longRun(stack: Stack): Promise<void> {
+  const runId = `bench-long-${Date.now()}`;
+  const result = await runPhase({
+    shape: SHAPE_LOADS[0]!,
+    stream: false,
+    concurrency: 1,
+    warmupMs: 0,
+    measureMs: 0,
+    calls: STEPS,
+    runOf: () => runId,
+    origin: stack.gatewayUrl,
+  });
+  const slice = (from: number, to: number) => Float64Array.from(result.inOrder.subarray(from, to)).sort();
+  const n = Math.min(1_000, Math.floor(result.inOrder.length / 4));
+  const first = slice(0, n);
+  const last = slice(result.inOrder.length - n, result.inOrder.length);
+  console.log(`\nOne run of ${result.requests} sequential calls (c=1, chat), errors ${result.errors}:`);
+  console.log(
+    `  first ${n} calls p50 ${percentile(first, 50).toFixed(2)} ms, last ${n} calls p50 ${percentile(last, 50).toFixed(2)} ms` +
+      ` (x${(percentile(last, 50) / percentile(first, 50)).toFixed(2)})`,
+  );
+  const started = performance.now();
+  const show = spawn(
+    process.execPath,
+    [join(ROOT, "libs/cli/dist/bin.js"), "show", runId, "--json", "--data-dir", stack.dataDir],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  let bytes = 0;
+  show.stdout?.on("data", (chunk: Buffer) => {
+    bytes += chunk.length;
+  });
+  const code = await new Promise<number | null>((resolve) => show.once("exit", resolve));
+  console.log(
+    `  holdfast show of that run: ${Math.round(performance.now() - started)} ms (exit ${code}, ${bytes} bytes of JSON)`,
+  );
+}
+
+/**
+ * How far the projection is behind, sampled every 100 ms from the projector's health: the
+ * time since the stream held what is now projected.
+ */
+class LagSampler {
+  measuring = false;
+  private readonly samples: number[] = [];
+  private readonly history: { at: number; lastSeq: number }[] = [];
+  private running = true;
+  private readonly loop: Promise<void>;
+
+  constructor(private readonly analyticsUrl: string) {
+    this.loop = this.run();
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      try {
+        const health = (await (await fetch(`${this.analyticsUrl}/health`)).json()) as {
+          stream_last_seq: number;
+          projected_seq: number;
+        };
+        const now = performance.now();
+        this.history.push({ at: now, lastSeq: health.stream_last_seq });
+        if (this.history.length > 2_000) this.history.splice(0, 1_000);
+        if (this.measuring) {
+          // The projector reads the stream's last sequence once a second: a checkpoint past
+          // every reading is fully caught up.
+          const reached = this.history.find((h) => h.lastSeq >= health.projected_seq);
+          this.samples.push(reached === undefined ? 0 : now - reached.at);
+        }
+      } catch {
+        // The projector is busy; the next sample will do.
+      }
+      await sleep(100);
+    }
+  }
+
+  stop(): void {
+    this.running = false;
+    void this.loop;
+  }
+
+  report(): string {
+    const sorted = Float64Array.from(this.samples).sort();
+    return (
+      `p50 ${percentile(sorted, 50).toFixed(0)} ms, p99 ${percentile(sorted, 99).toFixed(0)} ms, ` +
+      `max ${(sorted.at(-1) ?? 0).toFixed(0)} ms (${sorted.length} samples, 100 ms resolution; target p99 < 2000 ms: ` +
+      `${percentile(sorted, 99) < 2_000 ? "met" : "NOT met"})`
+    );
   }
 }
 
-async function sql<T>(analyticsUrl: string, query: string): Promise<T[]> {
-  const response = await fetch(`${analyticsUrl}/v1/query`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ sql: query }),
+async function startStack(): Promise<Stack> {
+  const dataDir = mkdtempSync(join(tmpdir(), "holdfast-bench-"));
+  const children: ChildProcess[] = [];
+  const provider = spawn(process.execPath, [join(ROOT, "test/fake-provider/dist/main.js"), "--port", "0"], {
+    stdio: ["ignore", "pipe", "inherit"],
   });
-  return ((await response.json()) as { rows: T[] }).rows;
+  children.push(provider);
+  const providerUrl = await firstMatch(provider, /listening on (http:\/\/\S+)/);
+  const floor = spawn(process.execPath, [join(ROOT, "test/bench/dist/floor.js"), "--upstream", providerUrl], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  children.push(floor);
+  const floorUrl = await firstMatch(floor, /listening on (http:\/\/\S+)/);
+  const up = spawn(
+    process.execPath,
+    [
+      join(ROOT, "libs/cli/dist/bin.js"),
+      "up",
+      "--data-dir",
+      dataDir,
+      "--port",
+      "0",
+      "--upstream",
+      `${providerUrl}/v1`,
+    ],
+    { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, HOLDFAST_LOG_LEVEL: "warn" } },
+  );
+  children.push(up);
+  await firstMatch(up, /(Ctrl-C stops everything)/);
+  const file = JSON.parse(readFileSync(join(dataDir, "holdfast.json"), "utf8")) as {
+    gatewayUrl: string;
+    analyticsUrl: string;
+    natsUrl: string;
+  };
+  const kids = childrenOf(up.pid!);
+  const pidOf = (pattern: RegExp) => {
+    const found = kids.find((k) => pattern.test(k.cmdline));
+    if (found === undefined) throw new Error(`no ${pattern} among up's processes: ${JSON.stringify(kids)}`);
+    return found.pid;
+  };
+  return {
+    providerUrl,
+    floorUrl,
+    gatewayUrl: new URL(file.gatewayUrl).origin,
+    natsUrl: file.natsUrl,
+    analyticsUrl: file.analyticsUrl,
+    pids: {
+      floor: floor.pid!,
+      gateway: pidOf(/gateway\/dist\/main\.js/),
+      projector: pidOf(/projector\/dist\/main\.js/),
+      nats: pidOf(/nats-server/),
+    },
+    children,
+    dataDir,
+  };
+}
+
+async function startSecondGateway(stack: Stack): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, [join(ROOT, "services/gateway/dist/main.js")], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: {
+      ...process.env,
+      HOLDFAST_LOG_LEVEL: "info",
+      HOLDFAST_DATA_DIR: stack.dataDir,
+      HOLDFAST_NATS__URL: stack.natsUrl,
+      HOLDFAST_GATEWAY__PORT: "0",
+      HOLDFAST_GATEWAY__UPSTREAM: `${stack.providerUrl}/v1`,
+      HOLDFAST_GATEWAY__INSTANCE_ID: "bench-second",
+    },
+  });
+  stack.children.push(child);
+  const port = await firstMatch(child, /"port":(\d+)[^\n]*gateway listening/);
+  return { url: `http://127.0.0.1:${port}`, child };
 }
 
 function firstMatch(child: ChildProcess, pattern: RegExp): Promise<string> {
@@ -266,14 +507,6 @@ function firstMatch(child: ChildProcess, pattern: RegExp): Promise<string> {
   });
 }
 
-function table(headers: string[], rows: string[][]): string {
-  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]?.length ?? 0)));
-  const line = (r: string[]) =>
-    r.map((cell, i) => (i < 2 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join("  ");
-  return [line(headers), ...rows.map(line)].join("\n");
-}
-
-const rate = (n: number) => n.toFixed(0);
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const rate = (r: PhaseResult) => (r.requests / r.seconds).toFixed(0);
 
 await main();

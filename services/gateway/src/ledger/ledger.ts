@@ -88,20 +88,28 @@ export class RunLedger {
    * has acknowledged it. Rejects with a BusError when the log cannot take it.
    */
   execute(runId: string, labels: RunLabels, command: RunCommand): Promise<Executed> {
-    return this.enqueue(runId, (entry) => this.executeNow(runId, labels, command, entry, this.idsFor()));
+    // An outcome of this run may be waiting to share a write (see executeDurably): this
+    // command queues behind it, so it must not wait the deferral out.
+    this.options.bus.flushDeferred();
+    return this.enqueue(runId, (entry) =>
+      this.executeNow(runId, labels, command, entry, this.idsFor(), false),
+    );
   }
 
   /**
    * Like execute, but keeps retrying while the log is unreachable: for the outcomes of
    * calls that already happened, which must reach the log even if NATS blinks. The event
    * ids are fixed across those retries, so one that had in fact landed is not written twice.
+   *
+   * Nobody waits on these: their appends may wait a few milliseconds to share a socket
+   * write with the next call's start (Bus.append's `defer`).
    */
   executeDurably(runId: string, labels: RunLabels, command: RunCommand): Promise<Executed> {
     return this.enqueue(runId, async (entry) => {
       const ids = this.idsFor();
       for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
         try {
-          return await this.executeNow(runId, labels, command, entry, ids);
+          return await this.executeNow(runId, labels, command, entry, ids, true);
         } catch (error) {
           if (!(error instanceof BusError) || !error.retryable || error instanceof ConcurrencyError)
             throw error;
@@ -156,6 +164,7 @@ export class RunLedger {
     command: RunCommand,
     entry: Entry,
     ids: () => string,
+    defer: boolean,
   ): Promise<Executed> {
     const retries = this.options.maxConflictRetries ?? 5;
     for (let attempt = 0; ; attempt++) {
@@ -176,7 +185,9 @@ export class RunLedger {
             tenant: labels.tenant,
             payload,
           });
-          const { streamSequence } = await this.options.bus.append(envelope, entry.lastStreamSequence);
+          const { streamSequence } = await this.options.bus.append(envelope, entry.lastStreamSequence, {
+            defer,
+          });
           entry.state = evolve(entry.state, envelope);
           entry.lastStreamSequence = streamSequence;
           // The log took it at the sequence expected: the state is the log's.

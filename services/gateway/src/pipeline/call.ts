@@ -274,6 +274,12 @@ async function relayStream(
   } catch (error) {
     const summary = meter.summary();
     if (clientGone.aborted) return record(clientAborted(summary.usage, summary.model ?? view.model));
+    if (meter.errorEvent !== undefined) {
+      // The provider said why before it hung up, and the client already has its words.
+      record(streamError(response.statusCode, meter.errorEvent, summary, view.model, secrets));
+      writer.end();
+      return;
+    }
     const message = `The provider's connection broke before the stream was complete: ${(error as Error).message}`;
     record(upstreamReset(message, summary.usage, summary.model ?? view.model, response.statusCode));
     writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
@@ -282,15 +288,7 @@ async function relayStream(
   const summary = meter.summary();
   if (meter.errorEvent !== undefined) {
     // The client already has the provider's own error event; record what it said.
-    record({
-      kind: "failed",
-      reason: FailureReason.FAILURE_REASON_UPSTREAM_STREAM_ERROR,
-      status: response.statusCode,
-      error: readProviderError(response.statusCode, meter.errorEvent, secrets),
-      usage: summary.usage,
-      model: summary.model ?? view.model,
-      responseId: summary.responseId,
-    });
+    record(streamError(response.statusCode, meter.errorEvent, summary, view.model, secrets));
     writer.end(held);
     return;
   }
@@ -389,6 +387,24 @@ function outcomeCommand(
   };
 }
 
+function streamError(
+  status: number,
+  errorEvent: string,
+  summary: AnswerSummary,
+  requestedModel: string,
+  secrets: readonly string[],
+): Ending {
+  return {
+    kind: "failed",
+    reason: FailureReason.FAILURE_REASON_UPSTREAM_STREAM_ERROR,
+    status,
+    error: readProviderError(status, errorEvent, secrets),
+    usage: summary.usage,
+    model: summary.model ?? requestedModel,
+    responseId: summary.responseId,
+  };
+}
+
 function clientAborted(usage: UsageReport, model: string | undefined): Ending {
   return {
     kind: "failed",
@@ -474,12 +490,18 @@ function decodeBody(bytes: Buffer, encoding: string | string[] | undefined): str
   }
 }
 
+// Where providers take the key: OpenAI and most others (Authorization: Bearer), Anthropic
+// (x-api-key), Azure OpenAI (api-key), Google (x-goog-api-key).
+const KEY_HEADERS = ["x-api-key", "api-key", "x-goog-api-key"] as const;
+
 /** Credentials in this request, so that anything echoing them can be scrubbed. */
 function credentialsOf(headers: IncomingHttpHeaders): string[] {
   const found: string[] = [];
   const auth = headers.authorization;
-  if (typeof auth === "string") found.push(auth.replace(/^Bearer\s+/i, "").trim());
-  const key = headers["x-api-key"];
-  if (typeof key === "string") found.push(key.trim());
+  if (typeof auth === "string") found.push(auth.replace(/^(Bearer|Basic)\s+/i, "").trim());
+  for (const name of KEY_HEADERS) {
+    const key = headers[name];
+    if (typeof key === "string") found.push(key.trim());
+  }
   return found.filter((s) => s.length > 0);
 }
