@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from "node:http";
 import { invalidRequest } from "./errors.js";
 
-/** The request headers through which a test steers one request. */
+/** The request headers through which a test steers one request, on every API alike. */
 export const FAKE_HEADERS = {
   /** Delay before the response headers, in ms. */
   latencyMs: "x-fake-latency-ms",
@@ -17,13 +17,13 @@ export const FAKE_HEADERS = {
 
 /** A failure a test asked for with `x-fake-fail`. */
 export type Fault =
-  /** Answer with this status and an OpenAI error body. */
+  /** Answer with this status and the error body the API sends for it. */
   | { readonly kind: "status"; readonly status: number }
   /** Destroy the connection without answering. */
   | { readonly kind: "reset" }
   /** Send this many stream events (or body bytes), then destroy the connection. */
   | { readonly kind: "reset-after"; readonly after: number }
-  /** Send this many stream events, then an error event in the body (as OpenAI does mid-stream), then end. */
+  /** Send this many stream events, then the API's mid-stream error event, then end. */
   | { readonly kind: "error-after"; readonly after: number }
   /** Never answer. */
   | { readonly kind: "hang" };

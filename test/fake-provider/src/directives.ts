@@ -1,4 +1,4 @@
-import { isRecord } from "./request.js";
+import { isRecord } from "./json.js";
 
 /** A scripted tool call, written in a user message as `[[call:NAME {json args}]]`. */
 export interface CallDirective {

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import type { ApiName } from "./api.js";
 
 /**
  * How a request ended, or that it has not yet: "aborted" means the client went away, "reset"
@@ -14,19 +15,24 @@ export interface FakeRequest {
   readonly method: string;
   /** The request target as sent, query string included. */
   readonly path: string;
+  /** Which API the request called, by its method and path; undefined for any other route. */
+  readonly api: ApiName | undefined;
   /** Lowercased names, Authorization included: asserting what was forwarded is the point. */
   readonly headers: IncomingHttpHeaders;
   /** The parsed JSON body, or undefined when the body was empty or not JSON. */
   readonly body: unknown;
   readonly rawBody: string;
-  /** The bearer token, if any. */
+  /**
+   * The key it authenticates with, if any: the bearer token, or on Anthropic's routes `x-api-key`
+   * first (`@anthropic-ai/sdk` 1.x sends its key as a bearer token, older clients as `x-api-key`).
+   */
   readonly apiKey: string | undefined;
   /** Clock time (ms) when the body had arrived. */
   readonly receivedAt: number;
   /** The response status, once headers were sent. */
   readonly status: number | undefined;
   readonly state: FakeRequestState;
-  /** Stream events written so far (the `[DONE]` event counts). */
+  /** Stream events written so far (`[DONE]` and Anthropic's `ping` count). */
   readonly chunksSent: number;
   /** Settles when the response ended in any way, with how it ended. */
   readonly done: Promise<FakeRequestState>;
@@ -55,6 +61,7 @@ export class Exchange implements FakeRequest {
 
   constructor(
     req: IncomingMessage,
+    readonly api: ApiName | undefined,
     readonly rawBody: string,
     readonly receivedAt: number,
     changed: (exchange: Exchange) => void,
@@ -63,7 +70,8 @@ export class Exchange implements FakeRequest {
     this.path = req.url ?? "/";
     this.headers = req.headers;
     this.body = parseBody(rawBody);
-    this.apiKey = bearer(req.headers.authorization);
+    const token = bearer(req.headers.authorization);
+    this.apiKey = api?.startsWith("anthropic_") ? (xApiKey(req.headers["x-api-key"]) ?? token) : token;
     this.#changed = changed;
     this.done = new Promise((resolve) => {
       this.#settleDone = resolve;
@@ -113,6 +121,11 @@ export class Exchange implements FakeRequest {
 function bearer(authorization: string | undefined): string | undefined {
   const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? "");
   return match?.[1];
+}
+
+function xApiKey(header: string | string[] | undefined): string | undefined {
+  const value = (Array.isArray(header) ? header[0] : header)?.trim();
+  return value === "" ? undefined : value;
 }
 
 function parseBody(rawBody: string): unknown {

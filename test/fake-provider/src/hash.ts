@@ -16,3 +16,14 @@ export function digest(...parts: readonly string[]): string {
   for (const part of parts) hash.update(part).update("\0");
   return hash.digest("hex");
 }
+
+const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/** `length` base-62 characters drawn from a hex string of at least twice that length. */
+export function base62(hex: string, length: number): string {
+  let text = "";
+  for (let index = 0; index < length; index += 1) {
+    text += BASE62[Number.parseInt(hex.slice(index * 2, index * 2 + 2), 16) % BASE62.length];
+  }
+  return text;
+}

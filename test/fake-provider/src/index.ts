@@ -1,10 +1,11 @@
+export type { ApiName } from "./api.js";
 export { FAKE_HEADERS } from "./controls.js";
 export type { CallDirective } from "./directives.js";
 export { callDirective, parseDirectives } from "./directives.js";
 export { maskApiKey } from "./errors.js";
 export type { FakeRequest, FakeRequestState } from "./exchange.js";
 export type { Clock, RateLimits } from "./rate-limit.js";
-export type { ChatMessage } from "./request.js";
+export type { ChatMessage } from "./reply.js";
 export type { FakeProvider, FakeProviderOptions } from "./server.js";
 export { startFakeProvider } from "./server.js";
 export { contentText, estimateTokens, promptTokens } from "./tokens.js";

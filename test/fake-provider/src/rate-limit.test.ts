@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { formatDuration, RateLimiter, rateLimitHeaders, TokenBucket } from "./rate-limit.js";
+import {
+  anthropicRateLimitHeaders,
+  formatDuration,
+  RateLimiter,
+  type RateLimitState,
+  rateLimitHeaders,
+  TokenBucket,
+} from "./rate-limit.js";
 
 function manualClock(start = 1_700_000_000_000) {
   let now = start;
@@ -53,25 +60,23 @@ describe("RateLimiter", () => {
     const clock = manualClock();
     const limiter = new RateLimiter({ rpm: 10, tpm: 1_000 }, {}, clock.now);
 
-    const decision = limiter.admit("sk-a", 120);
+    const decision = limiter.admit("sk-a", { tokens: 120 });
 
     expect(decision.allowed).toBe(true);
     expect(decision.state).toMatchObject({
-      limitRequests: 10,
-      limitTokens: 1_000,
-      remainingRequests: 9,
-      remainingTokens: 880,
+      requests: { limit: 10, remaining: 9 },
+      tokens: { limit: 1_000, remaining: 880 },
     });
-    expect(decision.state.resetRequestsMs).toBeCloseTo(6_000);
-    expect(decision.state.resetTokensMs).toBeCloseTo(7_200);
+    expect(decision.state.requests.resetMs).toBeCloseTo(6_000);
+    expect(decision.state.tokens.resetMs).toBeCloseTo(7_200);
   });
 
   it("refuses a request that does not fit, takes nothing, and says when to retry", () => {
     const clock = manualClock();
     const limiter = new RateLimiter({ rpm: 100, tpm: 1_000 }, {}, clock.now);
-    limiter.admit("sk-a", 980);
+    limiter.admit("sk-a", { tokens: 980 });
 
-    const refused = limiter.admit("sk-a", 120);
+    const refused = limiter.admit("sk-a", { tokens: 120 });
 
     expect(refused).toMatchObject({
       allowed: false,
@@ -81,19 +86,19 @@ describe("RateLimiter", () => {
       requested: 120,
     });
     expect(refused.allowed === false && refused.retryAfterMs).toBeCloseTo(6_000);
-    expect(limiter.state("sk-a")).toMatchObject({ remainingRequests: 99, remainingTokens: 20 });
+    expect(limiter.state("sk-a")).toMatchObject({ requests: { remaining: 99 }, tokens: { remaining: 20 } });
 
     clock.advance(6_000);
-    expect(limiter.admit("sk-a", 120).allowed).toBe(true);
+    expect(limiter.admit("sk-a", { tokens: 120 }).allowed).toBe(true);
   });
 
   it("refuses on requests when the request bucket is the one that is empty", () => {
     const clock = manualClock();
     const limiter = new RateLimiter({ rpm: 2, tpm: 1_000_000 }, {}, clock.now);
-    limiter.admit("sk-a", 1);
-    limiter.admit("sk-a", 1);
+    limiter.admit("sk-a", { tokens: 1 });
+    limiter.admit("sk-a", { tokens: 1 });
 
-    const refused = limiter.admit("sk-a", 1);
+    const refused = limiter.admit("sk-a", { tokens: 1 });
 
     expect(refused).toMatchObject({ allowed: false, kind: "requests", limit: 2, used: 2, requested: 1 });
     expect(refused.allowed === false && refused.retryAfterMs).toBeCloseTo(30_000);
@@ -101,18 +106,40 @@ describe("RateLimiter", () => {
 
   it("refuses for good a request larger than the whole token bucket", () => {
     const limiter = new RateLimiter({ rpm: 10, tpm: 100 }, {}, manualClock().now);
-    const refused = limiter.admit("sk-a", 101);
+    const refused = limiter.admit("sk-a", { tokens: 101 });
     expect(refused).toMatchObject({ allowed: false, kind: "tokens", retryAfterMs: Number.POSITIVE_INFINITY });
   });
 
   it("keeps separate buckets per key, with limits overridden per key", () => {
     const limiter = new RateLimiter({ rpm: 10, tpm: 1_000 }, { "sk-small": { tpm: 50 } }, manualClock().now);
-    expect(limiter.admit("sk-small", 60).allowed).toBe(false);
-    expect(limiter.admit("sk-other", 60).allowed).toBe(true);
+    expect(limiter.admit("sk-small", { tokens: 60 }).allowed).toBe(false);
+    expect(limiter.admit("sk-other", { tokens: 60 }).allowed).toBe(true);
     expect(limiter.state("sk-small")).toMatchObject({
-      limitRequests: 10,
-      limitTokens: 50,
-      remainingTokens: 50,
+      requests: { limit: 10 },
+      tokens: { limit: 50, remaining: 50 },
+    });
+  });
+
+  it("meters input and output tokens apart, each bucket at tpm unless itpm or otpm says otherwise", () => {
+    const clock = manualClock();
+    const limiter = new RateLimiter({ rpm: 10, tpm: 1_000 }, { "sk-small": { otpm: 100 } }, clock.now);
+
+    expect(limiter.admit("sk-small", { "input-tokens": 600, "output-tokens": 80 }).allowed).toBe(true);
+    const refused = limiter.admit("sk-small", { "input-tokens": 10, "output-tokens": 50 });
+
+    expect(refused).toMatchObject({
+      allowed: false,
+      kind: "output-tokens",
+      limit: 100,
+      used: 80,
+      requested: 50,
+    });
+    expect(refused.allowed === false && refused.retryAfterMs).toBeCloseTo(18_000);
+    expect(limiter.state("sk-small")).toMatchObject({
+      requests: { remaining: 9 },
+      tokens: { limit: 1_000, remaining: 1_000 },
+      "input-tokens": { limit: 1_000, remaining: 400 },
+      "output-tokens": { limit: 100, remaining: 20 },
     });
   });
 });
@@ -134,24 +161,42 @@ describe("formatDuration", () => {
   });
 });
 
+const state: RateLimitState = {
+  requests: { limit: 500, remaining: 499, resetMs: 120 },
+  tokens: { limit: 200_000, remaining: 199_880, resetMs: 36 },
+  "input-tokens": { limit: 40_000, remaining: 39_000, resetMs: 1_500 },
+  "output-tokens": { limit: 8_000, remaining: 7_000, resetMs: 7_500 },
+};
+
 describe("rateLimitHeaders", () => {
-  it("gives OpenAI's six headers, remaining rounded down", () => {
-    expect(
-      rateLimitHeaders({
-        limitRequests: 500,
-        limitTokens: 200_000,
-        remainingRequests: 499,
-        remainingTokens: 199_880,
-        resetRequestsMs: 120,
-        resetTokensMs: 36,
-      }),
-    ).toEqual({
+  it("gives OpenAI's six headers", () => {
+    expect(rateLimitHeaders(state)).toEqual({
       "x-ratelimit-limit-requests": "500",
       "x-ratelimit-limit-tokens": "200000",
       "x-ratelimit-remaining-requests": "499",
       "x-ratelimit-remaining-tokens": "199880",
       "x-ratelimit-reset-requests": "120ms",
       "x-ratelimit-reset-tokens": "36ms",
+    });
+  });
+});
+
+describe("anthropicRateLimitHeaders", () => {
+  it("gives Anthropic's headers with RFC 3339 resets in whole seconds, tokens the more restrictive bucket", () => {
+    const now = Date.parse("2025-06-01T12:00:00.400Z");
+    expect(anthropicRateLimitHeaders(state, now)).toEqual({
+      "anthropic-ratelimit-requests-limit": "500",
+      "anthropic-ratelimit-requests-remaining": "499",
+      "anthropic-ratelimit-requests-reset": "2025-06-01T12:00:01Z",
+      "anthropic-ratelimit-tokens-limit": "8000",
+      "anthropic-ratelimit-tokens-remaining": "7000",
+      "anthropic-ratelimit-tokens-reset": "2025-06-01T12:00:08Z",
+      "anthropic-ratelimit-input-tokens-limit": "40000",
+      "anthropic-ratelimit-input-tokens-remaining": "39000",
+      "anthropic-ratelimit-input-tokens-reset": "2025-06-01T12:00:02Z",
+      "anthropic-ratelimit-output-tokens-limit": "8000",
+      "anthropic-ratelimit-output-tokens-remaining": "7000",
+      "anthropic-ratelimit-output-tokens-reset": "2025-06-01T12:00:08Z",
     });
   });
 });

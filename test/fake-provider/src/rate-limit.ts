@@ -4,8 +4,12 @@ export type Clock = () => number;
 export interface RateLimits {
   /** Requests per minute. */
   readonly rpm: number;
-  /** Tokens per minute. */
+  /** Tokens per minute, prompt and output together (OpenAI's TPM). */
   readonly tpm: number;
+  /** Input tokens per minute (Anthropic's ITPM); default `tpm`. */
+  readonly itpm?: number;
+  /** Output tokens per minute (Anthropic's OTPM); default `tpm`. */
+  readonly otpm?: number;
 }
 
 const WINDOW_MS = 60_000;
@@ -54,15 +58,22 @@ export class TokenBucket {
   }
 }
 
-/** What OpenAI reports in its `x-ratelimit-*` headers. */
-export interface RateLimitState {
-  readonly limitRequests: number;
-  readonly limitTokens: number;
-  readonly remainingRequests: number;
-  readonly remainingTokens: number;
-  readonly resetRequestsMs: number;
-  readonly resetTokensMs: number;
+/**
+ * The buckets of one key. OpenAI limits `requests` and `tokens` (prompt and output together);
+ * Anthropic limits `requests`, `input-tokens` and `output-tokens` apart.
+ */
+export type LimitKind = "requests" | "tokens" | "input-tokens" | "output-tokens";
+
+export interface BucketState {
+  readonly limit: number;
+  /** Whole units left now, rounded down. */
+  readonly remaining: number;
+  /** Milliseconds until the bucket is full again. */
+  readonly resetMs: number;
 }
+
+/** What the rate-limit headers report. */
+export type RateLimitState = Readonly<Record<LimitKind, BucketState>>;
 
 export type RateDecision =
   | { readonly allowed: true; readonly state: RateLimitState }
@@ -70,7 +81,7 @@ export type RateDecision =
       readonly allowed: false;
       readonly state: RateLimitState;
       /** The bucket that refused; OpenAI puts it in the error's `type`. */
-      readonly kind: "requests" | "tokens";
+      readonly kind: LimitKind;
       readonly limit: number;
       readonly used: number;
       readonly requested: number;
@@ -78,12 +89,12 @@ export type RateDecision =
       readonly retryAfterMs: number;
     };
 
-interface Buckets {
-  readonly requests: TokenBucket;
-  readonly tokens: TokenBucket;
-}
+type Buckets = Readonly<Record<LimitKind, TokenBucket>>;
 
-/** Two buckets per API key, requests and tokens; a request must fit both. */
+/** Tokens a request takes from its key's token buckets; it always takes one request. */
+export type TokenCosts = Partial<Record<Exclude<LimitKind, "requests">, number>>;
+
+/** Four buckets per API key; a request must fit every bucket it takes from. */
 export class RateLimiter {
   readonly #buckets = new Map<string, Buckets>();
 
@@ -93,20 +104,24 @@ export class RateLimiter {
     private readonly clock: Clock,
   ) {}
 
-  /** Takes one request and `tokens` tokens, or nothing at all when either does not fit. */
-  admit(apiKey: string, tokens: number): RateDecision {
+  /** Takes one request and `costs` from the key's buckets, or nothing at all when one does not fit. */
+  admit(apiKey: string, costs: TokenCosts): RateDecision {
     const buckets = this.#bucketsOf(apiKey);
-    const requestWait = buckets.requests.waitMs(1);
-    const tokenWait = buckets.tokens.waitMs(tokens);
-    if (requestWait === 0 && tokenWait === 0) {
-      buckets.requests.take(1);
-      buckets.tokens.take(tokens);
+    const wanted: Array<[LimitKind, number]> = [["requests", 1]];
+    for (const [kind, cost] of Object.entries(costs) as Array<[LimitKind, number]>) wanted.push([kind, cost]);
+
+    // The bucket that makes the request wait longest refuses it; on a tie, requests.
+    let refusing: [LimitKind, number, number] | undefined;
+    for (const [kind, cost] of wanted) {
+      const waitMs = buckets[kind].waitMs(cost);
+      if (waitMs > 0 && (refusing === undefined || waitMs > refusing[2])) refusing = [kind, cost, waitMs];
+    }
+    if (refusing === undefined) {
+      for (const [kind, cost] of wanted) buckets[kind].take(cost);
       return { allowed: true, state: stateOf(buckets) };
     }
-    const [kind, bucket, requested] =
-      requestWait >= tokenWait
-        ? (["requests", buckets.requests, 1] as const)
-        : (["tokens", buckets.tokens, tokens] as const);
+    const [kind, requested, retryAfterMs] = refusing;
+    const bucket = buckets[kind];
     return {
       allowed: false,
       state: stateOf(buckets),
@@ -114,7 +129,7 @@ export class RateLimiter {
       limit: bucket.capacity,
       used: Math.ceil(bucket.capacity - bucket.level()),
       requested,
-      retryAfterMs: Math.max(requestWait, tokenWait),
+      retryAfterMs,
     };
   }
 
@@ -130,6 +145,8 @@ export class RateLimiter {
       buckets = {
         requests: new TokenBucket(limits.rpm, this.clock),
         tokens: new TokenBucket(limits.tpm, this.clock),
+        "input-tokens": new TokenBucket(limits.itpm ?? limits.tpm, this.clock),
+        "output-tokens": new TokenBucket(limits.otpm ?? limits.tpm, this.clock),
       };
       this.#buckets.set(apiKey, buckets);
     }
@@ -137,26 +154,58 @@ export class RateLimiter {
   }
 }
 
-function stateOf({ requests, tokens }: Buckets): RateLimitState {
+function stateOf(buckets: Buckets): RateLimitState {
+  const of = (bucket: TokenBucket): BucketState => ({
+    limit: bucket.capacity,
+    remaining: Math.floor(bucket.level() + EPSILON),
+    resetMs: bucket.msUntilFull(),
+  });
   return {
-    limitRequests: requests.capacity,
-    limitTokens: tokens.capacity,
-    remainingRequests: Math.floor(requests.level() + EPSILON),
-    remainingTokens: Math.floor(tokens.level() + EPSILON),
-    resetRequestsMs: requests.msUntilFull(),
-    resetTokensMs: tokens.msUntilFull(),
+    requests: of(buckets.requests),
+    tokens: of(buckets.tokens),
+    "input-tokens": of(buckets["input-tokens"]),
+    "output-tokens": of(buckets["output-tokens"]),
   };
 }
 
+/** OpenAI's `x-ratelimit-*` headers. */
 export function rateLimitHeaders(state: RateLimitState): Record<string, string> {
   return {
-    "x-ratelimit-limit-requests": String(state.limitRequests),
-    "x-ratelimit-limit-tokens": String(state.limitTokens),
-    "x-ratelimit-remaining-requests": String(state.remainingRequests),
-    "x-ratelimit-remaining-tokens": String(state.remainingTokens),
-    "x-ratelimit-reset-requests": formatDuration(state.resetRequestsMs),
-    "x-ratelimit-reset-tokens": formatDuration(state.resetTokensMs),
+    "x-ratelimit-limit-requests": String(state.requests.limit),
+    "x-ratelimit-limit-tokens": String(state.tokens.limit),
+    "x-ratelimit-remaining-requests": String(state.requests.remaining),
+    "x-ratelimit-remaining-tokens": String(state.tokens.remaining),
+    "x-ratelimit-reset-requests": formatDuration(state.requests.resetMs),
+    "x-ratelimit-reset-tokens": formatDuration(state.tokens.resetMs),
   };
+}
+
+/**
+ * Anthropic's `anthropic-ratelimit-*` headers: limit, remaining, and when the bucket is full
+ * again as an RFC 3339 time, at `now`. The `tokens` family reports whichever of the input and
+ * output buckets is more restrictive now.
+ */
+export function anthropicRateLimitHeaders(state: RateLimitState, now: number): Record<string, string> {
+  const input = state["input-tokens"];
+  const output = state["output-tokens"];
+  const families: Array<[string, BucketState]> = [
+    ["requests", state.requests],
+    ["tokens", output.remaining < input.remaining ? output : input],
+    ["input-tokens", input],
+    ["output-tokens", output],
+  ];
+  const headers: Record<string, string> = {};
+  for (const [family, bucket] of families) {
+    headers[`anthropic-ratelimit-${family}-limit`] = String(bucket.limit);
+    headers[`anthropic-ratelimit-${family}-remaining`] = String(bucket.remaining);
+    headers[`anthropic-ratelimit-${family}-reset`] = rfc3339(now + bucket.resetMs);
+  }
+  return headers;
+}
+
+/** Whole seconds, rounded up so a client that waits until then is never early, as Anthropic prints them. */
+function rfc3339(ms: number): string {
+  return new Date(Math.ceil((ms - EPSILON) / 1000) * 1000).toISOString().replace(".000Z", "Z");
 }
 
 /**

@@ -1,39 +1,17 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
-import {
-  type CompletionHead,
-  completionBody,
-  completionId,
-  planReply,
-  streamEvents,
-  systemFingerprint,
-  usageOf,
-} from "./completion.js";
+import { anthropicCountTokensApi, anthropicMessagesApi } from "./anthropic-messages/api.js";
+import type { ErrorDialect, ModelApi } from "./api.js";
 import { type Controls, readControls } from "./controls.js";
-import {
-  injectedFailure,
-  invalidApiKey,
-  invalidJson,
-  invalidUrl,
-  missingApiKey,
-  modelNotFound,
-  OpenAiError,
-  rateLimitExceeded,
-  serverError,
-  streamError,
-} from "./errors.js";
+import { invalidUrl, modelNotFound, ProviderError, serverError } from "./errors.js";
 import { Exchange, type FakeRequest } from "./exchange.js";
+import { OPENAI_DIALECT } from "./openai.js";
+import { openAiChatApi } from "./openai-chat/api.js";
+import { openAiResponsesApi } from "./openai-responses/api.js";
+import { ResponseMemory } from "./openai-responses/memory.js";
 import { PromptCache } from "./prompt-cache.js";
-import {
-  type Clock,
-  RateLimiter,
-  type RateLimitState,
-  type RateLimits,
-  rateLimitHeaders,
-} from "./rate-limit.js";
-import { toChatRequest } from "./request.js";
-import { promptTokens } from "./tokens.js";
+import { type Clock, RateLimiter, type RateLimits } from "./rate-limit.js";
 
 export interface FakeProviderOptions {
   /** Default 127.0.0.1. */
@@ -41,19 +19,19 @@ export interface FakeProviderOptions {
   /** Default 0: a free port, read it back from `FakeProvider.port`. */
   readonly port?: number;
   /**
-   * Delay before the response headers of every chat completion, refusals included; header
-   * `x-fake-latency-ms` overrides.
+   * Delay before the response headers of every model call (chat completion, response, message),
+   * refusals included; header `x-fake-latency-ms` overrides.
    */
   readonly latencyMs?: number;
   /** Delay between stream events; header `x-fake-chunk-delay-ms` overrides. */
   readonly chunkDelayMs?: number;
   /** Requests per minute per API key. Default 1,000,000. */
   readonly rpm?: number;
-  /** Tokens per minute per API key. Default 100,000,000. */
+  /** Tokens per minute per API key; also Anthropic's input and output limits. Default 100,000,000. */
   readonly tpm?: number;
   /** Limits for particular API keys, over `rpm` and `tpm`. */
   readonly limitsByKey?: Readonly<Record<string, Partial<RateLimits>>>;
-  /** Time for the rate limits and `created`; default `Date.now`. */
+  /** Time for the rate limits and `created`/`created_at`; default `Date.now`. */
   readonly clock?: Clock;
   /** Receives one line per finished request. */
   readonly log?: (line: string) => void;
@@ -98,7 +76,13 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
     options.limitsByKey ?? {},
     clock,
   );
-  const promptCache = new PromptCache();
+  const deps = { limiter, promptCache: new PromptCache(), clock };
+  const apis: ReadonlyMap<string, ModelApi> = new Map<string, ModelApi>([
+    ["/v1/chat/completions", openAiChatApi(deps)],
+    ["/v1/responses", openAiResponsesApi(deps, new ResponseMemory())],
+    ["/v1/messages", anthropicMessagesApi(deps)],
+    ["/v1/messages/count_tokens", anthropicCountTokensApi(deps)],
+  ]);
   const requests: Exchange[] = [];
   // Unfinished exchanges, recorded or not, so resumePaused() reaches them all.
   const live = new Set<Exchange>();
@@ -118,7 +102,9 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
   });
 
   async function handle(req: IncomingMessage, res: ServerResponse, rawBody: string): Promise<void> {
-    const exchange = new Exchange(req, rawBody, clock(), changed);
+    const path = (req.url ?? "/").split("?", 1)[0]!;
+    const api = req.method === "POST" ? apis.get(path) : undefined;
+    const exchange = new Exchange(req, api?.name, rawBody, clock(), changed);
     if (recordRequests) requests.push(exchange);
     live.add(exchange);
     res.once("close", () => {
@@ -132,49 +118,46 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
     changed(exchange);
 
     try {
-      await route(exchange, res);
+      await (api === undefined ? route(exchange, res, path) : modelCall(api, exchange, res));
     } catch (error) {
-      // A bug in the fake: say so in the log, and answer the way OpenAI answers its own.
+      // A bug in the fake: say so in the log, and answer the way the provider answers its own.
       log?.(`${exchange.method} ${exchange.path} failed: ${error instanceof Error ? error.stack : error}`);
       if (res.headersSent) res.destroy();
-      else fail(exchange, res, serverError());
+      else fail(api ?? OPENAI_DIALECT, exchange, res, serverError());
     }
   }
 
-  function route(exchange: Exchange, res: ServerResponse): Promise<void> | void {
+  function route(exchange: Exchange, res: ServerResponse, path: string): void {
     const { method } = exchange;
-    const path = exchange.path.split("?", 1)[0]!;
-    if (method === "POST" && path === "/v1/chat/completions") return chatCompletion(exchange, res);
-    if (method === "GET" && path === "/health") return respond(exchange, res, { status: "ok" });
-    if (method === "GET" && path === "/v1/models")
-      return respond(exchange, res, { object: "list", data: MODELS });
-    if (method === "GET" && path.startsWith("/v1/models/")) {
+    if (method === "GET" && path === "/health") {
+      respond(exchange, res, { status: "ok" });
+    } else if (method === "GET" && path === "/v1/models") {
+      respond(exchange, res, { object: "list", data: MODELS });
+    } else if (method === "GET" && path.startsWith("/v1/models/")) {
       const id = path.slice("/v1/models/".length);
       const model = MODELS.find((candidate) => candidate.id === id);
-      return model === undefined ? fail(exchange, res, modelNotFound(id)) : respond(exchange, res, model);
+      if (model === undefined) fail(OPENAI_DIALECT, exchange, res, modelNotFound(id));
+      else respond(exchange, res, model);
+    } else {
+      fail(OPENAI_DIALECT, exchange, res, invalidUrl(method, path));
     }
-    return fail(exchange, res, invalidUrl(method, path));
   }
 
-  async function chatCompletion(exchange: Exchange, res: ServerResponse): Promise<void> {
-    // Once the key is known, every answer carries its rate-limit headers, as OpenAI's do.
-    let limits: RateLimitState | undefined;
+  /** One model call, whichever API: the controls, the key, the body, the faults, then the answer. */
+  async function modelCall(api: ModelApi, exchange: Exchange, res: ServerResponse): Promise<void> {
+    // Once the key is known, every answer carries its rate-limit headers, as the providers' do.
+    let apiKey: string | undefined;
     try {
       const controls = readControls(exchange.headers);
       const latencyMs = controls.latencyMs ?? options.latencyMs ?? 0;
       if (latencyMs > 0) await wait(latencyMs, exchange.signal);
       if (exchange.signal.aborted) return;
 
-      const apiKey = exchange.apiKey;
-      if (apiKey === undefined) throw missingApiKey();
-      if (apiKey.startsWith("sk-bad")) throw invalidApiKey(apiKey);
-      limits = limiter.state(apiKey);
-
-      if (exchange.body === undefined) throw invalidJson();
-      const request = toChatRequest(exchange.body);
+      apiKey = api.authenticate(exchange);
+      const call = api.parse(exchange);
 
       const fault = controls.fault;
-      if (fault?.kind === "status") throw injectedFailure(fault.status, request.model);
+      if (fault?.kind === "status") throw api.injectedFailure(fault.status, call);
       if (fault?.kind === "hang") return;
       if (fault?.kind === "reset") {
         exchange.settle("reset");
@@ -182,43 +165,32 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
         return;
       }
 
-      const id = completionId(exchange.body);
-      const reply = planReply(request, id);
-      const prompt = promptTokens(request.messages, request.tools);
-      const decision = limiter.admit(apiKey, prompt + (request.maxTokens ?? reply.completionTokens));
-      limits = decision.state;
-      if (!decision.allowed) throw rateLimitExceeded({ model: request.model, ...decision });
-
-      const cached = promptCache.serve(apiKey, request.messages, prompt);
-      const usage = usageOf(
-        prompt,
-        reply.completionTokens,
-        Math.min(controls.cachedTokens ?? cached, prompt),
-      );
-      const head: CompletionHead = {
-        id,
-        created: Math.floor(clock() / 1000),
-        model: request.model,
-        system_fingerprint: systemFingerprint(request.model),
-      };
+      const answer = api.answer(call, {
+        apiKey,
+        cachedTokens: controls.cachedTokens,
+        startedAt: exchange.startedAt,
+      });
       const headers = {
-        ...rateLimitHeaders(decision.state),
-        "openai-version": "2020-10-01",
-        "openai-processing-ms": String(Math.round(performance.now() - exchange.startedAt)),
+        ...api.rateLimitHeaders(limiter.state(apiKey)),
+        ...answer.headers,
+        [api.requestIdHeader]: exchange.id,
       };
       const resetAfter = fault?.kind === "reset-after" ? fault.after : undefined;
 
-      if (request.stream) {
-        let events = streamEvents(head, reply, usage, request.includeUsage);
-        if (fault?.kind === "error-after") events = [...events.slice(0, fault.after), streamError(apiKey)];
+      if (answer.events !== undefined) {
+        let events = answer.events;
+        if (fault?.kind === "error-after") {
+          events = events.slice(0, fault.after);
+          events = [...events, api.streamError(apiKey, events.length)];
+        }
         return stream(exchange, res, headers, events, controls, resetAfter);
       }
-      const body = completionBody(head, reply, usage);
-      if (resetAfter === undefined) return send(exchange, res, 200, body, headers);
-      return sendPartial(exchange, res, body, headers, resetAfter);
+      if (resetAfter === undefined) return send(exchange, res, 200, answer.body, headers);
+      return sendPartial(exchange, res, answer.body, headers, resetAfter);
     } catch (error) {
-      if (!(error instanceof OpenAiError)) throw error;
-      return fail(exchange, res, error, limits === undefined ? {} : rateLimitHeaders(limits));
+      if (!(error instanceof ProviderError)) throw error;
+      const limits = apiKey === undefined ? {} : api.rateLimitHeaders(limiter.state(apiKey));
+      return fail(api, exchange, res, error, limits);
     }
   }
 
@@ -235,7 +207,6 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
       ...headers,
       "content-type": "text/event-stream; charset=utf-8",
       "cache-control": "no-cache",
-      "x-request-id": exchange.id,
     });
     res.flushHeaders();
     const delayMs = controls.chunkDelayMs ?? options.chunkDelayMs ?? 0;
@@ -267,6 +238,7 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
     res.end();
   }
 
+  /** `headers` carry the request id, under the name the API gives it. */
   function send(
     exchange: Exchange,
     res: ServerResponse,
@@ -279,22 +251,26 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
       ...headers,
       "content-type": "application/json",
       "content-length": Buffer.byteLength(body),
-      "x-request-id": exchange.id,
     });
     res.end(body);
   }
 
   function respond(exchange: Exchange, res: ServerResponse, body: unknown): void {
-    send(exchange, res, 200, JSON.stringify(body), {});
+    send(exchange, res, 200, JSON.stringify(body), { [OPENAI_DIALECT.requestIdHeader]: exchange.id });
   }
 
   function fail(
+    dialect: ErrorDialect,
     exchange: Exchange,
     res: ServerResponse,
-    error: OpenAiError,
+    error: ProviderError,
     headers: Record<string, string> = {},
   ): void {
-    send(exchange, res, error.status, JSON.stringify(error), { ...headers, ...error.headers });
+    send(exchange, res, error.status, dialect.errorBody(error, exchange.id), {
+      ...headers,
+      ...error.headers,
+      [dialect.requestIdHeader]: exchange.id,
+    });
   }
 
   /** Promises the whole body in content-length, sends `bytes` of it, then cuts the connection. */
@@ -312,7 +288,6 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
       ...headers,
       "content-type": "application/json",
       "content-length": buffer.length,
-      "x-request-id": exchange.id,
     });
     if (part.length > 0) {
       await write(res, part, exchange.signal);

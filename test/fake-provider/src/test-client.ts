@@ -1,5 +1,5 @@
 // What the fake's own tests use to talk to it the way a client does; not part of the package.
-import type { ToolCall, Usage } from "./completion.js";
+import type { ToolCall, Usage } from "./openai-chat/completion.js";
 import type { FakeProvider } from "./server.js";
 
 export interface ToolCallDelta {
@@ -67,22 +67,95 @@ export async function errorOf(response: Response): Promise<WireError> {
 
 export const API_KEY = "sk-test-0000000000000000abcd";
 
+export interface PostOptions {
+  /** Default API_KEY; null sends none. */
+  readonly apiKey?: string | null;
+  readonly headers?: Record<string, string>;
+  readonly signal?: AbortSignal;
+}
+
 export function postChat(
   provider: FakeProvider,
   body: unknown,
-  options: { apiKey?: string | null; headers?: Record<string, string>; signal?: AbortSignal } = {},
+  options: PostOptions = {},
+): Promise<Response> {
+  return post(provider, "/v1/chat/completions", body, options);
+}
+
+/** Posts to any of OpenAI's routes with a bearer key. */
+export function post(
+  provider: FakeProvider,
+  path: string,
+  body: unknown,
+  options: PostOptions = {},
 ): Promise<Response> {
   const apiKey = options.apiKey === undefined ? API_KEY : options.apiKey;
-  return fetch(`${provider.url}/v1/chat/completions`, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
+  return postJson(
+    provider,
+    path,
+    body,
+    {
       ...(apiKey === null ? {} : { authorization: `Bearer ${apiKey}` }),
       ...options.headers,
     },
+    options.signal,
+  );
+}
+
+/** Posts to one of Anthropic's routes with `x-api-key` and `anthropic-version`, as its SDK does. */
+export function postAnthropic(
+  provider: FakeProvider,
+  path: string,
+  body: unknown,
+  options: PostOptions = {},
+): Promise<Response> {
+  const apiKey = options.apiKey === undefined ? API_KEY : options.apiKey;
+  return postJson(
+    provider,
+    path,
+    body,
+    {
+      "anthropic-version": "2023-06-01",
+      ...(apiKey === null ? {} : { "x-api-key": apiKey }),
+      ...options.headers,
+    },
+    options.signal,
+  );
+}
+
+function postJson(
+  provider: FakeProvider,
+  path: string,
+  body: unknown,
+  headers: Record<string, string>,
+  signal: AbortSignal | undefined,
+): Promise<Response> {
+  return fetch(`${provider.url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
     body: typeof body === "string" ? body : JSON.stringify(body),
-    signal: options.signal,
+    signal,
   });
+}
+
+/** One server-sent event: its name when it has one, and its data. */
+export interface NamedEvent {
+  readonly event: string | undefined;
+  readonly data: string;
+}
+
+/** Splits written events (as the fake's pure functions return them) into names and parsed data. */
+export function parseEvents(events: readonly string[]): Array<{ event: string | undefined; data: unknown }> {
+  return events.map((text) => {
+    const { event, data } = parseEvent(text.replace(/\n\n$/, ""));
+    return { event, data: JSON.parse(data) as unknown };
+  });
+}
+
+function parseEvent(text: string): NamedEvent {
+  const match = /^(?:event: (.*)\n)?data: (.*)$/s.exec(text);
+  if (match === null) throw new Error(`not an event: ${text}`);
+  return { event: match[1], data: match[2]! };
 }
 
 /** Reads a server-sent event stream one event at a time, as it arrives. */
@@ -98,13 +171,19 @@ export class EventReader {
 
   /** The next event's data, or undefined once the stream ended; rejects when the stream breaks. */
   async next(): Promise<string | undefined> {
+    const event = await this.nextEvent();
+    if (event?.event !== undefined) throw new Error(`not a bare data event: ${event.event}`);
+    return event?.data;
+  }
+
+  /** The next event with its name, or undefined once the stream ended. */
+  async nextEvent(): Promise<NamedEvent | undefined> {
     for (;;) {
       const end = this.#buffer.indexOf("\n\n");
       if (end !== -1) {
         const event = this.#buffer.slice(0, end);
         this.#buffer = this.#buffer.slice(end + 2);
-        if (!event.startsWith("data: ")) throw new Error(`not a data event: ${event}`);
-        return event.slice("data: ".length);
+        return parseEvent(event);
       }
       const { done, value } = await this.#reader.read();
       if (done) {
@@ -112,6 +191,19 @@ export class EventReader {
         return undefined;
       }
       this.#buffer += this.#decoder.decode(value, { stream: true });
+    }
+  }
+
+  /** Every remaining named event, and the error that ended the stream if it broke. */
+  async restNamed(): Promise<{ events: NamedEvent[]; error: unknown }> {
+    const events: NamedEvent[] = [];
+    try {
+      for (let event = await this.nextEvent(); event !== undefined; event = await this.nextEvent()) {
+        events.push(event);
+      }
+      return { events, error: undefined };
+    } catch (error) {
+      return { events, error };
     }
   }
 

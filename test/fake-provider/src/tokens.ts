@@ -1,10 +1,11 @@
-import { type ChatMessage, isRecord } from "./request.js";
+import { isRecord } from "./json.js";
+import type { ChatMessage } from "./reply.js";
 
 // A crude tokenizer on purpose: about four characters a token, like OpenAI's rule of thumb.
 // What matters to tests is that the same text always gives the same count.
 const CHARS_PER_TOKEN = 4;
-const TOKENS_PER_MESSAGE = 4;
-const TOKENS_PER_PROMPT = 2;
+export const TOKENS_PER_MESSAGE = 4;
+export const TOKENS_PER_PROMPT = 2;
 
 export function estimateTokens(text: string): number {
   return Math.ceil(text.length / CHARS_PER_TOKEN);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { OpenAiError } from "./errors.js";
+import { OpenAiError } from "../errors.js";
 import { toChatRequest } from "./request.js";
 
 function rejection(body: unknown): OpenAiError {

@@ -1,25 +1,19 @@
-import { invalidRequest, invalidType, missingParameter } from "./errors.js";
+import { invalidRequest, invalidType, missingParameter } from "../errors.js";
+import { isRecord } from "../json.js";
+import { optionalBoolean, tokenLimit } from "../openai.js";
+import type { ChatMessage, Conversation } from "../reply.js";
 
-/** One entry of `messages`, kept as sent: the fake reads only what it needs. */
-export interface ChatMessage {
-  readonly role: string;
-  readonly content?: unknown;
-  readonly tool_calls?: unknown;
-  readonly [field: string]: unknown;
-}
-
-/** What the fake needs from a valid Chat Completions request body. */
-export interface ChatRequest {
+/**
+ * What the fake needs from a valid Chat Completions request body. `messages` are kept as sent,
+ * `maxTokens` is `max_completion_tokens` or the older `max_tokens`, and no tool is callable
+ * when `tool_choice` is "none".
+ */
+export interface ChatRequest extends Conversation {
   readonly model: string;
-  readonly messages: readonly ChatMessage[];
   readonly stream: boolean;
   readonly includeUsage: boolean;
-  /** `max_completion_tokens`, or the older `max_tokens`. */
-  readonly maxTokens: number | undefined;
   /** `tools` as sent, counted into the prompt. */
   readonly tools: readonly unknown[];
-  /** Function tools the model may call; empty when `tool_choice` is "none". */
-  readonly callableTools: ReadonlySet<string>;
 }
 
 /** Checks a parsed body the way OpenAI does, naming the first field that is wrong. */
@@ -70,29 +64,4 @@ export function toChatRequest(body: unknown): ChatRequest {
     tools,
     callableTools,
   };
-}
-
-function optionalBoolean(body: Record<string, unknown>, field: string): boolean | undefined {
-  const value = body[field];
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== "boolean") throw invalidType(field, "a boolean", value);
-  return value;
-}
-
-function tokenLimit(body: Record<string, unknown>, field: string): number | undefined {
-  const value = body[field];
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== "number" || !Number.isInteger(value)) throw invalidType(field, "an integer", value);
-  if (value < 1) {
-    throw invalidRequest(
-      `Invalid '${field}': integer below minimum value. Expected a value >= 1, but got ${value} instead.`,
-      field,
-      "integer_below_min_value",
-    );
-  }
-  return value;
-}
-
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { startFakeProvider } from "./server.js";
-import { API_KEY, chunksOf, completionOf, EventReader, errorOf, postChat } from "./test-client.js";
+import { startFakeProvider } from "../server.js";
+import { API_KEY, chunksOf, completionOf, EventReader, errorOf, postChat } from "../test-client.js";
 
 const hello = { model: "gpt-4o-mini", messages: [{ role: "user", content: "Hello there, how are you?" }] };
 const weatherTool = { type: "function", function: { name: "get_weather", parameters: { type: "object" } } };

@@ -1,23 +1,12 @@
-import { parseDirectives } from "./directives.js";
-import { digest, stableJson } from "./hash.js";
-import type { ChatRequest } from "./request.js";
-import { contentText, estimateTokens } from "./tokens.js";
+import { digest, stableJson } from "../hash.js";
+import { fragments, type PlannedCall, type Reply, words } from "../reply.js";
+import { sse } from "../sse.js";
 
-export type FinishReason = "stop" | "length" | "tool_calls";
-
+/** A tool call as Chat Completions writes it. */
 export interface ToolCall {
   readonly id: string;
   readonly type: "function";
   readonly function: { readonly name: string; readonly arguments: string };
-}
-
-/** What the fake answers, decided from the request alone. */
-export interface Reply {
-  /** Null when the reply is tool calls. */
-  readonly content: string | null;
-  readonly toolCalls: readonly ToolCall[];
-  readonly finishReason: FinishReason;
-  readonly completionTokens: number;
 }
 
 export interface Usage {
@@ -41,8 +30,6 @@ export interface CompletionHead {
   readonly system_fingerprint: string;
 }
 
-const QUOTED_CHARS = 200;
-
 /** `chatcmpl-…`, the same for the same body whatever the order of its keys. */
 export function completionId(body: unknown): string {
   return `chatcmpl-${digest(stableJson(body)).slice(0, 29)}`;
@@ -52,49 +39,12 @@ export function systemFingerprint(model: string): string {
   return `fp_${digest(model).slice(0, 10)}`;
 }
 
-export function planReply(request: ChatRequest, seed: string): Reply {
-  const last = request.messages.at(-1);
-  if (last?.role === "tool") {
-    return textReply(`Fake reply to tool result: ${clip(contentText(last.content), QUOTED_CHARS)}`, request);
-  }
-
-  const lastUser = request.messages.findLast((message) => message.role === "user");
-  const userText = contentText(lastUser?.content);
-  const calls = parseDirectives(userText).filter((call) => request.callableTools.has(call.name));
-  if (calls.length === 0) return textReply(`Fake reply to: ${clip(userText, QUOTED_CHARS)}`, request);
-
-  // Scripted calls are never truncated by max_tokens: a test that asks for a call wants the call.
-  const toolCalls = calls.map(
-    (call, index): ToolCall => ({
-      id: `call_${digest(seed, String(index)).slice(0, 24)}`,
-      type: "function",
-      function: { name: call.name, arguments: JSON.stringify(call.args) },
-    }),
-  );
-  const completionTokens = toolCalls.reduce(
-    (sum, call) => sum + estimateTokens(call.function.name + call.function.arguments),
-    0,
-  );
-  return { content: null, toolCalls, finishReason: "tool_calls", completionTokens };
-}
-
-function textReply(text: string, request: ChatRequest): Reply {
-  const limit = request.maxTokens;
-  const truncated = limit !== undefined && estimateTokens(text) > limit;
-  const content = truncated ? clip(text, limit * 4) : text;
+export function toolCallOf(call: PlannedCall): ToolCall {
   return {
-    content,
-    toolCalls: [],
-    finishReason: truncated ? "length" : "stop",
-    completionTokens: estimateTokens(content),
+    id: `call_${call.seed.slice(0, 24)}`,
+    type: "function",
+    function: { name: call.name, arguments: call.arguments },
   };
-}
-
-/** The first `length` UTF-16 units, without splitting a surrogate pair. */
-function clip(text: string, length: number): string {
-  if (text.length <= length) return text;
-  const code = text.charCodeAt(length - 1);
-  return text.slice(0, code >= 0xd800 && code <= 0xdbff ? length - 1 : length);
 }
 
 export function usageOf(promptTokens: number, completionTokens: number, cachedTokens: number): Usage {
@@ -116,7 +66,13 @@ export function usageOf(promptTokens: number, completionTokens: number, cachedTo
 export function completionBody(head: CompletionHead, reply: Reply, usage: Usage): string {
   const message =
     reply.content === null
-      ? { role: "assistant", content: null, tool_calls: reply.toolCalls, refusal: null, annotations: [] }
+      ? {
+          role: "assistant",
+          content: null,
+          tool_calls: reply.toolCalls.map(toolCallOf),
+          refusal: null,
+          annotations: [],
+        }
       : { role: "assistant", content: reply.content, refusal: null, annotations: [] };
   return JSON.stringify({
     id: head.id,
@@ -140,10 +96,10 @@ export function streamEvents(
   usage: Usage,
   includeUsage: boolean,
 ): string[] {
-  const deltas: Array<{ delta: Record<string, unknown>; finish: FinishReason | null }> = [];
+  const deltas: Array<{ delta: Record<string, unknown>; finish: Reply["finishReason"] | null }> = [];
 
   if (reply.content === null) {
-    reply.toolCalls.forEach((call, index) => {
+    reply.toolCalls.map(toolCallOf).forEach((call, index) => {
       const opening = {
         tool_calls: [
           { index, id: call.id, type: "function", function: { name: call.function.name, arguments: "" } },
@@ -166,7 +122,7 @@ export function streamEvents(
   // With include_usage, OpenAI puts `"usage": null` on every chunk and the usage on one more
   // chunk that has no choices.
   const usageField = includeUsage ? { usage: null } : {};
-  const events = deltas.map(({ delta, finish }) =>
+  const chunk = (fields: Record<string, unknown>): string =>
     sse({
       id: head.id,
       object: "chat.completion.chunk",
@@ -174,43 +130,12 @@ export function streamEvents(
       model: head.model,
       service_tier: "default",
       system_fingerprint: head.system_fingerprint,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-      ...usageField,
-    }),
+      ...fields,
+    });
+  const events = deltas.map(({ delta, finish }) =>
+    chunk({ choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...usageField }),
   );
-  if (includeUsage) {
-    events.push(
-      sse({
-        id: head.id,
-        object: "chat.completion.chunk",
-        created: head.created,
-        model: head.model,
-        service_tier: "default",
-        system_fingerprint: head.system_fingerprint,
-        choices: [],
-        usage,
-      }),
-    );
-  }
+  if (includeUsage) events.push(chunk({ choices: [], usage }));
   events.push("data: [DONE]\n\n");
   return events;
-}
-
-function sse(chunk: unknown): string {
-  return `data: ${JSON.stringify(chunk)}\n\n`;
-}
-
-/** Each word with the whitespace after it; joined back they give the text unchanged. */
-export function words(text: string): string[] {
-  return text.match(/^\s+|\S+\s*/g) ?? [];
-}
-
-const FRAGMENT_CHARS = 8;
-
-function fragments(text: string): string[] {
-  const pieces: string[] = [];
-  for (let start = 0; start < text.length; start += FRAGMENT_CHARS) {
-    pieces.push(text.slice(start, start + FRAGMENT_CHARS));
-  }
-  return pieces;
 }

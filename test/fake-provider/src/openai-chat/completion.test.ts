@@ -1,7 +1,15 @@
 import { describe, expect, it } from "vitest";
-import { type CompletionHead, completionId, planReply, streamEvents, usageOf, words } from "./completion.js";
+import { planReply } from "../reply.js";
+import { type Chunk, chunksOf } from "../test-client.js";
+import {
+  type CompletionHead,
+  completionBody,
+  completionId,
+  streamEvents,
+  toolCallOf,
+  usageOf,
+} from "./completion.js";
 import { toChatRequest } from "./request.js";
-import { type Chunk, chunksOf } from "./test-client.js";
 
 const weatherTool = { type: "function", function: { name: "get_weather", parameters: { type: "object" } } };
 
@@ -22,90 +30,45 @@ function chunks(events: readonly string[]): Chunk[] {
   return chunksOf(events.map((event) => event.slice("data: ".length, -2)));
 }
 
-describe("planReply", () => {
-  it("quotes the last user message, the same way every time", () => {
-    const chat = request({
-      messages: [
-        { role: "user", content: "first" },
-        { role: "assistant", content: "ok" },
-        { role: "user", content: [{ type: "text", text: "second" }] },
-      ],
-    });
-    const reply = planReply(chat, "seed");
-    expect(reply).toEqual({
-      content: "Fake reply to: second",
-      toolCalls: [],
-      finishReason: "stop",
-      completionTokens: 6,
-    });
-    expect(planReply(chat, "seed")).toEqual(reply);
-  });
-
-  it("quotes at most 200 characters", () => {
-    const reply = planReply(request({ messages: [{ role: "user", content: "x".repeat(500) }] }), "seed");
-    expect(reply.content).toBe(`Fake reply to: ${"x".repeat(200)}`);
-  });
-
-  it("cuts the reply at max_tokens and says so", () => {
-    const reply = planReply(
-      request({ max_tokens: 3, messages: [{ role: "user", content: "a long question indeed" }] }),
-      "seed",
-    );
-    expect(reply).toMatchObject({ content: "Fake reply t", finishReason: "length", completionTokens: 3 });
-  });
-
-  it("calls the tools a directive names, when the request declares them", () => {
-    const reply = planReply(
-      request({
-        tools: [weatherTool],
-        messages: [
-          { role: "user", content: 'Go [[call:get_weather {"city":"Paris"}]] [[call:get_weather]]' },
-        ],
-      }),
-      "seed",
-    );
-    expect(reply.content).toBeNull();
-    expect(reply.finishReason).toBe("tool_calls");
-    expect(reply.toolCalls).toEqual([
-      {
-        id: expect.stringMatching(/^call_\w{24}$/),
-        type: "function",
-        function: { name: "get_weather", arguments: '{"city":"Paris"}' },
-      },
-      {
-        id: expect.stringMatching(/^call_\w{24}$/),
-        type: "function",
-        function: { name: "get_weather", arguments: "{}" },
-      },
-    ]);
-    expect(reply.toolCalls[0]!.id).not.toBe(reply.toolCalls[1]!.id);
-  });
-
-  it("answers in words when the named tool is not declared, or tool_choice is none", () => {
+describe("toChatRequest and planReply", () => {
+  it("calls the tools a directive names only when the request declares them, and not with tool_choice none", () => {
     const messages = [{ role: "user", content: "[[call:get_weather]]" }];
     expect(planReply(request({ messages }), "seed").content).toBe("Fake reply to: [[call:get_weather]]");
     expect(planReply(request({ messages, tools: [weatherTool], tool_choice: "none" }), "seed").content).toBe(
       "Fake reply to: [[call:get_weather]]",
     );
+    expect(planReply(request({ messages, tools: [weatherTool] }), "seed").toolCalls).toHaveLength(1);
   });
+});
 
-  it("answers a tool result in words", () => {
+describe("completionBody", () => {
+  it("writes tool calls with call_ ids and the arguments as JSON text", () => {
     const reply = planReply(
       request({
         tools: [weatherTool],
-        messages: [
-          { role: "user", content: "[[call:get_weather]]" },
-          {
-            role: "assistant",
-            content: null,
-            tool_calls: [{ id: "c", type: "function", function: { name: "get_weather", arguments: "{}" } }],
-          },
-          { role: "tool", tool_call_id: "c", content: "sunny" },
-        ],
+        messages: [{ role: "user", content: '[[call:get_weather {"city":"Paris"}]]' }],
       }),
       "seed",
     );
-    expect(reply).toMatchObject({ content: "Fake reply to tool result: sunny", finishReason: "stop" });
+    const body = JSON.parse(completionBody(head, reply, usageOf(1, reply.completionTokens, 0)));
+    expect(body.choices[0]).toEqual({
+      index: 0,
+      message: {
+        role: "assistant",
+        content: null,
+        tool_calls: [
+          {
+            id: expect.stringMatching(/^call_\w{24}$/),
+            type: "function",
+            function: { name: "get_weather", arguments: '{"city":"Paris"}' },
+          },
+        ],
+        refusal: null,
+        annotations: [],
+      },
+      logprobs: null,
+      finish_reason: "tool_calls",
+    });
   });
 });
 
@@ -169,7 +132,7 @@ describe("streamEvents", () => {
       tool_calls: [
         {
           index: 0,
-          id: toolReply.toolCalls[0]!.id,
+          id: toolCallOf(toolReply.toolCalls[0]!).id,
           type: "function",
           function: { name: "get_weather", arguments: "" },
         },
@@ -189,7 +152,7 @@ describe("streamEvents", () => {
       }
     }
     expect([...calls.values()]).toEqual(
-      toolReply.toolCalls.map((call) => ({
+      toolReply.toolCalls.map(toolCallOf).map((call) => ({
         id: call.id,
         name: call.function.name,
         arguments: call.function.arguments,
@@ -197,12 +160,5 @@ describe("streamEvents", () => {
     );
     expect(stream.length).toBeGreaterThan(4);
     expect(stream.at(-1)!.choices[0]).toMatchObject({ delta: {}, finish_reason: "tool_calls" });
-  });
-});
-
-describe("words", () => {
-  it("splits text into words that join back to the text", () => {
-    expect(words("Fake reply to:  two\nlines ")).toEqual(["Fake ", "reply ", "to:  ", "two\n", "lines "]);
-    expect(words(" lead").join("")).toBe(" lead");
   });
 });
