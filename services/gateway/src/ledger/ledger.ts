@@ -18,7 +18,7 @@ export interface LedgerOptions {
   newId: () => string;
   /** Runs kept in memory; beyond it the least recently used are dropped and re-read on demand. */
   maxCachedRuns?: number;
-  /** Attempts to catch up and re-decide after another writer got to a run first. */
+  /** Attempts to catch up and re-decide after another writer got to a run first (default 25). */
   maxConflictRetries?: number;
 }
 
@@ -47,7 +47,18 @@ interface Entry {
   stale: boolean;
   /** The state was read from (or confirmed by) the log, not just assumed new. */
   known: boolean;
+  /** When another writer's event was last folded in (0: never): the run is shared. */
+  foreignMs: number;
+  /** Called whenever the watch moves the run on (conflict handling waits on it). */
+  advanced: (() => void) | undefined;
 }
+
+// A run another gateway wrote to this recently gets its outcomes appended at once: a
+// deferred outcome there would only lose the race with that gateway's next start.
+const SHARED_RUN_MS = 60_000;
+// How long a conflict waits for the watch to bring what another writer appended before
+// reading it from the stream instead.
+const WATCH_GRACE_MS = 20;
 
 /**
  * The gateway's view of runs and the only way it appends to one.
@@ -56,8 +67,8 @@ interface Entry {
  * folds in what other gateways append (a hold, a stop, their calls), so a decision is
  * made from current state without reading the run first. A run first seen here is taken
  * to be new; if it is not, its first append fails the stream's expected-sequence check
- * and the run is read. After any conflict the run is read from the last event this
- * gateway knew, not from the start.
+ * and the run is read. After a conflict the gateway takes what the watch brings (usually
+ * already heard), or reads the run from the last event it knew, never from the start.
  *
  * Appends to one run are serialized in this process and guarded across processes by the
  * expected-last-subject-sequence check.
@@ -107,9 +118,10 @@ export class RunLedger {
   executeDurably(runId: string, labels: RunLabels, command: RunCommand): Promise<Executed> {
     return this.enqueue(runId, async (entry) => {
       const ids = this.idsFor();
+      const shared = this.options.clock() - entry.foreignMs < SHARED_RUN_MS;
       for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
         try {
-          return await this.executeNow(runId, labels, command, entry, ids, true);
+          return await this.executeNow(runId, labels, command, entry, ids, !shared);
         } catch (error) {
           if (!(error instanceof BusError) || !error.retryable || error instanceof ConcurrencyError)
             throw error;
@@ -166,8 +178,17 @@ export class RunLedger {
     ids: () => string,
     defer: boolean,
   ): Promise<Executed> {
-    const retries = this.options.maxConflictRetries ?? 5;
+    const retries = this.options.maxConflictRetries ?? 25;
+    let behind: number | undefined;
     for (let attempt = 0; ; attempt++) {
+      // Writers racing on one run take turns: after a second conflict, back off a random
+      // while (growing, capped) so the other side's queue drains instead of both retrying
+      // in lockstep.
+      if (attempt >= 2) await sleep(Math.random() * Math.min(2 ** (attempt - 2), 50));
+      // Another writer got there first: what it appended is usually already on the watch.
+      if (behind !== undefined && entry.known && !entry.stale) await this.watchReaches(entry, behind);
+      if (behind !== undefined && entry.lastStreamSequence < behind) entry.stale = true;
+      behind = undefined;
       // Only a start may assume a run it has not read is new; anything else decides on
       // the run as the log has it (a step's outcome after its run left the cache).
       if (entry.stale || (!entry.known && command.type !== "StartStep")) await this.catchUp(runId, entry);
@@ -198,12 +219,29 @@ export class RunLedger {
       } catch (error) {
         if (!(error instanceof ConcurrencyError) || attempt >= retries) throw error;
         this.options.log.debug({ runId, attempt }, "run moved on in another writer; catching up");
-        entry.stale = true;
+        behind = error.actualStreamSequence ?? Number.MAX_SAFE_INTEGER;
+        if (!entry.known) entry.stale = true;
       } finally {
         entry.appending -= 1;
         this.replayHeard(entry);
       }
     }
+  }
+
+  /** Resolves once the watch has folded the run up to `streamSequence`, or after a short grace. */
+  private watchReaches(entry: Entry, streamSequence: number): Promise<void> {
+    if (entry.lastStreamSequence >= streamSequence) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        entry.advanced = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, WATCH_GRACE_MS);
+      entry.advanced = () => {
+        if (entry.lastStreamSequence >= streamSequence || entry.stale) done();
+      };
+    });
   }
 
   /** Folds in what the log holds after the last event this gateway knew of the run. */
@@ -214,6 +252,7 @@ export class RunLedger {
     try {
       const missing = await this.options.bus.readRun(runId, entry.lastStreamSequence);
       for (const { envelope } of missing.events) entry.state = evolve(entry.state, envelope);
+      if (missing.events.length > 0 && entry.known) entry.foreignMs = this.options.clock();
       entry.lastStreamSequence = missing.lastStreamSequence;
       entry.known = true;
     } catch (error) {
@@ -246,13 +285,17 @@ export class RunLedger {
       const envelope = decodeEnvelope(event.data);
       if (envelope.sequence !== entry.state.lastSequence + 1) {
         entry.stale = true;
-        return;
+      } else {
+        // This process's own appends are folded when their ack arrives: whatever the
+        // watch brings first is another writer's.
+        entry.state = evolve(entry.state, envelope);
+        entry.lastStreamSequence = event.streamSequence;
+        entry.foreignMs = this.options.clock();
       }
-      entry.state = evolve(entry.state, envelope);
-      entry.lastStreamSequence = event.streamSequence;
     } catch {
       entry.stale = true;
     }
+    entry.advanced?.();
   }
 
   private entry(runId: string): Entry {
@@ -270,6 +313,8 @@ export class RunLedger {
         heard: [],
         stale: false,
         known: false,
+        foreignMs: 0,
+        advanced: undefined,
       };
     }
     this.runs.set(runId, entry);
@@ -285,4 +330,8 @@ export class RunLedger {
       if (entry.appending === 0) this.runs.delete(runId);
     }
   }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
