@@ -183,37 +183,66 @@ describe("the request's key is kept out of everything recorded", () => {
     ]);
     for (const form of [KEY, KEY.slice(8, 24), KEY.slice(-4)]) expect(recorded).not.toContain(form);
   });
+
+  it("when it came in Azure's api-key header", async () => {
+    const AZURE_KEY = "azkey0123456789ABCDEFGHIJKLMNOPQRSTUV";
+    const client = stack.client({ headers: { "X-Holdfast-Run": "echo-azure-key", "api-key": AZURE_KEY } });
+    await client.chat.completions.create({
+      model: "gpt-4o-mini",
+      tools: [
+        { type: "function", function: { name: AZURE_KEY, parameters: { type: "object", properties: {} } } },
+      ],
+      messages: [{ role: "user", content: callDirective(AZURE_KEY) }],
+    });
+    // Forwarded to the provider, which needs it…
+    expect(stack.provider.requests.at(-1)?.headers["api-key"]).toBe(AZURE_KEY);
+    // …and nowhere in what Holdfast recorded.
+    const run = await stack.settled("echo-azure-key", 1);
+    expect(run.steps[0]?.toolCalls).toEqual(["[redacted]"]);
+    const recorded = JSON.stringify([
+      run,
+      ...(await waitForRows("SELECT * FROM events WHERE run_id = 'echo-azure-key'", 2)),
+      ...(await stack.sql("SELECT * FROM steps WHERE run_id = 'echo-azure-key'")),
+    ]);
+    expect(recorded).not.toContain(AZURE_KEY);
+  });
 });
 
 describe("a provider error inside a stream", () => {
-  it("is recorded with the provider's type, code and message, and the client gets it as sent", async () => {
-    const client = stack.client({
-      headers: { "X-Holdfast-Run": "stream-error", "x-fake-fail": "error-after:3" },
-    });
-    const stream = await client.chat.completions.create({
-      model: "gpt-4o-mini",
-      stream: true,
-      messages: [{ role: "user", content: "long answer please" }],
-    });
-    const error = await (async () => {
-      for await (const _ of stream) {
-        // drain
-      }
-    })().catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(OpenAI.APIError);
-    expect((error as Error).message).toMatch(/error while generating/);
-    const run = await stack.settled("stream-error", 1);
-    expect(run.steps[0]).toMatchObject({
-      status: "failed",
-      upstreamStatus: 200,
-      failure: {
-        reason: "upstream_stream_error",
-        errorType: "server_error",
-        errorCode: "generation_failed",
-      },
-    });
-    expect(run.steps[0]?.failure?.message).toMatch(/^The server had an error while generating/);
-  });
+  it.each([
+    ["and the stream ends", "stream-error", "error-after:3"],
+    ["and the provider hangs up", "stream-error-reset", "error-after:3:reset"],
+  ])(
+    "is recorded with the provider's type, code and message, %s, and the client gets it as sent",
+    async (_case, runId, fault) => {
+      const client = stack.client({
+        headers: { "X-Holdfast-Run": runId, "x-fake-fail": fault },
+      });
+      const stream = await client.chat.completions.create({
+        model: "gpt-4o-mini",
+        stream: true,
+        messages: [{ role: "user", content: "long answer please" }],
+      });
+      const error = await (async () => {
+        for await (const _ of stream) {
+          // drain
+        }
+      })().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OpenAI.APIError);
+      expect((error as Error).message).toMatch(/error while generating/);
+      const run = await stack.settled(runId, 1);
+      expect(run.steps[0]).toMatchObject({
+        status: "failed",
+        upstreamStatus: 200,
+        failure: {
+          reason: "upstream_stream_error",
+          errorType: "server_error",
+          errorCode: "generation_failed",
+        },
+      });
+      expect(run.steps[0]?.failure?.message).toMatch(/^The server had an error while generating/);
+    },
+  );
 });
 
 describe("Expect: 100-continue", () => {

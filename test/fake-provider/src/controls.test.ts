@@ -21,6 +21,16 @@ describe("readControls", () => {
     expect(readControls({ "x-fake-fail": "reset" }).fault).toEqual({ kind: "reset" });
     expect(readControls({ "x-fake-fail": "Reset-After:2" }).fault).toEqual({ kind: "reset-after", after: 2 });
     expect(readControls({ "x-fake-fail": "hang" }).fault).toEqual({ kind: "hang" });
+    expect(readControls({ "x-fake-fail": "error-after:3" }).fault).toEqual({
+      kind: "error-after",
+      after: 3,
+      reset: false,
+    });
+    expect(readControls({ "x-fake-fail": "error-after:1:reset" }).fault).toEqual({
+      kind: "error-after",
+      after: 1,
+      reset: true,
+    });
   });
 
   it.each([

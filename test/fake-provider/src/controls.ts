@@ -11,7 +11,7 @@ export const FAKE_HEADERS = {
   cachedTokens: "x-fake-cached-tokens",
   /** Hold a stream after this many events until `resumePaused()`. */
   pauseAfter: "x-fake-pause-after",
-  /** A status from 400 to 599, `reset`, `reset-after:N`, `error-after:N` or `hang`. */
+  /** A status from 400 to 599, `reset`, `reset-after:N`, `error-after:N[:reset]` or `hang`. */
   fail: "x-fake-fail",
 } as const;
 
@@ -23,8 +23,8 @@ export type Fault =
   | { readonly kind: "reset" }
   /** Send this many stream events (or body bytes), then destroy the connection. */
   | { readonly kind: "reset-after"; readonly after: number }
-  /** Send this many stream events, then the API's mid-stream error event, then end. */
-  | { readonly kind: "error-after"; readonly after: number }
+  /** Send this many stream events, then the API's mid-stream error event, then end (or cut the connection). */
+  | { readonly kind: "error-after"; readonly after: number; readonly reset: boolean }
   /** Never answer. */
   | { readonly kind: "hang" };
 
@@ -56,10 +56,11 @@ function fault(headers: IncomingHttpHeaders): Fault | undefined {
   if (/^[45]\d\d$/.test(value)) return { kind: "status", status: Number(value) };
   const resetAfter = /^reset-after:(\d+)$/.exec(value);
   if (resetAfter !== null) return { kind: "reset-after", after: Number(resetAfter[1]) };
-  const errorAfter = /^error-after:(\d+)$/.exec(value);
-  if (errorAfter !== null) return { kind: "error-after", after: Number(errorAfter[1]) };
+  const errorAfter = /^error-after:(\d+)(:reset)?$/.exec(value);
+  if (errorAfter !== null)
+    return { kind: "error-after", after: Number(errorAfter[1]), reset: errorAfter[2] !== undefined };
   throw invalidRequest(
-    `Invalid ${FAKE_HEADERS.fail} '${value}': expected a status from 400 to 599, reset, reset-after:N, error-after:N or hang.`,
+    `Invalid ${FAKE_HEADERS.fail} '${value}': expected a status from 400 to 599, reset, reset-after:N, error-after:N[:reset] or hang.`,
     FAKE_HEADERS.fail,
   );
 }

@@ -175,13 +175,15 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
         ...answer.headers,
         [api.requestIdHeader]: exchange.id,
       };
-      const resetAfter = fault?.kind === "reset-after" ? fault.after : undefined;
+      let resetAfter = fault?.kind === "reset-after" ? fault.after : undefined;
 
       if (answer.events !== undefined) {
         let events = answer.events;
         if (fault?.kind === "error-after") {
           events = events.slice(0, fault.after);
           events = [...events, api.streamError(apiKey, events.length)];
+          // The provider says why, then hangs up instead of ending the stream.
+          if (fault.reset) resetAfter = events.length;
         }
         return stream(exchange, res, headers, events, controls, resetAfter);
       }

@@ -265,11 +265,10 @@ async function relayStream(
     return out.length === 0 || writer.write(out);
   };
   try {
-    for await (const chunk of response.body) {
+    await readChunks(response.body, clientGone, (chunk) => {
       markFirstByte();
-      if (!relay(parser.push(chunk as Buffer))) await writer.drained(clientGone);
-      if (clientGone.aborted) throw new Error("client gone");
-    }
+      return relay(parser.push(chunk)) ? undefined : writer.drained(clientGone);
+    });
     relay(parser.flush());
   } catch (error) {
     const summary = meter.summary();
@@ -305,6 +304,42 @@ async function relayStream(
     return;
   }
   writer.end(held);
+}
+
+/**
+ * Feeds each chunk of a body to `onChunk` as it arrives, pausing while the promise it
+ * returns (backpressure) is pending. Chunks are taken as 'data' events, not through an
+ * async iterator: an iterator drops a chunk still buffered when the connection breaks
+ * right after it, and that last chunk is often the provider's own error event.
+ */
+function readChunks(
+  body: Dispatcher.ResponseData["body"],
+  clientGone: AbortSignal,
+  onChunk: (chunk: Buffer) => Promise<void> | undefined,
+): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const gone = () => {
+      body.destroy();
+      reject(new Error("client gone"));
+    };
+    if (clientGone.aborted) return gone();
+    clientGone.addEventListener("abort", gone, { once: true });
+    const settle = () => clientGone.removeEventListener("abort", gone);
+    body.on("data", (chunk: Buffer) => {
+      const wait = onChunk(chunk);
+      if (wait === undefined) return;
+      body.pause();
+      void wait.then(() => body.resume());
+    });
+    body.once("end", () => {
+      settle();
+      resolve();
+    });
+    body.once("error", (error) => {
+      settle();
+      reject(error);
+    });
+  });
 }
 
 function startCommand(
