@@ -92,6 +92,12 @@ export interface ApiShape {
   readonly path: string;
   /** Appended to the upstream base URL, which ends in the version (…/v1): e.g. "/chat/completions". */
   readonly upstreamPath: string;
+  /**
+   * The provider keeps this shape's responses and a later request may continue one by its
+   * id (Responses' `previous_response_id`): the gateway publishes which run each response
+   * belongs to as soon as it is named.
+   */
+  readonly continues: boolean;
   readRequest(body: unknown): RequestRead;
   /**
    * The body to send upstream when it must differ from the client's (a Chat Completions

@@ -1,4 +1,5 @@
 import { PassThrough } from "node:stream";
+import Anthropic from "@anthropic-ai/sdk";
 import { type Bus, connectBus } from "@holdfast/bus";
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
 import { describeRun, type RunView } from "@holdfast/events";
@@ -20,6 +21,8 @@ export interface Stack {
   /** Everything the gateway and projector logged, as written. */
   logs(): string;
   client(options?: { apiKey?: string; headers?: Record<string, string> }): OpenAI;
+  /** The official Anthropic SDK pointed at the gateway (its base URL is the origin: it adds /v1). */
+  anthropic(options?: { apiKey?: string; headers?: Record<string, string> }): Anthropic;
   /** The run folded from JetStream, as `holdfast show` sees it. */
   run(runId: string): Promise<RunView>;
   /** Waits until the run has `steps` finished steps (outcomes are recorded after the response). */
@@ -28,7 +31,7 @@ export interface Stack {
   /** Another gateway on the same event log (e.g. with another upstream); closed with the stack. */
   extraGateway(
     gateway: DeepPartial<Config["gateway"]>,
-  ): Promise<{ client(headers?: Record<string, string>): OpenAI }>;
+  ): Promise<{ client(headers?: Record<string, string>): OpenAI; baseUrl: string }>;
   close(): Promise<void>;
 }
 
@@ -77,6 +80,14 @@ export async function startStack(
     bus,
     logs: () => captured.join(""),
     client: (o = {}) => clientFor(gateway.baseUrl, o.apiKey ?? API_KEY, o.headers),
+    anthropic: (o = {}) =>
+      new Anthropic({
+        apiKey: o.apiKey ?? API_KEY,
+        baseURL: new URL(gateway.baseUrl).origin,
+        maxRetries: 0,
+        timeout: 20_000,
+        defaultHeaders: o.headers,
+      }),
     run: async (runId) =>
       describeRun(
         runId,
@@ -109,7 +120,7 @@ export async function startStack(
         createLogger({ name: "gateway-extra", level: "trace", destination }),
       );
       extras.push(extra);
-      return { client: (headers) => clientFor(extra.baseUrl, API_KEY, headers) };
+      return { client: (headers) => clientFor(extra.baseUrl, API_KEY, headers), baseUrl: extra.baseUrl };
     },
     close: async () => {
       // The provider first: a call it still holds open would keep a gateway from closing.

@@ -10,6 +10,7 @@ export const anthropicMessagesShape: ApiShape = {
   family: "anthropic",
   path: "/v1/messages",
   upstreamPath: "/messages",
+  continues: false,
   readRequest: readAnthropicRequest,
   // Every Anthropic stream reports its usage: the client's bytes go as they came.
   upstreamBody: () => undefined,

@@ -14,6 +14,7 @@ export const openAIChatShape: ApiShape = {
   family: "openai",
   path: "/v1/chat/completions",
   upstreamPath: "/chat/completions",
+  continues: false,
   readRequest: readChatRequest,
   // Usage on a stream is only sent when asked for: ask on the client's behalf so every
   // stream is metered (the meter hides the extra chunk from a client that did not ask).

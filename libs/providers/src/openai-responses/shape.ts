@@ -10,6 +10,7 @@ export const openAIResponsesShape: ApiShape = {
   family: "openai",
   path: "/v1/responses",
   upstreamPath: "/responses",
+  continues: true,
   readRequest: readResponsesRequest,
   // Every Responses stream ends with its usage: the client's bytes go as they came.
   upstreamBody: () => undefined,

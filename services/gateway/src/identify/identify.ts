@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
-import { CONTROL_CHARACTER, MAX_RUN_ID_LENGTH, RunSource } from "@holdfast/events";
+import { RunSource, runIdDefect, tagDefect } from "@holdfast/events";
 import type { RequestView } from "@holdfast/providers";
 import { InvalidRequestError } from "../errors.js";
-import { DuplicateHeaderError, type RequestHeaders } from "../http/headers.js";
+import { DuplicateHeaderError, type RequestHeaders, UndecodableHeaderError } from "../http/headers.js";
 
 export interface IdentifyRules {
   /** Request headers that name a run, first match wins. */
@@ -23,7 +23,6 @@ export interface ExplicitRun {
   key: string;
 }
 
-const MAX_TAG_LENGTH = 128;
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-.*)?$/;
 
 /**
@@ -111,7 +110,9 @@ function headerValue(headers: RequestHeaders, name: string): string | undefined 
   try {
     return headers.get(name);
   } catch (error) {
-    if (error instanceof DuplicateHeaderError) throw new InvalidRequestError(error.message, { cause: error });
+    if (error instanceof DuplicateHeaderError || error instanceof UndecodableHeaderError) {
+      throw new InvalidRequestError(error.message, { cause: error });
+    }
     throw error;
   }
 }
@@ -120,7 +121,7 @@ function optionalHeader(headers: RequestHeaders, name: string): string | undefin
   try {
     return headers.get(name);
   } catch (error) {
-    if (error instanceof DuplicateHeaderError) return undefined;
+    if (error instanceof DuplicateHeaderError || error instanceof UndecodableHeaderError) return undefined;
     throw error;
   }
 }
@@ -137,25 +138,15 @@ function fieldValue(body: unknown, path: string): string | undefined {
   return trimmed ? trimmed : undefined;
 }
 
+// The event model's own rules (the ones `assertRunId` enforces), said with where the value came from.
 function checkRunId(value: string, where: string): string {
-  if (value.length > MAX_RUN_ID_LENGTH) {
-    throw new InvalidRequestError(
-      `The run id in ${where} is ${value.length} characters long; Holdfast accepts at most ${MAX_RUN_ID_LENGTH}.`,
-    );
-  }
-  if (CONTROL_CHARACTER.test(value))
-    throw new InvalidRequestError(`The run id in ${where} contains a control character.`);
+  const defect = runIdDefect(value);
+  if (defect !== undefined) throw new InvalidRequestError(`The run id in ${where} ${defect}.`);
   return value;
 }
 
 function checkTag(value: string, where: string, what = "tag"): string {
-  if (value.length > MAX_TAG_LENGTH) {
-    throw new InvalidRequestError(
-      `The ${what} in ${where} is ${value.length} characters long; the limit is ${MAX_TAG_LENGTH}.`,
-    );
-  }
-  if (CONTROL_CHARACTER.test(value)) {
-    throw new InvalidRequestError(`The ${what} in ${where} contains a control character.`);
-  }
+  const defect = tagDefect(value);
+  if (defect !== undefined) throw new InvalidRequestError(`The ${what} in ${where} ${defect}.`);
   return value;
 }

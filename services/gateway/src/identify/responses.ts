@@ -4,20 +4,28 @@ import type { KV } from "@holdfast/bus";
 export const RESPONSE_TTL_MS = 30 * 24 * 60 * 60 * 1000;
 const MAX_ID_LENGTH = 256;
 
+// How long a follow-up waits for a response id that no gateway has published yet: the
+// gateway that served it writes it as soon as it sees the id, before the client has the
+// whole answer, so only a race with that write is worth waiting out.
+const UNKNOWN_GRACE_MS = 100;
+
 /**
  * Which run produced each response (OpenAI Responses' `previous_response_id`), across
- * every gateway: the gateway that records a response's outcome writes response → run to a
- * KV bucket, and every gateway watches the bucket into a bounded local map, so a
- * follow-up is resolved from memory whichever gateway it reaches. A miss (a response older
- * than this process) costs one KV read.
+ * every gateway: the gateway that serves a response writes response → run to a KV
+ * bucket as soon as the provider names the response (before the client has all of it),
+ * and every gateway watches the bucket into a bounded local map, so a follow-up is
+ * resolved from memory whichever gateway it reaches. A miss costs one KV read, and a
+ * short wait in case the write is still on its way.
  */
 export class ResponseIndex {
   private readonly local = new Map<string, string>();
+  private readonly waiting = new Map<string, Set<(runId: string) => void>>();
   private stopWatch: (() => void) | undefined;
 
   constructor(
     private readonly kv: KV,
     private readonly maxLocal = 100_000,
+    private readonly graceMs = UNKNOWN_GRACE_MS,
   ) {}
 
   async start(): Promise<void> {
@@ -40,13 +48,35 @@ export class ResponseIndex {
     const known = this.local.get(responseId);
     if (known !== undefined) return known;
     const entry = await this.kv.get(keyOf(responseId));
-    if (entry?.operation !== "PUT") return undefined;
-    const runId = entry.string();
-    this.keep(responseId, runId);
-    return runId;
+    if (entry?.operation === "PUT") {
+      const runId = entry.string();
+      this.keep(responseId, runId);
+      return runId;
+    }
+    // The watch may have brought it while the read was out; if not, give it a moment.
+    return this.local.get(responseId) ?? this.arrival(responseId);
   }
 
-  /** Records that `responseId` belongs to `runId` (after the answer; not on the client's path). */
+  /** The run of `responseId` if the watch brings it within the grace period. */
+  private arrival(responseId: string): Promise<string | undefined> {
+    return new Promise((resolve) => {
+      let waiters = this.waiting.get(responseId);
+      if (waiters === undefined) {
+        waiters = new Set();
+        this.waiting.set(responseId, waiters);
+      }
+      const found = (runId: string | undefined) => {
+        clearTimeout(timer);
+        waiters.delete(found);
+        if (waiters.size === 0) this.waiting.delete(responseId);
+        resolve(runId);
+      };
+      const timer = setTimeout(() => found(this.local.get(responseId)), this.graceMs);
+      waiters.add(found);
+    });
+  }
+
+  /** Records that `responseId` belongs to `runId`; not awaited on the client's path. */
   async remember(responseId: string, runId: string): Promise<void> {
     if (responseId.length === 0 || responseId.length > MAX_ID_LENGTH) return;
     this.keep(responseId, runId);
@@ -56,6 +86,8 @@ export class ResponseIndex {
   private keep(responseId: string, runId: string): void {
     this.local.delete(responseId);
     this.local.set(responseId, runId);
+    const waiters = this.waiting.get(responseId);
+    if (waiters !== undefined) for (const waiter of [...waiters]) waiter(runId);
     if (this.local.size > this.maxLocal) {
       const oldest = this.local.keys().next().value;
       if (oldest !== undefined) this.local.delete(oldest);

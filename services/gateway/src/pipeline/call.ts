@@ -135,17 +135,20 @@ export async function handleCall(
       outcomeCommand(call, ending, latencyMs, firstByteMs, upstream, deps.pricer),
       secrets,
     );
-    deps.ledger.executeDurably(run.runId, labels, command).then(
-      ({ events }) => {
-        const responseId = command.outcome.responseId;
-        if (events.length > 0 && responseId !== "" && shape.name === "openai_responses") {
-          deps.responses
-            .remember(responseId, run.runId)
-            .catch((error: unknown) => deps.onRecordError(error, run.runId));
-        }
-      },
-      (error: unknown) => deps.onRecordError(error, run.runId),
-    );
+    deps.ledger
+      .executeDurably(run.runId, labels, command)
+      .catch((error: unknown) => deps.onRecordError(error, run.runId));
+  };
+  // A follow-up naming this response (previous_response_id) may reach any gateway as soon
+  // as the client has the answer: publish which run it belongs to the moment the provider
+  // names it, before the answer is delivered, without waiting for the write.
+  let named = false;
+  const nameResponse = (summary: Pick<AnswerSummary, "responseId">): void => {
+    if (named || summary.responseId === undefined || !shape.continues) return;
+    named = true;
+    deps.responses
+      .remember(summary.responseId, run.runId)
+      .catch((error: unknown) => deps.onRecordError(error, run.runId));
   };
 
   const upstreamBody = upstreamBodyOf(shape, body, view, raw);
@@ -194,7 +197,12 @@ export async function handleCall(
   const contentType = String(response.headers["content-type"] ?? "");
   if (response.statusCode < 300 && contentType.startsWith("text/event-stream")) {
     reply.hijack();
-    await relayStream(call, hooks, response, shape.streamMeter(view), markFirstByte, record, secrets);
+    await relayStream(call, hooks, response, shape.streamMeter(view), {
+      markFirstByte,
+      record,
+      nameResponse,
+      secrets,
+    });
     return;
   }
 
@@ -226,6 +234,7 @@ export async function handleCall(
     return;
   }
   const summary = shape.summarize(safeJson(text));
+  nameResponse(summary);
   const delivery = await hooks.deliver(call, summary);
   record({ kind: "completed", status: response.statusCode, summary });
   if (delivery.kind === "refuse") throw delivery.error;
@@ -244,11 +253,16 @@ async function relayStream(
   hooks: PipelineHooks,
   response: Dispatcher.ResponseData,
   meter: StreamMeter,
-  markFirstByte: () => void,
-  record: (ending: Ending) => void,
-  secrets: readonly string[],
+  on: {
+    markFirstByte: () => void;
+    record: (ending: Ending) => void;
+    nameResponse: (summary: AnswerSummary) => void;
+    secrets: readonly string[];
+  },
 ): Promise<void> {
   const { writer, clientGone, view, shape } = call;
+  const { markFirstByte, record, secrets } = on;
+  let unnamed = shape.continues;
   writer.startStream(response.statusCode, returnHeaders(response.headers, undefined));
   const parser = new SseParser();
   let terminal = false;
@@ -267,7 +281,15 @@ async function relayStream(
   try {
     await readChunks(response.body, clientGone, (chunk) => {
       markFirstByte();
-      return relay(parser.push(chunk)) ? undefined : writer.drained(clientGone);
+      const flowing = relay(parser.push(chunk));
+      if (unnamed) {
+        const summary = meter.summary();
+        if (summary.responseId !== undefined) {
+          unnamed = false;
+          on.nameResponse(summary);
+        }
+      }
+      return flowing ? undefined : writer.drained(clientGone);
     });
     relay(parser.flush());
   } catch (error) {
