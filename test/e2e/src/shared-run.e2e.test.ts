@@ -43,3 +43,44 @@ describe("one run served by two gateways at once", () => {
     expect(new Set(outcomes.map((o) => o.outcome?.stepId)).size).toBe(CALLS);
   });
 });
+
+describe("one unnamed agent served by two gateways", () => {
+  it("is split into the same generations whichever gateway a call reaches", async () => {
+    const other = await stack.extraGateway({});
+    const system = { role: "system" as const, content: "You are the shared fingerprint agent." };
+    const first = { role: "user" as const, content: "Start." };
+    const grown = [
+      system,
+      first,
+      { role: "assistant" as const, content: "Ok." },
+      { role: "user" as const, content: "More." },
+    ];
+    const send = (
+      via: "here" | "there",
+      messages: { role: "system" | "user" | "assistant"; content: string }[],
+    ) =>
+      (via === "here" ? stack.client() : other.client()).chat.completions
+        .create({ model: "gpt-4o-mini", messages })
+        .withResponse();
+    const runs = async () => {
+      const rows = await stack.bus.subjectCounts(`${stack.bus.subjects.prefix}.run.*.StepStarted`);
+      return [...rows.keys()]
+        .map((subject) => stack.bus.subjects.runIdOf(subject))
+        .filter((id) => id.startsWith("fp-"));
+    };
+    const before = new Set(await runs());
+    await send("here", [system, first]);
+    await send("here", grown);
+    // A shorter conversation on the other gateway: the agent started again, generation 2.
+    await send("there", [system, first]);
+    // The pointer moved in the shared bucket; this gateway's cached copy follows it.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await send("here", grown);
+    const fresh = (await runs()).filter((id) => !before.has(id)).sort();
+    expect(fresh).toHaveLength(2);
+    expect(fresh[0]).toMatch(/-1$/);
+    expect(fresh[1]).toBe(fresh[0]!.replace(/-1$/, "-2"));
+    const second = await stack.settled(fresh[1]!, 2);
+    expect(second.steps.map((s) => s.messageCount)).toEqual([2, 4]);
+  });
+});
