@@ -4,7 +4,10 @@ export abstract class EventsError extends Error {
   abstract readonly retryable: boolean;
 }
 
-/** A run id that cannot name a run (empty, too long, or with control characters). */
+/**
+ * A run id (or tag) that cannot name a run: empty, too long, not well-formed Unicode, or
+ * with control characters.
+ */
 export class InvalidRunIdError extends EventsError {
   override readonly name = "InvalidRunIdError";
   readonly code = "HOLDFAST_INVALID_RUN_ID";

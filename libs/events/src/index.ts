@@ -51,10 +51,14 @@ export {
 export { describeRun, type RunView, type StepStatus, type StepView } from "./run/view.js";
 export {
   assertRunId,
+  assertTag,
   CONTROL_CHARACTER,
   MAX_RUN_ID_LENGTH,
+  MAX_TAG_LENGTH,
+  runIdDefect,
   runIdFromToken,
   runToken,
   type Subjects,
   subjects,
+  tagDefect,
 } from "./subjects.js";

@@ -1,6 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { InvalidRunIdError } from "./errors.js";
-import { MAX_RUN_ID_LENGTH, runIdFromToken, runToken, subjects } from "./subjects.js";
+import {
+  assertRunId,
+  assertTag,
+  MAX_RUN_ID_LENGTH,
+  MAX_TAG_LENGTH,
+  runIdFromToken,
+  runToken,
+  subjects,
+} from "./subjects.js";
 
 // What NATS forbids or treats specially inside a subject token.
 const UNSAFE_IN_TOKEN = /[.*>\s]|[^\x21-\x7e]/;
@@ -50,6 +58,32 @@ describe("run tokens", () => {
     expect(() => runToken("")).toThrow(InvalidRunIdError);
     expect(() => runToken("x".repeat(MAX_RUN_ID_LENGTH + 1))).toThrow(/limit is 256/);
     expect(() => runToken("line\nbreak")).toThrow(/control character/);
+  });
+
+  it("refuses an id with an unpaired surrogate, which UTF-8 would merge with other ids", () => {
+    // Both would encode as "run-\ufffd": two runs on one subject.
+    for (const id of ["run-\ud800", "run-\udbff", "\udc00", "a\udfffb", "🚀\ud83d", "\ude80🚀"]) {
+      expect(() => runToken(id)).toThrow(InvalidRunIdError);
+      expect(() => assertRunId(id)).toThrow(/unpaired UTF-16 surrogate/);
+    }
+    expect(runToken("run-\ufffd")).toBe(`_${Buffer.from("run-\ufffd").toString("base64url")}`);
+  });
+
+  it("counts the length limit in characters (code points), so an emoji counts once", () => {
+    expect(runIdFromToken(runToken("🚀".repeat(MAX_RUN_ID_LENGTH)))).toBe("🚀".repeat(MAX_RUN_ID_LENGTH));
+    expect(() => runToken("🚀".repeat(MAX_RUN_ID_LENGTH + 1))).toThrow(
+      /is 257 characters long; the limit is 256/,
+    );
+  });
+});
+
+describe("tags", () => {
+  it("are held to the same rules, with their own limit", () => {
+    expect(() => assertTag("team-ünïcödé 🚀")).not.toThrow();
+    expect(() => assertTag("🚀".repeat(MAX_TAG_LENGTH))).not.toThrow();
+    expect(() => assertTag("x".repeat(MAX_TAG_LENGTH + 1))).toThrow(/The tag is 129 characters long/);
+    expect(() => assertTag("tag-\ud800")).toThrow(InvalidRunIdError);
+    expect(() => assertTag("a\u0085b")).toThrow(/control character/);
   });
 });
 

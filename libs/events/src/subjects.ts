@@ -1,8 +1,14 @@
 import type { EventType } from "./envelope.js";
 import { InvalidRunIdError } from "./errors.js";
 
-/** Longest run id Holdfast accepts, in UTF-16 code units. */
+/**
+ * Longest run id Holdfast accepts, in characters: Unicode code points, so an emoji or a
+ * CJK character counts once, as Python's `len` counts it (not JavaScript's `length`).
+ */
 export const MAX_RUN_ID_LENGTH = 256;
+
+/** Longest tag (and tenant) Holdfast accepts, in characters, counted as run ids are. */
+export const MAX_TAG_LENGTH = 128;
 
 // Ids made only of these characters, not starting with "_", are used as they are, so an
 // operator can read them in a subject; anything else is base64url-encoded behind "_".
@@ -14,14 +20,59 @@ const PLAIN = /^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/;
  */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this rejects
 export const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
+/**
+ * A UTF-16 surrogate without its pair (what a JSON `"\ud800"` escape gives). It has no
+ * UTF-8 form: encoding turns every one into U+FFFD, so two distinct ids would become one
+ * subject token and one stored id.
+ */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/**
+ * Why `runId` cannot name a run, as the end of a sentence ("is empty", "contains a
+ * control character"), or undefined when it can. What `assertRunId` checks; callers
+ * that answer in their own words (the gateway, naming the header) use it directly.
+ */
+export function runIdDefect(runId: string): string | undefined {
+  return textDefect(runId, MAX_RUN_ID_LENGTH);
+}
+
+/** Why `tag` cannot label a run (as its tag or tenant), like `runIdDefect`. */
+export function tagDefect(tag: string): string | undefined {
+  return textDefect(tag, MAX_TAG_LENGTH);
+}
+
+function textDefect(text: string, limit: number): string | undefined {
+  if (text.length === 0) return "is empty";
+  if (LONE_SURROGATE.test(text)) {
+    return "is not well-formed Unicode: it holds an unpaired UTF-16 surrogate, which has no UTF-8 form";
+  }
+  const length = characterCount(text);
+  if (length > limit) return `is ${length} characters long; the limit is ${limit}`;
+  if (CONTROL_CHARACTER.test(text)) return "contains a control character";
+  return undefined;
+}
+
+/** Unicode code points in well-formed text. */
+function characterCount(text: string): number {
+  let count = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const unit = text.charCodeAt(i);
+    // A high surrogate here is always paired (textDefect refused lone ones first).
+    if (unit >= 0xd800 && unit <= 0xdbff) count -= 1;
+  }
+  return count;
+}
 
 /** Throws InvalidRunIdError unless `runId` can name a run. */
 export function assertRunId(runId: string): void {
-  if (runId.length === 0) throw new InvalidRunIdError("run id is empty");
-  if (runId.length > MAX_RUN_ID_LENGTH) {
-    throw new InvalidRunIdError(`run id is ${runId.length} characters; the limit is ${MAX_RUN_ID_LENGTH}`);
-  }
-  if (CONTROL_CHARACTER.test(runId)) throw new InvalidRunIdError("run id contains a control character");
+  const defect = runIdDefect(runId);
+  if (defect !== undefined) throw new InvalidRunIdError(`The run id ${defect}.`);
+}
+
+/** Throws InvalidRunIdError unless `tag` can label a run (as its tag or tenant). */
+export function assertTag(tag: string): void {
+  const defect = tagDefect(tag);
+  if (defect !== undefined) throw new InvalidRunIdError(`The tag ${defect}.`);
 }
 
 /**
