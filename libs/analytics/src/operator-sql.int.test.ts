@@ -78,6 +78,30 @@ const ATTACKS: [string, string][] = [
   ["file() as a function", "SELECT file('/etc/hostname')"],
   ["file() quoted", "SELECT `file`('/etc/hostname')"],
   ["file() in a subquery", "SELECT * FROM (SELECT file('/etc/hostname') AS f)"],
+  // The scalar file() is not access-checked in local mode, so it is refused by name, in
+  // every position a name can take: applied to columns, passed to a higher-order function.
+  ["file applied to every column", "SELECT * APPLY file FROM (SELECT '/etc/passwd' AS p)"],
+  ["file applied, parenthesised", "SELECT * APPLY(file) FROM (SELECT '/etc/passwd' AS p)"],
+  ["file as arrayMap's function", "SELECT arrayMap(file, ['/etc/hostname'])"],
+  ["file inside a lambda", "SELECT arrayMap(p -> file(p), ['/etc/hostname'])"],
+  [
+    "file applied to COLUMNS(), reading the environment",
+    "SELECT COLUMNS('p') APPLY file FROM (SELECT '/proc/self/environ' AS p)",
+  ],
+  ["file applied, backquoted", "SELECT * APPLY `file` FROM (SELECT '/etc/hostname' AS p)"],
+  ["file applied, double-quoted", "SELECT * APPLY \"file\" FROM (SELECT '/etc/hostname' AS p)"],
+  ["file applied, escaped in quotes", "SELECT * APPLY `fil\\x65` FROM (SELECT '/etc/hostname' AS p)"],
+  [
+    "file applied in a CTE",
+    "WITH t AS (SELECT * APPLY file FROM (SELECT '/etc/hostname' AS p)) SELECT * FROM t",
+  ],
+  ["file applied in EXPLAIN", "EXPLAIN SYNTAX SELECT * APPLY file FROM (SELECT '/etc/hostname' AS p)"],
+  ["file by a relative path", "SELECT * APPLY file FROM (SELECT '../../../../../../etc/hostname' AS p)"],
+  [
+    "eval(), a query built from a string",
+    "SELECT * FROM eval(concat('SELECT fi', 'le(\\'/etc/hostname\\')'))",
+  ],
+  ["INTO OUTFILE with APPEND", `SELECT 1 INTO OUTFILE '${OUTFILE}' APPEND`],
   ["url()", "SELECT * FROM url('http://127.0.0.1:9/x', 'LineAsString')"],
   ["s3()", "SELECT * FROM s3('http://127.0.0.1:9/bucket/x.csv', 'CSV', 'a String')"],
   ["remote()", "SELECT * FROM remote('127.0.0.1:9', system.one)"],

@@ -38,7 +38,9 @@ export interface Reader {
 /**
  * The settings a reader session runs under. The limits are set first, readonly last:
  * from then on the session can change no setting, so neither can a query.
- * `break` makes a query that produces too many rows stop and return what it has.
+ * `break` makes a query that produces too many rows stop and return what it has. The
+ * `eval` table function (a query built from a string) and the introspection functions
+ * (the process's memory) are pinned off, whatever chDB's defaults are.
  */
 export function readerSettings(limits: QueryLimits): [string, string | number][] {
   return [
@@ -48,6 +50,8 @@ export function readerSettings(limits: QueryLimits): [string, string | number][]
     ["max_execution_time", limits.maxExecutionMs / 1000],
     ["timeout_overflow_mode", "throw"],
     ["max_memory_usage", limits.maxMemoryBytes],
+    ["allow_experimental_eval_table_function", 0],
+    ["allow_introspection_functions", 0],
     ["readonly", 1],
   ];
 }
@@ -111,7 +115,8 @@ export function embeddedReader(options: {
 /**
  * A ClickHouse server: operator SQL runs as a dedicated user whose settings profile
  * makes it read-only and holds the limits (README, "ClickHouse server"). The profile is
- * checked once, here: a reader that could write, or that runs without limits, is refused.
+ * checked once, here, from what the server says of the user's own settings
+ * (`checkReaderProfile`); a reader that could write or lift a limit is refused.
  */
 export async function serverReader(options: {
   client: ClickHouseClient | undefined;
@@ -132,31 +137,79 @@ export async function serverReader(options: {
     );
   }
   const answer = await client.query({
-    query: `SELECT getSetting('readonly') AS readonly, getSetting('max_result_rows') AS max_result_rows,
-      getSetting('max_execution_time') AS max_execution_time, getSetting('max_memory_usage') AS max_memory_usage`,
+    query: "SELECT name, value, readonly FROM system.settings WHERE name IN {names:Array(String)}",
+    query_params: { names: ["readonly", ...HELD_LIMITS.map((l) => l.setting)] },
     format: "JSONEachRow",
   });
-  const [profile] = await answer.json<Record<string, number | string>>();
-  const missing = ["readonly", "max_result_rows", "max_execution_time", "max_memory_usage"].filter(
-    (name) => Number(profile?.[name] ?? 0) === 0,
-  );
-  if (missing.length > 0) {
-    return refuse(
-      `clickhouse.reader_username runs with ${missing.map((m) => `${m} = 0`).join(", ")}: its settings profile must make it read-only and limit it (see the README).`,
-    );
-  }
+  const checked = checkReaderProfile(await answer.json<SettingRow>(), limits);
+  if ("refusal" in checked) return refuse(checked.refusal);
   return {
-    limits: {
-      maxRows: Math.max(0, Number(profile?.max_result_rows) - 1),
-      maxExecutionMs: Number(profile?.max_execution_time) * 1000,
-      maxMemoryBytes: Number(profile?.max_memory_usage),
-    },
+    limits: checked.limits,
     refusal: undefined,
     async query(sql, params) {
       const result = await client.query({ query: sql, query_params: params, format: "JSON" });
       return answerOf(await result.json<Record<string, unknown>>());
     },
     close: () => client.close(),
+  };
+}
+
+/** A row of `system.settings` as the reader user sees it. */
+export interface SettingRow {
+  name: string;
+  value: string;
+  /** 1 when the user cannot change the setting: a `CONST` constraint, or `readonly = 1`. */
+  readonly: number | string;
+}
+
+/** The profile settings that hold a limit, and the most Holdfast's configuration allows. */
+const HELD_LIMITS: { setting: string; key: string; most: (limits: QueryLimits) => number }[] = [
+  { setting: "max_result_rows", key: "analytics.max_rows + 1", most: (l) => l.maxRows + 1 },
+  { setting: "max_result_bytes", key: "analytics.max_memory_bytes", most: (l) => l.maxMemoryBytes },
+  {
+    setting: "max_execution_time",
+    key: "analytics.max_execution_ms / 1000",
+    most: (l) => l.maxExecutionMs / 1000,
+  },
+  { setting: "max_memory_usage", key: "analytics.max_memory_bytes", most: (l) => l.maxMemoryBytes },
+];
+
+/**
+ * Judges a server reader by its settings as the server reports them: `readonly` at
+ * least 1; each limit set (0 is ClickHouse's "unlimited"), no higher than Holdfast's
+ * configured one, and not changeable by the user (`CONST` in the profile, or
+ * `readonly = 1`), since under `readonly = 2` a query's SETTINGS clause could lift it.
+ * The profile's values are then the limits. Grants (no sources, no SYSTEM) are the
+ * operator's to get right: a server does not list what a user may not do.
+ */
+export function checkReaderProfile(
+  rows: readonly SettingRow[],
+  limits: QueryLimits,
+): { limits: QueryLimits } | { refusal: string } {
+  const byName = new Map(rows.map((row) => [row.name, row]));
+  const value = (name: string) => Number(byName.get(name)?.value ?? 0);
+  const problems: string[] = [];
+  const readonly = value("readonly");
+  if (!(readonly >= 1)) problems.push(`readonly = ${byName.get("readonly")?.value ?? 0} (it must be 1 or 2)`);
+  const loose: string[] = [];
+  for (const { setting, key, most } of HELD_LIMITS) {
+    const set = value(setting);
+    if (!(set > 0)) problems.push(`${setting} = ${byName.get(setting)?.value ?? 0} (no limit)`);
+    else if (set > most(limits)) problems.push(`${setting} = ${set}, above ${most(limits)} (${key})`);
+    else if (Number(byName.get(setting)?.readonly) !== 1) loose.push(setting);
+  }
+  if (loose.length > 0) problems.push(`${loose.join(", ")} not CONST, so a query could lift them`);
+  if (problems.length > 0) {
+    return {
+      refusal: `clickhouse.reader_username runs with ${problems.join("; ")}: its settings profile must make it read-only and hold the limits (see the README).`,
+    };
+  }
+  return {
+    limits: {
+      maxRows: value("max_result_rows") - 1,
+      maxExecutionMs: value("max_execution_time") * 1000,
+      maxMemoryBytes: value("max_memory_usage"),
+    },
   };
 }
 
