@@ -1,7 +1,7 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { once } from "node:events";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -207,6 +207,75 @@ describe("the store-dir lock", () => {
     expect(systemProbe.running(natsPid)).toBe(false);
     expect(await serversOn(storeDir)).toEqual([server.pid]);
     expect(readLock(storeDir)).toMatchObject({ natsPid: server.pid, ownerPid: process.pid });
+  });
+
+  it("is one lock for one store however its path is spelled: through a symlink", async () => {
+    const real = await freshStore("symlinked");
+    const link = join(scratch, "symlinked", "nats-link");
+    await symlink(real, link);
+    await using first = await startNatsServer({ binary, storeDir: link });
+    expect(first.storeDir).toBe(real);
+
+    const second = startNatsServer({ binary, storeDir: real });
+    await expect(second).rejects.toMatchObject({
+      code: "HOLDFAST_NATSD_STORE_IN_USE",
+      natsPid: first.pid,
+      storeDir: real,
+    });
+    await expect(startNatsServer({ binary, storeDir: link })).rejects.toBeInstanceOf(NatsStoreInUseError);
+    expect(await serversOn(real)).toEqual([first.pid]);
+    expect(await serversOn(link)).toEqual([]);
+    expect(readLock(real)).toMatchObject({ natsPid: first.pid, ownerPid: process.pid, storeDir: real });
+  });
+
+  it("is one lock for one store however its path is spelled: a trailing slash, a `..`", async () => {
+    const storeDir = await freshStore("spelled");
+    // `hop/..` is the store's parent for the kernel (hop leads into the store), not `spelled/`.
+    const hop = join(scratch, "spelled", "hop");
+    await mkdir(join(storeDir, "sub"));
+    await symlink(join(storeDir, "sub"), hop);
+    await using first = await startNatsServer({ binary, storeDir: `${storeDir}/` });
+    expect(first.storeDir).toBe(storeDir);
+    const spellings = [
+      storeDir,
+      `${storeDir}//`,
+      join(storeDir, "..", "nats"),
+      `${storeDir}/./`,
+      `${hop}/..`,
+    ];
+    for (const spelling of spellings) {
+      await expect(startNatsServer({ binary, storeDir: spelling })).rejects.toMatchObject({
+        code: "HOLDFAST_NATSD_STORE_IN_USE",
+        natsPid: first.pid,
+      });
+    }
+    expect(await serversOn(storeDir)).toEqual([first.pid]);
+    expect(readLock(storeDir).natsPid).toBe(first.pid);
+  });
+
+  it("knows an orphan that was given the store through a symlink, and does not start beside it", async () => {
+    const real = await freshStore("orphan-symlinked");
+    const link = join(scratch, "orphan-symlinked", "nats-link");
+    await symlink(real, link);
+    // A server started on the link's spelling whose starter is gone (as before paths were canonical).
+    const orphan = spawn(binary, ["-js", "-sd", link, "-a", "127.0.0.1", "-p", "-1"], { stdio: "ignore" });
+    children.push(orphan);
+    const stale: StoreLockRecord = {
+      token: "left-by-a-dead-supervisor",
+      ownerPid: 2 ** 22 + 1, // above Linux's pid_max: certainly not running
+      natsPid: orphan.pid!,
+      storeDir: link,
+      startedAt: new Date().toISOString(),
+    };
+    writeFileSync(join(real, STORE_LOCK_FILE), JSON.stringify(stale));
+
+    await expect(startNatsServer({ binary, storeDir: real, takeOverOrphan: false })).rejects.toMatchObject({
+      code: "HOLDFAST_NATSD_STORE_IN_USE",
+      natsPid: orphan.pid,
+      message: expect.stringContaining("which is gone"),
+    });
+    expect(systemProbe.running(orphan.pid!)).toBe(true);
+    expect(await serversOn(real)).toEqual([]);
   });
 
   it("reads a server's command line through ps where there is no /proc", async () => {

@@ -36,8 +36,13 @@ describe("judgeLock", () => {
     expect(judgeLock(lock(), STORE, machine([]))).toBe("free");
   });
 
-  it("frees the store when the server's pid now belongs to some other process", () => {
-    expect(judgeLock(lock(), STORE, machine([OWNER, NATS], []))).toBe("free");
+  it("frees the store when its starter is gone and the server's pid now belongs to some other process", () => {
+    expect(judgeLock(lock(), STORE, machine([NATS], []))).toBe("free");
+  });
+
+  it("never frees a running server's store while its starter lives, whatever its command line says", () => {
+    // A server given another spelling of the store (a symlink) does not match it by text.
+    expect(judgeLock(lock(), STORE, machine([OWNER, NATS], []))).toBe("in-use");
   });
 
   it("treats a lock without a server pid as a start in progress while its starter runs", () => {

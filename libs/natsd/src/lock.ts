@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { linkSync, readFileSync, renameSync, unlinkSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { linkSync, readFileSync, realpathSync, renameSync, unlinkSync, writeFileSync } from "node:fs";
+import { isAbsolute, join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { NatsStoreInUseError } from "./errors.js";
 
@@ -26,8 +26,9 @@ export interface ProcessProbe {
   /** A process with this pid exists and has not exited (a zombie has). */
   running(pid: number): boolean;
   /**
-   * The pid is a running nats-server on `storeDir`. Where the command line cannot be read
-   * this falls back to `running`, so a reused pid is then taken for the server.
+   * The pid is a running nats-server on `storeDir` (canonical), however the server was told
+   * its store's path. Where the command line cannot be read this falls back to `running`,
+   * so a reused pid is then taken for the server.
    */
   servesStore(pid: number, storeDir: string): boolean;
 }
@@ -39,6 +40,11 @@ export interface ProcessProbe {
  */
 export type LockVerdict = "free" | "in-use" | "orphaned";
 
+/**
+ * While the starter lives, its lock holds as long as the server's pid runs: only the
+ * starter releases it, and it does so the moment its server exits. A server's command
+ * line is consulted only once the starter is gone, to tell an orphan from a reused pid.
+ */
 export function judgeLock(
   record: StoreLockRecord | undefined,
   storeDir: string,
@@ -47,8 +53,8 @@ export function judgeLock(
   // Unreadable: every write is an atomic link or rename, so this is damage, not a write in progress.
   if (record === undefined) return "free";
   if (record.natsPid === undefined) return probe.running(record.ownerPid) ? "in-use" : "free";
-  if (!probe.servesStore(record.natsPid, storeDir)) return "free";
-  return probe.running(record.ownerPid) ? "in-use" : "orphaned";
+  if (probe.running(record.ownerPid)) return probe.running(record.natsPid) ? "in-use" : "free";
+  return probe.servesStore(record.natsPid, storeDir) ? "orphaned" : "free";
 }
 
 export interface StoreLock {
@@ -73,12 +79,11 @@ const ATTEMPTS = 10;
 /**
  * Takes the store dir's lock for this process, or throws `NatsStoreInUseError`. The lock
  * appears with a hard link of a fully written file, which fails when one exists: as
- * exclusive as O_EXCL, and nobody ever reads a half-written lock.
+ * exclusive as O_EXCL, and nobody ever reads a half-written lock. The store dir must
+ * exist; it is judged by its canonical path (`canonicalStoreDir`), as the server is given it.
  */
-export async function acquireStoreLock(
-  storeDir: string,
-  options: AcquireStoreLockOptions,
-): Promise<StoreLock> {
+export async function acquireStoreLock(dir: string, options: AcquireStoreLockOptions): Promise<StoreLock> {
+  const storeDir = canonicalStoreDir(dir);
   const path = join(storeDir, STORE_LOCK_FILE);
   const probe = options.probe ?? systemProbe;
   let mine: StoreLockRecord = {
@@ -245,18 +250,40 @@ async function stopOrphan(
   );
 }
 
+/**
+ * One path per directory, whatever the spelling (symlinks, `..`, a trailing slash): the
+ * lock and the server both use it, so two spellings of one store meet the same lock. The
+ * native realpath reads `..` as the kernel does, after the symlink before it.
+ */
+export function canonicalStoreDir(dir: string): string {
+  return realpathSync.native(dir);
+}
+
 export const systemProbe: ProcessProbe = {
   running: isRunning,
   servesStore(pid, storeDir) {
     if (!isRunning(pid)) return false;
     const args = commandLine(pid);
     if (args === undefined) return true;
-    // Started here the store dir is an argument of its own (`-sd <dir>`); `ps` joins them.
+    // Started here the store dir is an argument of its own (`-sd <dir>`), which a server
+    // started before paths were canonical may spell another way; `ps` joins them all.
     return args.some(
-      (arg) => arg === storeDir || arg.includes(` ${storeDir} `) || arg.endsWith(` ${storeDir}`),
+      (arg) =>
+        arg === storeDir ||
+        (isAbsolute(arg) && canonicalOrSelf(arg) === storeDir) ||
+        arg.includes(` ${storeDir} `) ||
+        arg.endsWith(` ${storeDir}`),
     );
   },
 };
+
+function canonicalOrSelf(path: string): string {
+  try {
+    return realpathSync.native(path);
+  } catch {
+    return path;
+  }
+}
 
 function isRunning(pid: number): boolean {
   try {

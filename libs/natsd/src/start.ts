@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { constants } from "node:fs";
-import { access, mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { access, mkdir, mkdtemp, open, readdir, readFile, realpath, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -55,6 +55,7 @@ export interface RunningNatsServer extends AsyncDisposable {
   readonly url: string;
   readonly port: number;
   readonly pid: number;
+  /** The store dir's canonical path (symlinks and `..` resolved), as the lock and the server use it. */
   readonly storeDir: string;
   /** `http://host:port` when started with `monitor: true`. */
   readonly monitorUrl: string | undefined;
@@ -79,9 +80,11 @@ const POLL_MS = 20;
  * until the server exits; see `takeOverOrphan` for a lock left by a killed starter.
  */
 export async function startNatsServer(options: StartNatsServerOptions): Promise<RunningNatsServer> {
-  const storeDir = resolve(options.storeDir);
   const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
-  await mkdir(storeDir, { recursive: true });
+  await mkdir(options.storeDir, { recursive: true });
+  // One spelling per store (symlinks and `..` resolved as the kernel does), for the lock and
+  // the server alike, so the same store reached by two paths is one store.
+  const storeDir = await realpath(options.storeDir);
   const lock = await acquireStoreLock(storeDir, {
     takeOverOrphan: options.takeOverOrphan ?? true,
     stopTimeoutMs,
