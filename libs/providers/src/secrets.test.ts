@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { redactSecretsDeep, scrubSecrets } from "./secrets.js";
+import { redactKnownSecrets, redactSecretsDeep, scrubSecrets } from "./secrets.js";
 
 describe("scrubSecrets", () => {
   it("given a configured secret anywhere in the text, then every occurrence is redacted", () => {
@@ -104,5 +104,63 @@ describe("the request's own key, in the forms providers echo it", () => {
     });
     const clean = { model: "gpt-4o", toolCalls: ["search"] };
     expect(redactSecretsDeep(clean, [key])).toBe(clean);
+  });
+});
+
+describe("pieces of the request's own key", () => {
+  const key = "sk-proj-SECRETgood7Qx9Zr2Lw4Mv8Nt6Kp3Hy5";
+  const alphabet = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZabcd";
+
+  // Found recorded verbatim in success payloads, which go through redactKnownSecrets only.
+  it.each([
+    ["the key minus its last four, masked", alphabet, "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ****"],
+    ["a head of the key behind an ellipsis", key, "sk-proj-SECRETgood7Qx9..."],
+    ["the key without its vendor prefix", key, "SECRETgood7Qx9Zr2Lw4Mv8Nt6Kp3Hy5"],
+  ])("given %s as a tool name, then the recorded payload holds none of it", (_case, secret, name) => {
+    const payload = { toolCalls: [name, "search"], model: "gpt-4o" };
+    expect(redactSecretsDeep(payload, [secret])).toEqual({
+      toolCalls: ["[redacted]", "search"],
+      model: "gpt-4o",
+    });
+    expect(scrubSecrets(`tool ${name} failed`, [secret])).toBe("tool [redacted] failed");
+  });
+
+  it.each([
+    ["a masked head and tail", "key sk-proj-SEC…3Hy5 is revoked"],
+    ["a masked head and a three-character tail", "key sk-proj-SEC…Hy5 is revoked"],
+    ["the vendor prefix, a mask and the tail", "key sk-...3Hy5 is revoked"],
+    ["asterisks and a three-character tail", "key ****Hy5 is revoked"],
+    ["a run from the middle of the secret", "key …7Qx9Zr2Lw… is revoked"],
+    ["a run without any mask", "key good7Qx9Zr2 is revoked"],
+    ["a head cut short mid-sentence", "key sk-proj-SECRETgood. is revoked"],
+  ])("given %s, then no piece of the key is left", (_case, text) => {
+    const scrubbed = redactKnownSecrets(text, [key]);
+    expect(scrubbed).toMatch(/^key \[redacted\]\.? is revoked$/);
+    for (let i = 8; i + 3 <= key.length; i++) expect(scrubbed).not.toContain(key.slice(i, i + 3));
+  });
+
+  it("given ordinary text sharing short runs with the key, then it is left as it was", () => {
+    const text =
+      "sk-proj- keys are 164 characters; SECRETg and 7Qx9Zr2 are seven, sk-proj-SE is two past the prefix, " +
+      "the word good and the model gpt-4o-mini stay.";
+    expect(redactKnownSecrets(text, [key])).toBe(text);
+  });
+
+  it("given an Anthropic key, then its long vendor prefix alone is not taken for a piece of it", () => {
+    const anthropic = "sk-ant-api03-AbC_dEf-0123456789abcdefghij-klmnOPQ";
+    expect(redactKnownSecrets("keys start sk-ant-api03-, like this", [anthropic])).toBe(
+      "keys start sk-ant-api03-, like this",
+    );
+    expect(redactKnownSecrets("key sk-ant-api03-AbC_…nOPQ revoked", [anthropic])).toBe(
+      "key [redacted] revoked",
+    );
+    expect(redactKnownSecrets("key AbC_dEf-01234 revoked", [anthropic])).toBe("key [redacted] revoked");
+  });
+
+  it("given a long text holding a piece of the key far in, then that piece goes and the rest stays", () => {
+    const filler = "lorem ipsum dolor sit amet ".repeat(4_000);
+    const scrubbed = redactKnownSecrets(`${filler}key Zr2Lw4Mv8Nt6… ${filler}`, [key]);
+    expect(scrubbed.length).toBe(2 * filler.length + "key [redacted] ".length);
+    expect(scrubbed.slice(filler.length, -filler.length)).toBe("key [redacted] ");
   });
 });

@@ -48,34 +48,171 @@ export function scrubSecrets(text: string, secrets: readonly string[]): string {
   );
 }
 
-// The last characters providers name a key by ("the key ending in wxyz", "sk-…wxyz").
+// The last characters providers name a key by ("the key ending in wxyz", "sk-…wxyz"); a
+// mask may show one fewer ("…xyz").
 const TAIL = 4;
-// Shorter secrets are not keys a provider masks; their tail alone would be noise.
+// Shorter secrets are not keys a provider masks; their pieces alone would be noise.
 const MIN_MASKED = 12;
+// A piece of a key is redacted when it shows this many characters of the secret part (what
+// follows the vendor's prefix): a random key shares no such run with ordinary text.
+const FRAGMENT = 8;
+// A head of the key ("sk-proj-abc…", a key cut short) is redacted from this length on,
+// when it shows at least HEAD_SECRET characters past the vendor's prefix.
+const HEAD = 10;
+const HEAD_SECRET = 3;
+// Pieces are found through the key's runs of GRAM characters: every piece redacted is at
+// least FRAGMENT long, so it holds a run starting at one of every STRIDE positions of the
+// text, and only those positions are looked up.
+const GRAM = 6;
+const STRIDE = FRAGMENT - GRAM + 1;
+// Vendors' fixed prefixes, which every key of theirs shares, so they tell nothing of one:
+// OpenAI (sk-, sk-proj-, sk-svcacct-, sk-admin-), Anthropic (sk-ant-api03-, …), OpenRouter
+// (sk-or-v1-), Groq (gsk_), xAI (xai-), Google (AIza), and a short lowercase label ("hf_").
+const VENDOR_PREFIX = /^(?:sk-(?:proj|svcacct|admin|ant-[a-z]+\d*|or-v\d+)-|sk-|AIza|[a-z][a-z0-9]{0,5}[-_])/;
+// Mask characters a provider puts where it hides part of a key.
+const MASK = String.raw`(?:[*\u2026]+|\.{2,})`;
+const MASKED_BEFORE = new RegExp(String.raw`[\w-]*${MASK}$`);
+const MASKED_AFTER = new RegExp(String.raw`^${MASK}[\w-]*`);
+
+/** What finding a known key's pieces needs, computed once per key. */
+interface KeyIndex {
+  readonly key: string;
+  /** Where the secret part starts, after the vendor's prefix. */
+  readonly secretStart: number;
+  /** Each GRAM-long run of the key, and where in the key it starts. */
+  readonly grams: ReadonlyMap<string, readonly number[]>;
+  /** The runs' hashes (`gramHash`) as a bit set: most of the text is ruled out with no string made. */
+  readonly hashes: Uint32Array;
+  /** The last TAIL characters as a word or behind a mask, the last TAIL - 1 behind a mask. */
+  readonly tail: RegExp;
+}
 
 /**
- * Removes the secrets given, known for this request: each in full, and its tail where it
- * stands as a word or behind a mask ("…wxyz", "****wxyz", "ending in wxyz"). Cheap enough
- * for every string recorded about a call; `scrubSecrets` adds the shape-based patterns.
+ * Removes the secrets given, known for this request: each in full; any piece of one that
+ * shows FRAGMENT characters of its secret part (the key without its `sk-proj-`, a key cut
+ * short, `…Qx9Zr2Lw4…`) or a head of it (`sk-proj-abc…`), together with the mask around
+ * the piece; and its tail where it stands as a word or behind a mask (`…wxyz`,
+ * `****wxyz`, `sk-...xyz`, "ending in wxyz"). Cheap enough for every string recorded
+ * about a call: the text is looked up at one of every STRIDE positions against the
+ * key's own runs. `scrubSecrets` adds the shape-based patterns.
  */
 export function redactKnownSecrets(text: string, secrets: readonly string[]): string {
   let scrubbed = text;
-  // Longest first: a secret that contains another must go whole, not leave a remainder.
-  const known = secrets.filter((secret) => secret.length > 0).sort((a, b) => b.length - a.length);
+  const { known, indexes } = prepared(secrets);
   for (const secret of known) {
     if (scrubbed.includes(secret)) scrubbed = scrubbed.replaceAll(secret, REDACTED);
   }
-  for (const secret of known) {
-    if (secret.length < MIN_MASKED) continue;
-    const tail = secret.slice(-TAIL);
-    if (!scrubbed.includes(tail)) continue;
-    scrubbed = scrubbed.replace(
-      // The masked head in front of it ("sk-proj-…", "****") goes with it.
-      new RegExp(`(?<![A-Za-z0-9])(?:[\\w-]*[*.\u2026]+)?${escapeRegExp(tail)}(?![A-Za-z0-9])`, "g"),
-      REDACTED,
-    );
+  for (const index of indexes) {
+    if (scrubbed.length >= FRAGMENT) scrubbed = redactPieces(scrubbed, index);
+    if (scrubbed.includes(index.key.slice(-(TAIL - 1)))) scrubbed = scrubbed.replace(index.tail, REDACTED);
   }
   return scrubbed;
+}
+
+// A request's secrets are redacted from every string recorded about it: what that needs is
+// computed once per secrets array, and forgotten with it.
+const PREPARED = new WeakMap<readonly string[], { known: string[]; indexes: KeyIndex[] }>();
+
+function prepared(secrets: readonly string[]): { known: string[]; indexes: KeyIndex[] } {
+  let found = PREPARED.get(secrets);
+  if (found === undefined) {
+    // Longest first: a secret that contains another must go whole, not leave a remainder.
+    const known = secrets.filter((secret) => secret.length > 0).sort((a, b) => b.length - a.length);
+    found = { known, indexes: known.filter((secret) => secret.length >= MIN_MASKED).map(indexOf) };
+    PREPARED.set(secrets, found);
+  }
+  return found;
+}
+
+function redactPieces(text: string, index: KeyIndex): string {
+  const { key, grams, secretStart } = index;
+  const spans: [number, number][] = [];
+  let i = 0;
+  while (i + GRAM <= text.length) {
+    const hash = gramHash(text, i);
+    const starts =
+      (index.hashes[hash >>> 5]! & (1 << (hash & 31))) === 0 ? undefined : grams.get(text.slice(i, i + GRAM));
+    let next = i + STRIDE;
+    for (const q of starts ?? []) {
+      // The longest run text and key share through this hit.
+      let from = i;
+      let at = q;
+      while (from > 0 && at > 0 && text[from - 1] === key[at - 1]) {
+        from -= 1;
+        at -= 1;
+      }
+      let to = i + GRAM;
+      while (to < text.length && at + (to - from) < key.length && text[to] === key[at + (to - from)]) to += 1;
+      const length = to - from;
+      const secretShown = at + length - Math.max(at, secretStart);
+      if (secretShown >= FRAGMENT || (at === 0 && length >= HEAD && secretShown >= HEAD_SECRET)) {
+        spans.push([from, to]);
+        next = Math.max(next, to - (FRAGMENT - 1));
+      }
+    }
+    i = next;
+  }
+  if (spans.length === 0) return text;
+  let out = "";
+  let done = 0;
+  for (const [from, to] of widen(text, spans)) {
+    out += `${text.slice(done, from)}${REDACTED}`;
+    done = to;
+  }
+  return out + text.slice(done);
+}
+
+/** The spans in order, merged, each with the mask and masked word on either side. */
+function widen(text: string, spans: [number, number][]): [number, number][] {
+  const widened = spans
+    .map(([from, to]): [number, number] => {
+      const before = MASKED_BEFORE.exec(text.slice(Math.max(0, from - 64), from));
+      const after = MASKED_AFTER.exec(text.slice(to, to + 64));
+      return [from - (before?.[0].length ?? 0), to + (after?.[0].length ?? 0)];
+    })
+    .sort((a, b) => a[0] - b[0]);
+  const merged: [number, number][] = [];
+  for (const span of widened) {
+    const last = merged.at(-1);
+    if (last !== undefined && span[0] <= last[1]) last[1] = Math.max(last[1], span[1]);
+    else merged.push(span);
+  }
+  return merged;
+}
+
+const HASH_MASK = 0xffff;
+
+/** A 16-bit hash of the GRAM characters of `text` from `at`. */
+function gramHash(text: string, at: number): number {
+  let hash = 0;
+  for (let k = at; k < at + GRAM; k++) hash = (Math.imul(hash, 31) + text.charCodeAt(k)) | 0;
+  return (hash ^ (hash >>> 16)) & HASH_MASK;
+}
+
+function indexOf(key: string): KeyIndex {
+  const grams = new Map<string, number[]>();
+  const hashes = new Uint32Array((HASH_MASK + 1) / 32);
+  for (let at = 0; at + GRAM <= key.length; at++) {
+    const hash = gramHash(key, at);
+    hashes[hash >>> 5]! |= 1 << (hash & 31);
+    const gram = key.slice(at, at + GRAM);
+    const starts = grams.get(gram);
+    if (starts === undefined) grams.set(gram, [at]);
+    else starts.push(at);
+  }
+  const tail = escapeRegExp(key.slice(-TAIL));
+  const shortTail = escapeRegExp(key.slice(-(TAIL - 1)));
+  return {
+    key,
+    secretStart: VENDOR_PREFIX.exec(key)?.[0].length ?? 0,
+    grams,
+    hashes,
+    tail: new RegExp(
+      // The masked head in front of it ("sk-proj-…", "****") goes with it.
+      String.raw`(?<![A-Za-z0-9])(?:(?:[\w-]*[*.\u2026]+)?${tail}|[\w-]*${MASK}${shortTail})(?![A-Za-z0-9])`,
+      "g",
+    ),
+  };
 }
 
 /**
