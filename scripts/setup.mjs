@@ -5,13 +5,17 @@
 // (installing it into .tools/ when it is not). Safe to run again; it only does what is
 // missing or stale.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
 const PNPM = "10.34.9";
 const quiet = process.argv.includes("--quiet");
+// What the `holdfast` launcher compares build inputs against: written on success, dated
+// when this run began, so an input changed while it ran is still newer than the stamp.
+const STAMP = join(root, "node_modules", ".holdfast-setup-stamp");
+const began = new Date();
 
 function say(line) {
   if (!quiet) console.error(`setup: ${line}`);
@@ -67,4 +71,6 @@ if (!existsSync(join(root, "libs/cli/dist/bin.js"))) {
   console.error("setup: the build did not produce libs/cli/dist/bin.js");
   process.exit(1);
 }
+writeFileSync(STAMP, `${began.toISOString()}\n`);
+utimesSync(STAMP, began, began);
 say("ready");
