@@ -13,6 +13,7 @@ import { GatewayError } from "./errors.js";
 import { decodedBody, UnsupportedContentEncodingError } from "./http/body.js";
 import { normalizeTarget } from "./http/path.js";
 import type { PipelineDeps } from "./pipeline/call.js";
+import { type GatewayFeature, shared } from "./pipeline/hooks.js";
 import { pipelineRoutes, shapeForPath } from "./pipeline/routes.js";
 import { passthrough } from "./proxy/passthrough.js";
 import type { Upstreams } from "./upstream/upstream.js";
@@ -23,6 +24,8 @@ export interface GatewayAppDeps extends PipelineDeps {
   upstreams: Upstreams;
   /** Reports whether the event log is reachable, for /holdfast/health. */
   health: () => Record<string, unknown>;
+  /** Features that decide at the pipeline's hooks (limits, holds, the tool-call gate, …). */
+  features?: readonly GatewayFeature[];
 }
 
 /**
@@ -131,6 +134,7 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
   );
   app.get("/holdfast/health", async () => ({ status: "ok", pid: process.pid, ...deps.health() }));
   app.register(pipelineRoutes(deps));
+  for (const feature of deps.features ?? []) app.register(shared(feature));
   app.register(passthrough(deps.upstreams));
   return app;
 }

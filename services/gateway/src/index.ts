@@ -1,2 +1,12 @@
 export { buildApp, type GatewayAppDeps } from "./app.js";
-export { type RunningGateway, startGateway } from "./service.js";
+export { GatewayError } from "./errors.js";
+export {
+  type BeforeDeliver,
+  type BeforeForward,
+  type Call,
+  CONTINUE,
+  type GatewayFeature,
+  PipelineHooks,
+  type Verdict,
+} from "./pipeline/hooks.js";
+export { type GatewayOptions, type RunningGateway, startGateway } from "./service.js";

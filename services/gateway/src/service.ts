@@ -12,6 +12,7 @@ import { RESPONSE_TTL_MS, ResponseIndex } from "./identify/responses.js";
 import { RunLedger } from "./ledger/ledger.js";
 import { Liveness } from "./liveness/liveness.js";
 import { Reaper } from "./liveness/reaper.js";
+import type { GatewayFeature } from "./pipeline/hooks.js";
 import { Upstreams } from "./upstream/upstream.js";
 
 export interface RunningGateway {
@@ -22,8 +23,17 @@ export interface RunningGateway {
   close(): Promise<void>;
 }
 
+export interface GatewayOptions {
+  /** Features deciding at the pipeline's hooks, in order. */
+  features?: readonly GatewayFeature[];
+}
+
 /** Wires the gateway from configuration. `main.ts` adds process signals around it. */
-export async function startGateway(config: Config, log: Logger): Promise<RunningGateway> {
+export async function startGateway(
+  config: Config,
+  log: Logger,
+  options: GatewayOptions = {},
+): Promise<RunningGateway> {
   if (!config.nats.url)
     throw new Error("nats.url is not set: the gateway needs a NATS server (holdfast up sets it)");
   const clock = Date.now;
@@ -94,6 +104,7 @@ export async function startGateway(config: Config, log: Logger): Promise<Running
     logConnected: () => bus.connected,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
     health: () => ({ nats: bus.connected ? "connected" : "disconnected", runs_cached: ledger.cachedRuns }),
+    features: options.features,
   });
   await app.listen({ host: config.gateway.host, port: config.gateway.port });
   const address = app.server.address();

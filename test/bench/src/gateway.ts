@@ -391,10 +391,10 @@ class LagSampler {
         this.history.push({ at: now, lastSeq: health.stream_last_seq });
         if (this.history.length > 2_000) this.history.splice(0, 1_000);
         if (this.measuring) {
-          // The projector reads the stream's last sequence once a second: a checkpoint past
-          // every reading is fully caught up.
-          const reached = this.history.find((h) => h.lastSeq >= health.projected_seq);
-          this.samples.push(reached === undefined ? 0 : now - reached.at);
+          // Behind by the age of the oldest event not projected yet: since the stream first
+          // held more than the checkpoint (read once a second by the projector).
+          const since = this.history.find((h) => h.lastSeq > health.projected_seq);
+          this.samples.push(since === undefined ? 0 : now - since.at);
         }
       } catch {
         // The projector is busy; the next sample will do.

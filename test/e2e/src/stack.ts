@@ -4,7 +4,7 @@ import { type Bus, connectBus } from "@holdfast/bus";
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
 import { describeRun, type RunView } from "@holdfast/events";
 import { type FakeProvider, type FakeProviderOptions, startFakeProvider } from "@holdfast/fake-provider";
-import { startGateway } from "@holdfast/gateway";
+import { type GatewayFeature, startGateway } from "@holdfast/gateway";
 import { createLogger } from "@holdfast/log";
 import { startProjector } from "@holdfast/projector";
 import { makeTempDir, natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
@@ -43,7 +43,12 @@ export const API_KEY = "sk-test-0123456789abcdefghijklmnop";
  * them, and the fake provider as the upstream.
  */
 export async function startStack(
-  options: { config?: DeepPartial<Config>; provider?: FakeProviderOptions } = {},
+  options: {
+    config?: DeepPartial<Config>;
+    provider?: FakeProviderOptions;
+    /** Features the gateway runs at its pipeline's hooks. */
+    features?: GatewayFeature[];
+  } = {},
 ): Promise<Stack> {
   const dir = await makeTempDir("stack");
   const provider = await startFakeProvider(options.provider ?? {});
@@ -62,7 +67,9 @@ export async function startStack(
   const captured: string[] = [];
   const destination = new PassThrough();
   destination.on("data", (chunk: Buffer) => captured.push(chunk.toString()));
-  const gateway = await startGateway(config, createLogger({ name: "gateway", level: "trace", destination }));
+  const gateway = await startGateway(config, createLogger({ name: "gateway", level: "trace", destination }), {
+    features: options.features,
+  });
   const projector = await startProjector(
     config,
     createLogger({ name: "projector", level: "trace", destination }),

@@ -63,6 +63,12 @@ declare module "fastify" {
 }
 
 /**
+ * A feature of the gateway: a fastify plugin that adds its decisions to `app.pipeline`
+ * (and may add routes of its own), with whatever dependencies it closes over.
+ */
+export type GatewayFeature = (app: FastifyInstance) => Promise<void>;
+
+/**
  * A fastify plugin whose decorations and hooks reach the whole app (what fastify-plugin
  * does), so a feature registered as a plugin can add to `app.pipeline`.
  */
