@@ -1,10 +1,11 @@
 import { holdfastCommand } from "./invocation.js";
 /**
- * A tiny agent loop against the demo provider, so a fresh `holdfast up --demo` has runs
- * to look at: a tool call, the tool's answer, a streamed reply, and a second agent that
- * Holdfast identifies by fingerprint alone.
+ * Tiny agents against the demo provider, so a fresh `holdfast up --demo` has runs to look
+ * at on every API Holdfast meters: Chat Completions with a tool call, the tool's answer and
+ * a streamed reply; Responses continued by previous_response_id; Anthropic Messages; and
+ * an agent that Holdfast identifies by fingerprint alone.
  */
-export async function runDemo(gatewayUrl: string): Promise<string> {
+export async function runDemo(gatewayUrl: string, analyticsUrl: string): Promise<string> {
   const tools = [
     {
       type: "function",
@@ -47,18 +48,76 @@ export async function runDemo(gatewayUrl: string): Promise<string> {
       },
     );
   }
+  // OpenAI Responses: the second call names no run, only the response it continues.
+  const researcher = { "X-Holdfast-Run": "demo-researcher", "X-Holdfast-Tag": "demo" };
+  const opened = await post(gatewayUrl, "/responses", researcher, {
+    model: "gpt-4o-mini",
+    instructions: "You research lighthouses.",
+    input: "Which lighthouse is the oldest still working?",
+  });
+  await post(
+    gatewayUrl,
+    "/responses",
+    {},
+    {
+      model: "gpt-4o-mini",
+      previous_response_id: opened.id,
+      input: "And the tallest?",
+      stream: true,
+    },
+  );
+  // Anthropic Messages, named by metadata.user_id.
+  const anthropic = { "x-api-key": "sk-ant-demo-key", "anthropic-version": "2023-06-01" };
+  for (const stream of [false, true]) {
+    await post(gatewayUrl, "/messages", anthropic, {
+      model: "claude-3-5-haiku-20241022",
+      max_tokens: 200,
+      stream,
+      metadata: { user_id: "demo-claude" },
+      messages: [{ role: "user", content: "Write a haiku about the sea." }],
+    });
+  }
+  await projected(analyticsUrl, ["demo-agent", "demo-researcher", "demo-claude"]);
   const hf = holdfastCommand();
   return `
-Demo: an agent made 3 calls as run "demo-agent" (tag demo), one of them a tool call and
-one streamed; a second agent with no run id made 2 calls and was fingerprinted. Look:
+Demo: three agents, one per API Holdfast meters.
+  demo-agent       OpenAI Chat Completions: 3 calls, one a tool call, one streamed
+  demo-researcher  OpenAI Responses: 2 calls, the second joined by previous_response_id
+  demo-claude      Anthropic Messages: 2 calls, named by metadata.user_id
+and a fourth with no run id made 2 calls and was fingerprinted. Look:
   ${hf} ls
   ${hf} show demo-agent
-  ${hf} query "SELECT run_id, model, input_tokens, output_tokens, cost_usd FROM steps"`;
+  ${hf} query "SELECT run_id, api, model, input_tokens, output_tokens, cost_usd FROM steps"`;
 }
 
-// biome-ignore lint/suspicious/noExplicitAny: the demo reads a few fields of a provider response
-async function chat(gatewayUrl: string, headers: Record<string, string>, body: unknown): Promise<any> {
-  const response = await fetch(`${gatewayUrl}/chat/completions`, {
+/** Waits until ClickHouse has every call of these runs, so `ls` shows them at once. */
+async function projected(analyticsUrl: string, runIds: string[]): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    try {
+      const response = await fetch(`${analyticsUrl}/v1/runs?limit=1000`);
+      const { runs } = (await response.json()) as { runs: { run_id: string; in_flight: number | string }[] };
+      const settled = runIds.every((id) => runs.some((r) => r.run_id === id && Number(r.in_flight) === 0));
+      if (settled) return;
+    } catch {
+      // The projector may be busy; look again.
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+async function chat(gatewayUrl: string, headers: Record<string, string>, body: unknown) {
+  return post(gatewayUrl, "/chat/completions", { authorization: "Bearer sk-demo-key", ...headers }, body);
+}
+
+async function post(
+  gatewayUrl: string,
+  path: string,
+  headers: Record<string, string>,
+  body: unknown,
+  // biome-ignore lint/suspicious/noExplicitAny: the demo reads a few fields of a provider response
+): Promise<any> {
+  const response = await fetch(`${gatewayUrl}${path}`, {
     method: "POST",
     headers: { "content-type": "application/json", authorization: "Bearer sk-demo-key", ...headers },
     body: JSON.stringify(body),

@@ -181,7 +181,7 @@ export async function up(argv: string[]): Promise<void> {
     };
     writeStack(stack);
     console.log(banner(stack, config, values.demo));
-    if (values.demo) console.log(await runDemo(gatewayUrl));
+    if (values.demo) console.log(await runDemo(gatewayUrl, analyticsUrl));
   } catch (error) {
     await stopAll();
     throw error;
@@ -216,13 +216,20 @@ function banner(stack: StackFile, config: Config, demo: boolean): string {
 Point your agent at Holdfast by changing one line:
 
   Python   client = OpenAI(base_url="${stack.gatewayUrl}")
+           client = Anthropic(base_url="${origin(stack.gatewayUrl)}")
   Node     const client = new OpenAI({ baseURL: "${stack.gatewayUrl}" })
-  or set   OPENAI_BASE_URL=${stack.gatewayUrl}
+           const client = new Anthropic({ baseURL: "${origin(stack.gatewayUrl)}" })
+  or set   OPENAI_BASE_URL=${stack.gatewayUrl}  ANTHROPIC_BASE_URL=${origin(stack.gatewayUrl)}
 
 Name a run with the header X-Holdfast-Run (or let Holdfast fingerprint it), then look:
   ${hf} ls          ${hf} show <run>          ${hf} query "SELECT count() FROM steps"
 
 Ctrl-C stops everything.`;
+}
+
+/** The Anthropic SDK's base URL: the gateway's origin (it adds /v1 itself). */
+function origin(url: string): string {
+  return new URL(url).origin;
 }
 
 function portFlag(text: string): number {

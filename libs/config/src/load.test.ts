@@ -260,6 +260,17 @@ describe("loadConfig", () => {
       );
     });
 
+    it("a projector linger that would outlast half its ack wait", () => {
+      const file = givenFile("projector:\n  ack_wait_ms: 1500\n  linger_ms: 1000\n");
+
+      const error = loadError({ file });
+
+      expect(error.key).toBe("projector.linger_ms");
+      expect(error.message).toBe(
+        `${file}: projector.linger_ms: must be less than half of projector.ack_wait_ms, or batches are redelivered while they linger, got 1000`,
+      );
+    });
+
     it("a bad env value", () => {
       const file = givenFile("gateway: { port: 8080 }\n");
 

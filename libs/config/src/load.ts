@@ -71,7 +71,9 @@ const toConfigIssues = (issue: z.core.$ZodIssue, tree: LayeredTree): ConfigIssue
     return issue.keys.map((key) => attribute([...issue.path, key], "unknown key", tree));
   }
   const value = tree.valueAt(issue.path);
-  const found = value === undefined ? "but it is missing" : `got ${render(value, issue.path)}`;
+  // A rule across keys (custom) can fail on a key left at its default.
+  const missing = issue.code === "custom" ? "at its default" : "but it is missing";
+  const found = value === undefined ? missing : `got ${render(value, issue.path)}`;
   return [attribute(issue.path, `${issue.message}, ${found}`, tree)];
 };
 

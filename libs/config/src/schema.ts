@@ -252,6 +252,12 @@ export const configSchema = z
         },
         mapping,
       )
+      // A batch still lingering when its ack_wait runs out is delivered again meanwhile.
+      .refine((p) => p.linger_ms * 2 < p.ack_wait_ms, {
+        path: ["linger_ms"],
+        error:
+          "must be less than half of projector.ack_wait_ms, or batches are redelivered while they linger",
+      })
       .prefault({})
       .describe("The projector, which folds events into ClickHouse tables."),
     identification: z

@@ -34,6 +34,8 @@ describe("projector without consumer reset (nats-server before 2.14)", () => {
       consumer: "proj",
       batchSize: 100,
       ackWaitMs: 1_000,
+      // Well inside ack_wait, as the config requires.
+      lingerMs: 100,
       resetOnStart: false,
       leaseMs: LEASE_MS,
     });
@@ -73,6 +75,8 @@ describe("projector without consumer reset (nats-server before 2.14)", () => {
       // Smaller than the hole, which is then read a batch at a time.
       batchSize: 4,
       ackWaitMs: 1_000,
+      // Well inside ack_wait, as the config requires.
+      lingerMs: 100,
       resetOnStart: false,
       leaseMs: LEASE_MS,
     });

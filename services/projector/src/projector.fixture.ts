@@ -192,6 +192,7 @@ export async function dieBetweenInsertAndAck(options: {
     log,
     consumer: "proj",
     batchSize: 100,
+    lingerMs: 100,
     leaseMs: LEASE_MS,
     ...options,
     afterInsert: () => {
