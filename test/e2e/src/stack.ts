@@ -61,7 +61,14 @@ export async function startStack(
       log_level: "debug",
       nats: { url: natsUrl(), prefix },
       gateway: { port: 0, upstream: `${provider.url}/v1`, ...options.config?.gateway },
-      projector: { port: 0, batch_size: 100, ack_wait_ms: 2_000, ...options.config?.projector },
+      // A short linger keeps tests that read ClickHouse quick; ack_wait stays above twice it.
+      projector: {
+        port: 0,
+        batch_size: 100,
+        ack_wait_ms: 2_000,
+        linger_ms: 200,
+        ...options.config?.projector,
+      },
     },
   });
   const captured: string[] = [];

@@ -118,10 +118,10 @@ export class RunLedger {
   executeDurably(runId: string, labels: RunLabels, command: RunCommand): Promise<Executed> {
     return this.enqueue(runId, async (entry) => {
       const ids = this.idsFor();
-      const shared = this.options.clock() - entry.foreignMs < SHARED_RUN_MS;
+      const defer = !this.shared(runId);
       for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
         try {
-          return await this.executeNow(runId, labels, command, entry, ids, !shared);
+          return await this.executeNow(runId, labels, command, entry, ids, defer);
         } catch (error) {
           if (!(error instanceof BusError) || !error.retryable || error instanceof ConcurrencyError)
             throw error;
@@ -130,6 +130,15 @@ export class RunLedger {
         }
       }
     });
+  }
+
+  /**
+   * Another writer appended to the run recently (another gateway serves it too): its
+   * outcomes go out at once rather than waiting to share a write.
+   */
+  shared(runId: string): boolean {
+    const entry = this.runs.get(runId);
+    return entry !== undefined && this.options.clock() - entry.foreignMs < SHARED_RUN_MS;
   }
 
   /** The run's current state, read from the log if this gateway has not seen it yet. */

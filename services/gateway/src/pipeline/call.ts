@@ -202,6 +202,7 @@ export async function handleCall(
       record,
       nameResponse,
       secrets,
+      shared: deps.ledger.shared(run.runId),
     });
     return;
   }
@@ -239,7 +240,18 @@ export async function handleCall(
   record({ kind: "completed", status: response.statusCode, summary });
   if (delivery.kind === "refuse") throw delivery.error;
   reply.hijack();
+  if (deps.ledger.shared(run.runId)) await outcomeOnItsWay();
   call.writer.send(response.statusCode, headers, bytes);
+}
+
+/**
+ * Lets an outcome just recorded reach the log's socket before the client has the end of
+ * its answer (its append is issued in microtasks; this waits them out, not the ack). On
+ * a run another gateway also serves, a client that goes straight there with the run's
+ * next call then usually finds the outcome already folded in, instead of racing it.
+ */
+function outcomeOnItsWay(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 /**
@@ -258,6 +270,8 @@ async function relayStream(
     record: (ending: Ending) => void;
     nameResponse: (summary: AnswerSummary) => void;
     secrets: readonly string[];
+    /** Another gateway also serves this run (see outcomeOnItsWay). */
+    shared: boolean;
   },
 ): Promise<void> {
   const { writer, clientGone, view, shape } = call;
@@ -325,6 +339,7 @@ async function relayStream(
     writer.end(shape.streamErrorEvent(delivery.error.message, delivery.error));
     return;
   }
+  if (on.shared) await outcomeOnItsWay();
   writer.end(held);
 }
 
