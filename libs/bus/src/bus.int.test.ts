@@ -184,3 +184,38 @@ describe("event bus", () => {
     }
   });
 });
+
+describe("deferred appends", () => {
+  it("wait to share a write with the next urgent append (or a flush), and land in order", async () => {
+    // A bus whose deferred appends would wait a minute on their own.
+    const patient = await connectBus({
+      servers: natsUrl(),
+      prefix: bus.subjects.prefix,
+      name: "bus-int-deferred",
+      deferMs: 60_000,
+    });
+    try {
+      let settled = false;
+      const deferred = patient.append(envelope("deferred-a", 1), 0, { defer: true });
+      void deferred.then(() => {
+        settled = true;
+      });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(settled).toBe(false);
+      expect((await bus.readRun("deferred-a")).events).toHaveLength(0);
+
+      // An urgent append on another run takes the waiting one with it, ahead of itself.
+      const urgent = await patient.append(envelope("deferred-b", 1), 0);
+      const waited = await deferred;
+      expect(waited.streamSequence).toBeLessThan(urgent.streamSequence);
+
+      // And a flush sends one on its own.
+      const second = patient.append(envelope("deferred-a", 2), waited.streamSequence, { defer: true });
+      patient.flushDeferred();
+      expect((await second).streamSequence).toBeGreaterThan(urgent.streamSequence);
+      expect((await bus.readRun("deferred-a")).events.map((e) => e.envelope.sequence)).toEqual([1, 2]);
+    } finally {
+      await patient.close();
+    }
+  });
+});
