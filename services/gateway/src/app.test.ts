@@ -1,0 +1,133 @@
+import { gzipSync } from "node:zlib";
+import { createLogger } from "@holdfast/log";
+import type { FastifyInstance } from "fastify";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildApp, type GatewayAppDeps } from "./app.js";
+
+// Route logic without I/O (app.inject): what the gateway answers itself, before it would
+// record or forward anything, in the error envelope of the API the client speaks. Every
+// dependency that records, identifies or forwards is a tripwire: touching one fails the test.
+// (Dot segments are tested over a real socket, in hardening.e2e: inject resolves them first.)
+
+function tripwire<T extends object>(name: string): T {
+  return new Proxy({} as T, {
+    get: (_target, property) => {
+      throw new Error(`${name}.${String(property)} was touched: this request should not reach it`);
+    },
+  });
+}
+
+let app: FastifyInstance;
+beforeAll(async () => {
+  const deps: GatewayAppDeps = {
+    log: createLogger({ name: "gateway-test", level: "silent" }),
+    maxBodyBytes: 1_024,
+    ledger: tripwire("ledger"),
+    upstreams: tripwire("upstreams"),
+    pricer: tripwire("pricer"),
+    responses: tripwire("responses"),
+    instanceId: "test#0",
+    newId: () => {
+      throw new Error("an id was made: this request should not have been recorded");
+    },
+    resolveRun: () => {
+      throw new Error("the run was resolved: this request should have been refused first");
+    },
+    logConnected: () => true,
+    onRecordError: () => {},
+    health: () => ({}),
+  };
+  app = buildApp(deps);
+  await app.ready();
+});
+afterAll(async () => {
+  await app.close();
+});
+
+const OPENAI = { path: "/v1/chat/completions", family: "openai" } as const;
+const RESPONSES = { path: "/v1/responses", family: "openai" } as const;
+const MESSAGES = { path: "/v1/messages", family: "anthropic" } as const;
+
+/** The error as the client's SDK would read it, whichever envelope it came in. */
+function errorOf(
+  family: "openai" | "anthropic",
+  body: string,
+): { type: string; message: string; param?: unknown } {
+  const json = JSON.parse(body) as {
+    type?: string;
+    error: { type: string; message: string; param?: unknown; code?: unknown };
+  };
+  if (family === "anthropic") {
+    expect(json.type).toBe("error");
+    expect(Object.keys(json.error).sort()).toEqual(["message", "type"]);
+  } else {
+    expect(Object.keys(json.error).sort()).toEqual(["code", "message", "param", "type"]);
+  }
+  return json.error;
+}
+
+describe("requests the gateway refuses itself, in the client's own error shape", () => {
+  it.each([OPENAI, RESPONSES, MESSAGES])(
+    "$path: a body that is not JSON is a 400",
+    async ({ path, family }) => {
+      const response = await app.inject({
+        method: "POST",
+        url: path,
+        payload: "{not json",
+        headers: { "content-type": "application/json" },
+      });
+      expect(response.statusCode).toBe(400);
+      expect(errorOf(family, response.body)).toMatchObject({ type: "invalid_request_error" });
+      expect(errorOf(family, response.body).message).toMatch(/JSON/);
+    },
+  );
+
+  it.each([
+    [OPENAI, { model: "gpt-4o-mini", messages: "hello" }, "messages"],
+    [RESPONSES, { model: "gpt-4o-mini", input: 42 }, "input"],
+    [MESSAGES, { model: "claude-3-5-haiku-20241022", max_tokens: 5, messages: { role: "user" } }, "messages"],
+    [MESSAGES, { model: "", max_tokens: 5, messages: [] }, "model"],
+  ])(
+    "%o: a field the gateway relies on that is wrong is a 400 naming it",
+    async ({ path, family }, payload, field) => {
+      const response = await app.inject({ method: "POST", url: path, payload });
+      expect(response.statusCode).toBe(400);
+      const error = errorOf(family, response.body);
+      expect(error.type).toBe("invalid_request_error");
+      if (family === "openai") expect(error.param).toBe(field);
+      else expect(error.message).toContain(field);
+    },
+  );
+
+  it.each([OPENAI, MESSAGES])("$path: an encoding it cannot decode is a 415", async ({ path, family }) => {
+    const response = await app.inject({
+      method: "POST",
+      url: path,
+      payload: Buffer.from("{}"),
+      headers: { "content-type": "application/json", "content-encoding": "zstd" },
+    });
+    expect(response.statusCode).toBe(415);
+    expect(errorOf(family, response.body).message).toMatch(/zstd/);
+  });
+
+  it.each([OPENAI, RESPONSES, MESSAGES])(
+    "$path: a body over gateway.max_body_bytes, decoded, is a 413",
+    async ({ path, family }) => {
+      const big = JSON.stringify({ model: "m", padding: "x".repeat(4_096) });
+      const response = await app.inject({
+        method: "POST",
+        url: path,
+        payload: gzipSync(big),
+        headers: { "content-type": "application/json", "content-encoding": "gzip" },
+      });
+      expect(response.statusCode).toBe(413);
+      expect(errorOf(family, response.body).message).toMatch(/max_body_bytes/);
+    },
+  );
+
+  it("answers a path it does not serve with a 404 in OpenAI's shape", async () => {
+    const response = await app.inject({ method: "GET", url: "/nowhere" });
+    expect(response.statusCode).toBe(404);
+    expect(errorOf("openai", response.body).message).toContain("/nowhere");
+  });
+});
