@@ -19,7 +19,15 @@ import { Projector, type ProjectorOptions } from "./projector.js";
 useProjectorFixture();
 
 function projector(options: Pick<ProjectorOptions, "bus"> & Partial<ProjectorOptions>): Projector {
-  return new Projector({ analytics, log, consumer: "proj", batchSize: 100, leaseMs: LEASE_MS, ...options });
+  return new Projector({
+    analytics,
+    log,
+    consumer: "proj",
+    batchSize: 100,
+    lingerMs: 100,
+    leaseMs: LEASE_MS,
+    ...options,
+  });
 }
 
 function deferred(): { promise: Promise<void>; resolve: () => void } {
