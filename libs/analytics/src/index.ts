@@ -8,7 +8,7 @@ export {
   QueryLimitError,
 } from "./errors.js";
 export { loadMigrations, type Migration, migrate, splitStatements } from "./migrate.js";
-export { listRuns, type RunRow, runSql, type SqlResult } from "./queries.js";
+export { listRuns, RUN_STATUSES, type RunRow, runSql, type SqlResult } from "./queries.js";
 export { DEFAULT_LIMITS, type JsonAnswer, type QueryLimits, type Reader } from "./reader.js";
 export { assertReadStatement, canonicalStatement } from "./statement.js";
 export {

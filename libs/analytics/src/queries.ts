@@ -7,8 +7,15 @@ import { canonicalStatement } from "./statement.js";
 export interface RunRow {
   run_id: string;
   tag: string;
+  tenant: string;
   model: string;
+  /** running, idle, held or stopped. */
   status: string;
+  /** Why it is held or stopped ("limit: cost", "operator: <reason>", "rule <id>"); "" otherwise. */
+  hold_reason: string;
+  held_since: string | null;
+  /** Calls parked on gateways now, waiting for a resume or a stop. */
+  parked_calls: number;
   steps: number;
   in_flight: number;
   completed: number;
@@ -18,14 +25,24 @@ export interface RunRow {
   cached_input_tokens: number;
   cost_usd: number;
   unpriced_steps: number;
+  estimated_steps: number;
   first_seen: string;
   last_seen: string;
 }
 
-export async function listRuns(analytics: Analytics, options: { limit: number }): Promise<RunRow[]> {
+export const RUN_STATUSES = ["running", "idle", "held", "stopped"] as const;
+
+/** Runs, most recently active first; only those with `status` when given. */
+export async function listRuns(
+  analytics: Analytics,
+  options: { limit: number; status?: (typeof RUN_STATUSES)[number] | undefined },
+): Promise<RunRow[]> {
   const result = await analytics.client.query({
-    query: "SELECT * FROM runs ORDER BY last_seen DESC, run_id LIMIT {limit:UInt32}",
-    query_params: { limit: options.limit },
+    query:
+      options.status === undefined
+        ? "SELECT * FROM runs ORDER BY last_seen DESC, run_id LIMIT {limit:UInt32}"
+        : "SELECT * FROM runs WHERE status = {status:String} ORDER BY last_seen DESC, run_id LIMIT {limit:UInt32}",
+    query_params: { limit: options.limit, status: options.status },
     format: "JSONEachRow",
   });
   return result.json<RunRow>();

@@ -37,6 +37,8 @@ function started(step: number): EventPayload {
       upstream: "http://127.0.0.1:1",
       gateway: "test",
       estimatedInputTokens: 0,
+      promptHash: "",
+      reservedNanoUsd: 0,
     },
   };
 }

@@ -55,9 +55,11 @@ export interface StoredEvent {
   streamSequence: number;
 }
 
-/** An event as the watch delivers it: its run and place, its bytes not yet decoded. */
+/** An event as the watch delivers it: its run, type and place, its bytes not yet decoded. */
 export interface WatchedEvent {
   runId: string;
+  /** The event type, from the subject (a type this version may not know). */
+  type: string;
   streamSequence: number;
   data: Uint8Array;
 }
@@ -336,8 +338,10 @@ export class Bus {
     });
     const messages = await consumer.consume({
       callback: (message) => {
+        const subject = message.subject;
         handler({
-          runId: this.subjects.runIdOf(message.subject),
+          runId: this.subjects.runIdOf(subject),
+          type: subject.slice(subject.lastIndexOf(".") + 1),
           streamSequence: message.seq,
           data: message.data,
         });
@@ -417,6 +421,23 @@ export class Bus {
       if (received < want) break;
     }
     return messages;
+  }
+
+  /**
+   * The last event on each subject matching any of `filters` (wildcards allowed), read
+   * directly from the stream: e.g. each run's last RunHeld. For state rebuilt at start.
+   */
+  async lastOnSubjects(filters: string[]): Promise<StoredEvent[]> {
+    const events: StoredEvent[] = [];
+    try {
+      const batch = await this.jsm.direct.getLastMessagesFor(this.eventsStream, { multi_last: filters });
+      for await (const message of batch) {
+        events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+      }
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+    return events;
   }
 
   /**

@@ -4,7 +4,7 @@ import { configSchema } from "./schema.js";
 import { envVarName } from "./sources.js";
 
 export interface ConfigKeyDescription {
-  /** Dotted key as written in YAML; `<model>` stands for any model name under prices. */
+  /** Dotted key as written in YAML; `<model>` stands for any model name under prices, `<tag>` for a tag. */
   readonly key: string;
   /** The variable that overrides it. */
   readonly env: string;
@@ -25,9 +25,13 @@ export const describeConfig = (): ConfigKeyDescription[] => {
       return;
     }
     const key = path.join(".");
-    entries.push({ key, env: envVarName(key), default: defaultValue, description: description ?? "" });
+    // Keys under a record are names (a model, a tag) no environment variable can spell.
+    const env = path.some((part) => part.startsWith("<")) ? "—" : envVarName(key);
+    entries.push({ key, env, default: defaultValue, description: description ?? "" });
     // A record's entries all share one shape, described once under a placeholder name.
-    if (inner instanceof z.ZodRecord) walk(inner.def.valueType as z.ZodType, [...path, "<model>"], undefined);
+    if (inner instanceof z.ZodRecord) {
+      walk(inner.def.valueType as z.ZodType, [...path, PLACEHOLDER[path.at(-1) ?? ""] ?? "<name>"], undefined);
+    }
   };
   walk(configSchema, [], configSchema.parse({}));
   return entries;
@@ -37,3 +41,6 @@ const childOf = (value: unknown, key: string): unknown =>
   value !== null && typeof value === "object" && Object.hasOwn(value, key)
     ? (value as Record<string, unknown>)[key]
     : undefined;
+
+/** What a record's keys are, as the README names them. */
+const PLACEHOLDER: Record<string, string> = { prices: "<model>", limits_by_tag: "<tag>", budgets: "<tag>" };

@@ -83,6 +83,13 @@ describe("loadConfig", () => {
           tenant_headers: ["X-Holdfast-Tenant"],
         },
         prices: {},
+        limits: { max_cost_usd: 0, max_steps: 0, max_minutes: 0, max_tokens_per_minute: 0 },
+        limits_by_tag: {},
+        budgets: {},
+        on_trip: "hold",
+        hold: { keepalive_ms: 15_000, keepalive_1xx: true },
+        control: { host: "127.0.0.1", port: 4142, grpc_port: 4143, insecure: false },
+        budget: { host: "127.0.0.1", port: 0, lease_ms: 30_000 },
       });
     });
   });

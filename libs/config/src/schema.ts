@@ -71,6 +71,55 @@ const mapping = { error: "expected a mapping of keys to values" };
 
 export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
+const usd = () => {
+  const error = "expected a number of at least 0 (USD)";
+  return z.number({ error }).nonnegative({ error });
+};
+
+const count = () => {
+  const error = "expected an integer of at least 0";
+  return z.int({ error }).nonnegative({ error });
+};
+
+const LIMIT_FIELDS = {
+  max_cost_usd: usd().describe("Most a run may spend in one window, in USD; 0 for no limit."),
+  max_steps: count().describe("Most model calls a run may make in one window; 0 for no limit."),
+  max_minutes: usd().describe("Longest a run's window may last, in minutes; 0 for no limit."),
+  max_tokens_per_minute: count().describe(
+    "Most tokens (input and output) a run may use in any minute; 0 for no limit.",
+  ),
+};
+
+const limitsSection = z.strictObject(
+  {
+    max_cost_usd: LIMIT_FIELDS.max_cost_usd.default(0),
+    max_steps: LIMIT_FIELDS.max_steps.default(0),
+    max_minutes: LIMIT_FIELDS.max_minutes.default(0),
+    max_tokens_per_minute: LIMIT_FIELDS.max_tokens_per_minute.default(0),
+  },
+  mapping,
+);
+
+const tagLimits = z.strictObject(
+  {
+    max_cost_usd: LIMIT_FIELDS.max_cost_usd.optional(),
+    max_steps: LIMIT_FIELDS.max_steps.optional(),
+    max_minutes: LIMIT_FIELDS.max_minutes.optional(),
+    max_tokens_per_minute: LIMIT_FIELDS.max_tokens_per_minute.optional(),
+  },
+  { error: "expected a mapping of limits (max_cost_usd, max_steps, max_minutes, max_tokens_per_minute)" },
+);
+
+const budget = z.strictObject(
+  {
+    daily_usd: usd().optional().describe("Most the runs under this key may spend in one UTC day, in USD."),
+    monthly_usd: usd()
+      .optional()
+      .describe("Most the runs under this key may spend in one UTC month, in USD."),
+  },
+  { error: "expected a mapping with daily_usd and/or monthly_usd" },
+);
+
 const price = z.strictObject(
   {
     input_per_mtok: usdPerMillionTokens().describe("USD per million input (prompt) tokens."),
@@ -305,6 +354,89 @@ export const configSchema = z
       .record(text("a model name"), price, { error: "expected a mapping of model names to prices" })
       .default({})
       .describe("Price per model in USD per million tokens, used to cost each step."),
+    limits: limitsSection
+      .prefault({})
+      .describe("Per-run limits, checked before each call; a run that crosses one trips (on_trip)."),
+    limits_by_tag: z
+      .record(text("a tag"), tagLimits, { error: "expected a mapping of tags to limits" })
+      .default({})
+      .describe("Per-run limits for runs with this tag, over `limits` key by key."),
+    budgets: z
+      .record(text('a tag, or "*" for every run'), budget, {
+        error: 'expected a mapping of tags (or "*") to budgets',
+      })
+      .default({})
+      .describe(
+        'Spend across runs per UTC day and month, per tag ("*": all runs); a spent budget trips its runs.',
+      ),
+    on_trip: z
+      .enum(["hold", "stop"], { error: "expected hold or stop" })
+      .default("hold")
+      .describe("What a crossed limit or budget does to the run: hold its next call, or stop it (409)."),
+    hold: z
+      .strictObject(
+        {
+          keepalive_ms: integer(1_000, 600_000)
+            .default(15_000)
+            .describe("How often a held call gets a keepalive (SSE comment, or a 1xx the client tolerates)."),
+          keepalive_1xx: flag()
+            .default(true)
+            .describe(
+              "Send held non-streaming calls the 1xx interim responses their client is known to tolerate.",
+            ),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("How held (parked) calls are kept waiting."),
+    control: z
+      .strictObject(
+        {
+          host: text("a host name or IP address")
+            .default("127.0.0.1")
+            .describe(
+              "Interface the control API (REST and gRPC) listens on; loopback unless you need it elsewhere.",
+            ),
+          port: integer(0, 65535)
+            .default(4142)
+            .describe("Port of the control REST API; 0 picks a free port."),
+          grpc_port: integer(0, 65535)
+            .default(4143)
+            .describe("Port of the control gRPC API (holdfast.v1.Control); 0 picks a free port."),
+          token: text("a token")
+            .optional()
+            .describe(
+              "Bearer token that may read and change (hold, resume, stop); `holdfast init` makes one.",
+            ),
+          read_token: text("a token")
+            .optional()
+            .describe("Bearer token that may only read (runs, rules); every change refuses it."),
+          insecure: flag()
+            .default(false)
+            .describe("Allow the control API off loopback without a token (`--insecure`)."),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("The control API: runs, holds, resumes, stops, rules."),
+    budget: z
+      .strictObject(
+        {
+          host: text("a host name or IP address")
+            .default("127.0.0.1")
+            .describe("Interface the budget service's gRPC API listens on."),
+          port: integer(0, 65535).default(0).describe("Port of the budget service; 0 picks a free port."),
+          url: text("a host:port")
+            .optional()
+            .describe("Where gateways reach the budget service (host:port); `holdfast up` sets it."),
+          lease_ms: integer(1_000, 3_600_000)
+            .default(30_000)
+            .describe("How long a gateway's lease on a slice of a budget lasts before it must be renewed."),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("The budget service, which leases budget slices to gateways."),
   })
   .describe("Holdfast configuration.");
 

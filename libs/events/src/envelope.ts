@@ -8,6 +8,14 @@ const TYPE_OF_CASE = {
   stepStarted: "StepStarted",
   stepCompleted: "StepCompleted",
   stepFailed: "StepFailed",
+  runTripped: "RunTripped",
+  runHeld: "RunHeld",
+  runResumed: "RunResumed",
+  runStopped: "RunStopped",
+  callParked: "CallParked",
+  callUnparked: "CallUnparked",
+  holdRuleAdded: "HoldRuleAdded",
+  holdRuleLifted: "HoldRuleLifted",
 } as const satisfies Record<PayloadCase, string>;
 
 /** Past-tense event type names, as they appear in subjects and the envelope. */
@@ -23,6 +31,14 @@ export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
   // 2: the fields shared with StepFailed moved into `outcome`.
   StepCompleted: 2,
   StepFailed: 2,
+  RunTripped: 1,
+  RunHeld: 1,
+  RunResumed: 1,
+  RunStopped: 1,
+  CallParked: 1,
+  CallUnparked: 1,
+  HoldRuleAdded: 1,
+  HoldRuleLifted: 1,
 };
 
 export function eventTypeOf(payload: EventPayload): EventType {

@@ -20,3 +20,26 @@ export class EventDecodeError extends EventsError {
   readonly code = "HOLDFAST_EVENT_UNDECODABLE";
   readonly retryable = false;
 }
+
+/**
+ * A run is held: a call cannot start until it is resumed (the caller parks it). Carries
+ * the run as it stands, so the caller can say why.
+ */
+export class RunHeldError extends EventsError {
+  override readonly name = "RunHeldError";
+  readonly code = "HOLDFAST_RUN_HELD";
+  readonly retryable = true;
+  constructor(readonly runId: string) {
+    super(`run ${JSON.stringify(runId)} is held`);
+  }
+}
+
+/** A run is stopped: its calls are refused (409) until it is resumed. */
+export class RunStoppedError extends EventsError {
+  override readonly name = "RunStoppedError";
+  readonly code = "HOLDFAST_RUN_STOPPED";
+  readonly retryable = false;
+  constructor(readonly runId: string) {
+    super(`run ${JSON.stringify(runId)} is stopped`);
+  }
+}

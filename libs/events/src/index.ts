@@ -1,15 +1,31 @@
 export {
+  Actor,
+  ActorKind,
   Api,
+  CallParked,
+  CallUnparked,
   Cost,
   Envelope,
   FailureReason,
+  HoldRuleAdded,
+  HoldRuleLifted,
+  LimitKind,
+  RunAction,
+  RunHeld,
   RunIdentity,
+  RunResumed,
   RunSource,
+  RunStopped,
+  RunTripped,
+  Selector,
   StepCompleted,
   StepFailed,
   StepOutcome,
   StepStarted,
+  Trip,
+  UnparkReason,
   Usage,
+  WindowLimits,
 } from "@holdfast/proto";
 export {
   type DecodedEnvelope,
@@ -28,27 +44,85 @@ export {
   type StoredEnvelope,
   type UnknownEvent,
 } from "./envelope.js";
-export { EventDecodeError, EventsError, InvalidRunIdError } from "./errors.js";
+export {
+  EventDecodeError,
+  EventsError,
+  InvalidRunIdError,
+  RunHeldError,
+  RunStoppedError,
+} from "./errors.js";
+export {
+  type AddHoldRule,
+  decideFleet,
+  emptySelector,
+  evolveFleet,
+  FLEET,
+  type FleetCommand,
+  type FleetState,
+  foldFleet,
+  type HoldRule,
+  initialFleet,
+  type LiftHoldRules,
+  rulesHolding,
+} from "./fleet/rules.js";
+export {
+  describeSelector,
+  matches,
+  type RunAttributes,
+  SELECTOR_STATUSES,
+  sameSelector,
+  selectorProblem,
+} from "./fleet/selector.js";
 export { createIdGenerator, timestampOfId } from "./ids.js";
-export { apiFromName, apiName, failureReasonName, runSourceName } from "./names.js";
+export {
+  actorName,
+  apiFromName,
+  apiName,
+  failureReasonName,
+  limitName,
+  runSourceName,
+  unparkName,
+} from "./names.js";
 export {
   type CompleteStep,
+  type ConfiguredLimits,
   decide,
   type FailStep,
+  type HoldRun,
+  limitCrossed,
+  NO_LIMITS,
   type ObservedOutcome,
+  type ParkCall,
+  type ResumeRun,
   type RunCommand,
   type StartStep,
+  type StopRun,
+  type TripRun,
+  type UnparkCall,
+  windowLimits,
 } from "./run/decide.js";
 export {
   evolve,
   foldRun,
   initialState,
   type OpenStep,
+  type ParkedCall,
+  type RunHold,
   type RunState,
   RunStatus,
   type RunTotals,
+  type RunWindow,
+  reservedNanoUsd,
+  tokensInLastMinute,
 } from "./run/state.js";
-export { describeRun, type RunView, type StepStatus, type StepView } from "./run/view.js";
+export {
+  type ControlView,
+  describeRun,
+  type RunView,
+  type StepStatus,
+  type StepView,
+  type TripView,
+} from "./run/view.js";
 export {
   assertRunId,
   assertTag,

@@ -1,11 +1,17 @@
 import {
+  type ActorKind,
   type Api,
+  actorKindToJSON,
   apiFromJSON,
   apiToJSON,
   type FailureReason,
   failureReasonToJSON,
+  type LimitKind,
+  limitKindToJSON,
   type RunSource,
   runSourceToJSON,
+  type UnparkReason,
+  unparkReasonToJSON,
 } from "@holdfast/proto";
 
 // Short lowercase names of the enums, as people and SQL see them
@@ -25,3 +31,18 @@ export const runSourceName = (source: RunSource): string =>
 
 /** Inverse of apiName. */
 export const apiFromName = (name: string): Api => apiFromJSON(`API_${name.toUpperCase()}`);
+
+export const limitName = (limit: LimitKind): string =>
+  limitKindToJSON(limit)
+    .replace(/^LIMIT_KIND_/, "")
+    .toLowerCase();
+
+export const actorName = (kind: ActorKind): string =>
+  actorKindToJSON(kind)
+    .replace(/^ACTOR_KIND_/, "")
+    .toLowerCase();
+
+export const unparkName = (reason: UnparkReason): string =>
+  unparkReasonToJSON(reason)
+    .replace(/^UNPARK_REASON_/, "")
+    .toLowerCase();

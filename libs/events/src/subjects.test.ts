@@ -55,7 +55,7 @@ describe("run tokens", () => {
   });
 
   it("refuses ids that cannot name a run", () => {
-    expect(() => runToken("")).toThrow(InvalidRunIdError);
+    expect(() => assertRunId("")).toThrow(InvalidRunIdError);
     expect(() => runToken("x".repeat(MAX_RUN_ID_LENGTH + 1))).toThrow(/limit is 256/);
     expect(() => runToken("line\nbreak")).toThrow(/control character/);
   });
@@ -105,5 +105,14 @@ describe("subjects", () => {
 
   it("rejects a prefix that is not a safe token", () => {
     expect(() => subjects("Bad.Prefix")).toThrow(/must match/);
+  });
+});
+
+describe("the fleet's subject", () => {
+  it("is the token _ for the empty id, which no run id can have, and reads back as empty", () => {
+    expect(runToken("")).toBe("_");
+    expect(runIdFromToken("_")).toBe("");
+    expect(subjects("hf").run("")).toBe("hf.run._.*");
+    for (const id of ["_", "a", "é", "_x"]) expect(runToken(id)).not.toBe("_");
   });
 });

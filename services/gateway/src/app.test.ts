@@ -26,6 +26,7 @@ beforeAll(async () => {
     upstreams: tripwire("upstreams"),
     pricer: tripwire("pricer"),
     responses: tripwire("responses"),
+    admission: tripwire("admission"),
     instanceId: "test#0",
     newId: () => {
       throw new Error("an id was made: this request should not have been recorded");

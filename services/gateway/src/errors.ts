@@ -50,3 +50,29 @@ export class UpstreamTimeoutError extends GatewayError {
   readonly type = "server_error";
   readonly retryable = true;
 }
+
+/**
+ * The run is stopped: every call gets a 409 until an operator resumes it. OpenAI's SDKs
+ * raise it as a ConflictError (after their own two retries of a 409), Anthropic's too.
+ */
+export class RunStoppedGatewayError extends GatewayError {
+  override readonly name = "RunStoppedGatewayError";
+  readonly code = "run_stopped";
+  readonly status = 409;
+  readonly type = "suspended";
+  readonly retryable = false;
+  constructor(runId: string) {
+    super(
+      `Holdfast stopped run ${JSON.stringify(runId)}: this call was not sent to the provider. An operator can resume it (holdfast resume).`,
+    );
+  }
+}
+
+/** Holdfast itself failed while handling the call. */
+export class InternalGatewayError extends GatewayError {
+  override readonly name = "InternalGatewayError";
+  readonly code = "holdfast_error";
+  readonly status = 500;
+  readonly type = "server_error";
+  readonly retryable = true;
+}

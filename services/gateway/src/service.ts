@@ -2,14 +2,21 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { connectBus } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
-import { createIdGenerator } from "@holdfast/events";
+import {
+  createIdGenerator,
+  type FleetCommand,
+  type FleetState,
+  type RunCommand,
+  type RunState,
+} from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
 import { createPricer } from "@holdfast/providers";
+import { fleetAggregate, HeldRuns, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
 import { buildApp } from "./app.js";
+import { Admission } from "./hold/admission.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
 import { RESPONSE_TTL_MS, ResponseIndex } from "./identify/responses.js";
-import { RunLedger } from "./ledger/ledger.js";
 import { Liveness } from "./liveness/liveness.js";
 import { Reaper } from "./liveness/reaper.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
@@ -47,8 +54,13 @@ export async function startGateway(
   });
   await bus.provision();
   const newId = createIdGenerator(clock);
-  const ledger = new RunLedger({ bus, log, clock, newId });
-  await ledger.start();
+  const ledger = new Ledger<RunState, RunCommand>({ aggregate: runAggregate, bus, log, clock, newId });
+  const fleet = new Ledger<FleetState, FleetCommand>({ aggregate: fleetAggregate, bus, log, clock, newId });
+  const held = new HeldRuns(bus);
+  // One watch for the process, started before any state is read, so nothing falls between.
+  const follower = new LogFollower(bus, [ledger, fleet, held]);
+  await follower.start();
+  await held.load();
   const generations = new Generations({
     kv: await bus.keyValue("FINGERPRINTS"),
     runState: (runId) => ledger.current(runId),
@@ -69,6 +81,20 @@ export async function startGateway(
   );
   await liveness.start();
   const pricer = createPricer({ overrides: config.prices });
+  const admission = new Admission({
+    ledger,
+    fleet,
+    held,
+    pricer,
+    limits: config,
+    newId,
+    gateway: gatewayId,
+    keepaliveMs: config.hold.keepalive_ms,
+    keepalive1xx: config.hold.keepalive_1xx,
+    clock,
+    onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a parked call"),
+  });
+  await admission.start();
   const reaper = new Reaper({
     bus,
     ledger,
@@ -101,9 +127,14 @@ export async function startGateway(
     newId,
     resolveRun: runResolver(rules, generations, responses),
     responses,
+    admission,
     logConnected: () => bus.connected,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
-    health: () => ({ nats: bus.connected ? "connected" : "disconnected", runs_cached: ledger.cachedRuns }),
+    health: () => ({
+      nats: bus.connected ? "connected" : "disconnected",
+      runs_cached: ledger.cachedCount,
+      runs_held: held.count,
+    }),
     features: options.features,
   });
   await app.listen({ host: config.gateway.host, port: config.gateway.port });
@@ -117,7 +148,9 @@ export async function startGateway(
     async close() {
       await reaper.stop();
       await app.close();
-      await ledger.stop();
+      await ledger.drain();
+      await fleet.drain();
+      await follower.stop();
       generations.stop();
       responses.stop();
       await liveness.stop();

@@ -1,4 +1,4 @@
-import { type Analytics, listRuns, QueryError, runSql } from "@holdfast/analytics";
+import { type Analytics, listRuns, QueryError, RUN_STATUSES, runSql } from "@holdfast/analytics";
 import type { Logger } from "@holdfast/log";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { ProjectorStatus } from "./projector.js";
@@ -69,17 +69,25 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
     },
   );
 
-  app.get<{ Querystring: { limit?: number } }>(
+  app.get<{ Querystring: { limit?: number; status?: (typeof RUN_STATUSES)[number] } }>(
     "/v1/runs",
     {
       schema: {
         querystring: {
           type: "object",
-          properties: { limit: { type: "integer", minimum: 1, maximum: MAX_LIST } },
+          properties: {
+            limit: { type: "integer", minimum: 1, maximum: MAX_LIST },
+            status: { type: "string", enum: [...RUN_STATUSES] },
+          },
         },
       },
     },
-    async (request) => ({ runs: await listRuns(deps.analytics, { limit: request.query.limit ?? 100 }) }),
+    async (request) => ({
+      runs: await listRuns(deps.analytics, {
+        limit: request.query.limit ?? 100,
+        status: request.query.status,
+      }),
+    }),
   );
 
   return app;

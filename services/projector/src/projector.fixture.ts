@@ -81,6 +81,8 @@ export async function call(runId: string, step: number, at?: number) {
         upstream: "http://fake",
         gateway: "test",
         estimatedInputTokens: 10,
+        promptHash: "",
+        reservedNanoUsd: 0,
       },
     },
     at,

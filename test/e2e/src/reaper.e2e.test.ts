@@ -40,6 +40,8 @@ async function orphan(runId: string, step: number, previousStreamSeq: number): P
           generation: 0,
         },
         estimatedInputTokens: 40,
+        promptHash: "",
+        reservedNanoUsd: 0,
         messageCount: 1,
         upstream: stack.provider.url,
         gateway: "gateway-that-died#0badc0",

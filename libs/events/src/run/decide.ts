@@ -1,17 +1,48 @@
 import {
+  type Actor,
+  ActorKind,
   type Api,
   type Cost,
   type FailureReason,
+  LimitKind,
+  RunAction,
   type RunIdentity,
+  type Selector,
   StepCompleted,
   StepFailed,
   type StepOutcome,
+  type Trip,
+  type UnparkReason,
   type Usage,
+  type WindowLimits,
 } from "@holdfast/proto";
 import type { EventPayload } from "../envelope.js";
-import type { RunState } from "./state.js";
+import { RunHeldError, RunStoppedError } from "../errors.js";
+import { type HoldRule, rulesHolding } from "../fleet/rules.js";
+import { type RunState, RunStatus, reservedNanoUsd, tokensInLastMinute } from "./state.js";
 
-/** Start a model call as the run's next step. */
+/**
+ * Per-run limits as configured for the run's tag (`limits`, `limits_by_tag`); 0 is no
+ * limit. A resume's own limits, kept in the run's window, win over these.
+ */
+export interface ConfiguredLimits {
+  readonly maxCostNanoUsd: number;
+  readonly maxSteps: number;
+  readonly maxMinutes: number;
+  readonly maxTokensPerMinute: number;
+  /** What a crossed limit does to the run. */
+  readonly onTrip: "hold" | "stop";
+}
+
+export const NO_LIMITS: ConfiguredLimits = Object.freeze({
+  maxCostNanoUsd: 0,
+  maxSteps: 0,
+  maxMinutes: 0,
+  maxTokensPerMinute: 0,
+  onTrip: "hold",
+});
+
+/** Start a model call as the run's next step, unless a limit, a hold or a rule says no. */
 export interface StartStep {
   readonly type: "StartStep";
   readonly stepId: string;
@@ -24,6 +55,15 @@ export interface StartStep {
   readonly upstream: string;
   readonly gateway: string;
   readonly estimatedInputTokens: number;
+  /** The conversation prefix hash of this call. */
+  readonly promptHash: string;
+  /** Cost reserved against the run's limits while the call is in flight. */
+  readonly reservedNanoUsd: number;
+  /** The run's tag as this call names it (a standing rule may select on it). */
+  readonly tag: string;
+  readonly limits: ConfiguredLimits;
+  /** The fleet's standing hold rules in force. */
+  readonly rules: readonly HoldRule[];
 }
 
 /** What was observed of a call's answer (or estimated, when it was lost). */
@@ -58,39 +98,88 @@ export interface FailStep {
   readonly errorMessage: string;
 }
 
-export type RunCommand = StartStep | CompleteStep | FailStep;
+/** An operator (or a standing rule) holds the run. */
+export interface HoldRun {
+  readonly type: "HoldRun";
+  readonly actor: Actor;
+  readonly reason: string;
+  readonly selector?: Selector;
+  readonly ruleId?: string;
+}
+
+/** Resume the run: parked calls go on, a new window of limits starts. */
+export interface ResumeRun {
+  readonly type: "ResumeRun";
+  readonly actor: Actor;
+  readonly reason: string;
+  readonly selector?: Selector;
+  /** Limits for the new window; unset ones are the configured ones. */
+  readonly limits?: WindowLimits;
+  /** Only a held or stopped run is resumed (a resume by selector); by id, any run gets a new window. */
+  readonly onlyIfHeld: boolean;
+}
+
+/** Stop the run: parked and later calls get a 409 until it is resumed. */
+export interface StopRun {
+  readonly type: "StopRun";
+  readonly actor: Actor;
+  readonly reason: string;
+  readonly selector?: Selector;
+}
+
+/** A budget across runs is spent: hold (or stop) the run before its next call. */
+export interface TripRun {
+  readonly type: "TripRun";
+  readonly trip: Trip;
+  readonly action: "hold" | "stop";
+}
+
+/** Park a call of a held run on this gateway. */
+export interface ParkCall {
+  readonly type: "ParkCall";
+  readonly parkId: string;
+  readonly api: Api;
+  readonly model: string;
+  readonly stream: boolean;
+  readonly gateway: string;
+}
+
+/** A parked call leaves its parking. */
+export interface UnparkCall {
+  readonly type: "UnparkCall";
+  readonly parkId: string;
+  readonly how: UnparkReason;
+  readonly parkedMs: number;
+}
+
+export type RunCommand =
+  | StartStep
+  | CompleteStep
+  | FailStep
+  | HoldRun
+  | ResumeRun
+  | StopRun
+  | TripRun
+  | ParkCall
+  | UnparkCall;
 
 /**
  * What a command makes of the run as it stands: the events to append, in order, or none
- * when the command has already been carried out. Pure; `nowMs` is the caller's clock
- * (decisions against time-based limits use it).
+ * when the command has already been carried out. Pure; `nowMs` is the caller's clock.
  *
  * Idempotent by step: starting a step that is already in flight, or finishing one that
  * is not in flight (finished before, by this gateway or another, or never started),
  * appends nothing, so a retry long after the log's dedupe window adds no second outcome.
+ *
+ * A call cannot start on a held run (RunHeldError: park it) or a stopped one
+ * (RunStoppedError: refuse it). A start that a standing rule or a crossed limit stops
+ * decides a RunHeld or RunTripped instead of the StepStarted: the run is then held (or
+ * stopped), and the caller parks the call (or refuses it).
  */
-export function decide(command: RunCommand, state: RunState, _nowMs: number): EventPayload[] {
+export function decide(command: RunCommand, state: RunState, nowMs: number): EventPayload[] {
   switch (command.type) {
-    case "StartStep": {
-      if (state.open.has(command.stepId)) return [];
-      return [
-        {
-          $case: "stepStarted",
-          value: {
-            stepId: command.stepId,
-            step: state.started + 1,
-            api: command.api,
-            model: command.model,
-            stream: command.stream,
-            identity: command.identity,
-            messageCount: command.messageCount,
-            upstream: command.upstream,
-            gateway: command.gateway,
-            estimatedInputTokens: command.estimatedInputTokens,
-          },
-        },
-      ];
-    }
+    case "StartStep":
+      return decideStart(command, state, nowMs);
     case "CompleteStep":
     case "FailStep": {
       const open = state.open.get(command.stepId);
@@ -128,5 +217,192 @@ export function decide(command: RunCommand, state: RunState, _nowMs: number): Ev
         },
       ];
     }
+    case "HoldRun":
+      if (state.status === RunStatus.Held || state.status === RunStatus.Stopped) return [];
+      return [
+        {
+          $case: "runHeld",
+          value: {
+            actor: command.actor,
+            reason: command.reason,
+            selector: command.selector,
+            ruleId: command.ruleId ?? "",
+          },
+        },
+      ];
+    case "ResumeRun": {
+      const held = state.status === RunStatus.Held || state.status === RunStatus.Stopped;
+      if (command.onlyIfHeld && !held) return [];
+      const limits = command.limits;
+      const overrides =
+        limits !== undefined &&
+        (limits.maxSteps > 0 ||
+          limits.maxCostNanoUsd > 0 ||
+          limits.maxMinutes > 0 ||
+          limits.maxTokensPerMinute > 0);
+      return [
+        {
+          $case: "runResumed",
+          value: {
+            actor: command.actor,
+            reason: command.reason,
+            selector: command.selector,
+            limits: overrides ? limits : undefined,
+            overrides,
+          },
+        },
+      ];
+    }
+    case "StopRun":
+      if (state.status === RunStatus.Stopped) return [];
+      return [
+        {
+          $case: "runStopped",
+          value: { actor: command.actor, reason: command.reason, selector: command.selector },
+        },
+      ];
+    case "TripRun":
+      if (state.status === RunStatus.Held || state.status === RunStatus.Stopped) return [];
+      return [{ $case: "runTripped", value: { trip: command.trip, action: actionOf(command.action) } }];
+    case "ParkCall":
+      // Resumed (or never held) meanwhile: nothing to park, the call goes on.
+      if (state.status !== RunStatus.Held || state.parked.has(command.parkId)) return [];
+      return [
+        {
+          $case: "callParked",
+          value: {
+            parkId: command.parkId,
+            api: command.api,
+            model: command.model,
+            stream: command.stream,
+            gateway: command.gateway,
+          },
+        },
+      ];
+    case "UnparkCall":
+      if (!state.parked.has(command.parkId)) return [];
+      return [
+        {
+          $case: "callUnparked",
+          value: { parkId: command.parkId, how: command.how, parkedMs: command.parkedMs },
+        },
+      ];
   }
+}
+
+function decideStart(command: StartStep, state: RunState, nowMs: number): EventPayload[] {
+  if (state.open.has(command.stepId)) return [];
+  if (state.status === RunStatus.Stopped) throw new RunStoppedError(state.runId);
+  if (state.status === RunStatus.Held) throw new RunHeldError(state.runId);
+
+  const [rule] = rulesHolding(
+    { lastSequence: 0, rules: new Map(command.rules.map((r) => [r.ruleId, r])), unknownEvents: 0 },
+    {
+      runId: state.runId,
+      tag: state.tag || command.tag,
+      model: command.model,
+      promptHash: command.promptHash,
+      status: state.status === RunStatus.New ? "idle" : state.status,
+    },
+    state.lastResumedMs,
+  );
+  if (rule !== undefined) {
+    return [
+      {
+        $case: "runHeld",
+        value: {
+          actor: { kind: ActorKind.ACTOR_KIND_RULE, name: rule.ruleId },
+          reason: rule.reason,
+          selector: rule.selector,
+          ruleId: rule.ruleId,
+        },
+      },
+    ];
+  }
+
+  const trip = limitCrossed(command, state, nowMs);
+  if (trip !== undefined) {
+    return [{ $case: "runTripped", value: { trip, action: actionOf(command.limits.onTrip) } }];
+  }
+
+  return [
+    {
+      $case: "stepStarted",
+      value: {
+        stepId: command.stepId,
+        step: state.started + 1,
+        api: command.api,
+        model: command.model,
+        stream: command.stream,
+        identity: command.identity,
+        messageCount: command.messageCount,
+        upstream: command.upstream,
+        gateway: command.gateway,
+        estimatedInputTokens: command.estimatedInputTokens,
+        promptHash: command.promptHash,
+        reservedNanoUsd: command.reservedNanoUsd,
+      },
+    },
+  ];
+}
+
+/** The run's limits for this window: a resume's own, else the configured ones. */
+export function windowLimits(configured: ConfiguredLimits, state: RunState): ConfiguredLimits {
+  const own = state.window.limits;
+  if (own === null) return configured;
+  return {
+    maxCostNanoUsd: own.maxCostNanoUsd || configured.maxCostNanoUsd,
+    maxSteps: own.maxSteps || configured.maxSteps,
+    maxMinutes: own.maxMinutes || configured.maxMinutes,
+    maxTokensPerMinute: own.maxTokensPerMinute || configured.maxTokensPerMinute,
+    onTrip: configured.onTrip,
+  };
+}
+
+/**
+ * The limit this call would find crossed, if any. Cost counts what the window's finished
+ * steps cost plus what the calls in flight reserved: a run can overshoot its limit only
+ * by what its calls in flight cost beyond their reservations.
+ */
+export function limitCrossed(command: StartStep, state: RunState, nowMs: number): Trip | undefined {
+  const limits = windowLimits(command.limits, state);
+  const window = state.window;
+  const trip = (limit: LimitKind, limitValue: number, spentValue: number): Trip => ({
+    limit,
+    limitValue,
+    spentValue,
+    budgetKey: "",
+    period: "",
+    crossedByStepId: "",
+    callModel: command.model,
+  });
+  if (limits.maxSteps > 0 && window.steps >= limits.maxSteps) {
+    return trip(LimitKind.LIMIT_KIND_STEPS, limits.maxSteps, window.steps);
+  }
+  if (limits.maxCostNanoUsd > 0) {
+    const spent = window.costNanoUsd + reservedNanoUsd(state);
+    if (spent >= limits.maxCostNanoUsd) {
+      return {
+        ...trip(LimitKind.LIMIT_KIND_COST, limits.maxCostNanoUsd, spent),
+        crossedByStepId: window.lastFinishedStepId,
+      };
+    }
+  }
+  if (limits.maxMinutes > 0) {
+    const elapsed = nowMs - window.startedMs;
+    if (window.startedMs > 0 && elapsed >= limits.maxMinutes * 60_000) {
+      return trip(LimitKind.LIMIT_KIND_MINUTES, limits.maxMinutes * 60_000, elapsed);
+    }
+  }
+  if (limits.maxTokensPerMinute > 0) {
+    const tokens = tokensInLastMinute(state, nowMs);
+    if (tokens >= limits.maxTokensPerMinute) {
+      return trip(LimitKind.LIMIT_KIND_TOKENS_PER_MINUTE, limits.maxTokensPerMinute, tokens);
+    }
+  }
+  return undefined;
+}
+
+function actionOf(action: "hold" | "stop"): RunAction {
+  return action === "stop" ? RunAction.RUN_ACTION_STOP : RunAction.RUN_ACTION_HOLD;
 }

@@ -1,144 +1,25 @@
-import { Api, FailureReason, RunSource, StepCompleted, StepFailed } from "@holdfast/proto";
+import { Api, FailureReason, StepCompleted, StepFailed } from "@holdfast/proto";
 import { describe, expect, it } from "vitest";
+import { decodeEnvelope, encodeEnvelope, makeEnvelope, type StoredEnvelope } from "../envelope.js";
+import { decide } from "./decide.js";
 import {
-  type DecodedEnvelope,
-  decodeEnvelope,
-  type EventPayload,
-  encodeEnvelope,
-  makeEnvelope,
-  type StoredEnvelope,
-} from "../envelope.js";
-import {
-  type CompleteStep,
-  decide,
-  type FailStep,
-  type ObservedOutcome,
-  type RunCommand,
-  type StartStep,
-} from "./decide.js";
-import { evolve, foldRun, initialState, type RunState, RunStatus } from "./state.js";
+  apply,
+  complete,
+  fail,
+  given,
+  history,
+  identity,
+  NOW,
+  observed,
+  RUN,
+  start,
+  started,
+} from "./spec.fixture.js";
+import { evolve, foldRun, initialState, RunStatus } from "./state.js";
 import { describeRun } from "./view.js";
 
 // The run as a decider, specified given/when/then: given these events, when this
 // command, then these events (and this state).
-
-const RUN = "agent-7";
-const NOW = 1_764_000_000_000;
-
-/** Envelopes for payloads, numbered from 1 as the log would. */
-function history(...payloads: EventPayload[]): DecodedEnvelope[] {
-  return payloads.map((payload, i) =>
-    makeEnvelope({
-      id: `e${i + 1}`,
-      runId: RUN,
-      sequence: i + 1,
-      timestampMs: NOW + i * 10,
-      tag: "t",
-      payload,
-    }),
-  );
-}
-
-function given(...payloads: EventPayload[]) {
-  const state = foldRun(RUN, history(...payloads));
-  return {
-    state,
-    when: (command: RunCommand) => ({
-      // biome-ignore lint/suspicious/noThenProperty: given/when/then is the specification's grammar; this object is never awaited
-      then: (...expected: EventPayload[]) => expect(decide(command, state, NOW)).toEqual(expected),
-    }),
-  };
-}
-
-const identity = {
-  source: RunSource.RUN_SOURCE_HEADER,
-  key: "x-holdfast-run",
-  fingerprint: "",
-  generation: 0,
-};
-
-function start(stepId: string, overrides: Partial<StartStep> = {}): StartStep {
-  return {
-    type: "StartStep",
-    stepId,
-    api: Api.API_OPENAI_CHAT_COMPLETIONS,
-    model: "gpt-4o-mini",
-    stream: false,
-    identity,
-    messageCount: 2,
-    upstream: "http://127.0.0.1:1",
-    gateway: "gw-1#a",
-    estimatedInputTokens: 12,
-    ...overrides,
-  };
-}
-
-function observed(
-  tokens: [number, number],
-  nanoUsd: number | null,
-  extra: Partial<ObservedOutcome> = {},
-): ObservedOutcome {
-  return {
-    model: "gpt-4o-mini-2024-07-18",
-    upstreamStatus: 200,
-    usage: {
-      reported: true,
-      inputTokens: tokens[0],
-      outputTokens: tokens[1],
-      cachedInputTokens: 0,
-      cacheWriteTokens: 0,
-      reasoningTokens: 0,
-    },
-    cost: { known: nanoUsd !== null, nanoUsd: nanoUsd ?? 0 },
-    latencyMs: 120,
-    firstByteMs: 40,
-    responseId: "chatcmpl-1",
-    estimated: false,
-    ...extra,
-  };
-}
-
-const complete = (stepId: string, outcome = observed([10, 5], 700)): CompleteStep => ({
-  type: "CompleteStep",
-  stepId,
-  outcome,
-  finishReason: "stop",
-  toolCalls: [],
-});
-
-const fail = (stepId: string, outcome = observed([0, 0], 0)): FailStep => ({
-  type: "FailStep",
-  stepId,
-  outcome: { ...outcome, upstreamStatus: 429 },
-  reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
-  errorType: "rate_limit_error",
-  errorCode: "rate_limit_exceeded",
-  errorMessage: "slow down",
-});
-
-/** The events a command decides on a state, as the next payloads of the run. */
-function apply(state: RunState, ...commands: RunCommand[]): { state: RunState; events: EventPayload[] } {
-  const events: EventPayload[] = [];
-  for (const command of commands) {
-    for (const payload of decide(command, state, NOW)) {
-      events.push(payload);
-      state = evolve(
-        state,
-        makeEnvelope({
-          id: `d${state.lastSequence + 1}`,
-          runId: RUN,
-          sequence: state.lastSequence + 1,
-          timestampMs: NOW,
-          tag: "t",
-          payload,
-        }),
-      );
-    }
-  }
-  return { state, events };
-}
-
-const started = (stepId: string) => decide(start(stepId), initialState(RUN), NOW)[0]!;
 
 describe("StartStep", () => {
   it("given a new run, when a step starts, then it is step 1 with what the call said", () => {
@@ -157,6 +38,8 @@ describe("StartStep", () => {
           upstream: "http://127.0.0.1:1",
           gateway: "gw-1#a",
           estimatedInputTokens: 12,
+          promptHash: "abc123",
+          reservedNanoUsd: 100,
         },
       });
   });

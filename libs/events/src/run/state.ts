@@ -1,15 +1,26 @@
-import { type Api, RunSource, type StepOutcome, type Usage } from "@holdfast/proto";
+import {
+  type Actor,
+  type Api,
+  RunAction,
+  RunSource,
+  type StepOutcome,
+  type Trip,
+  type Usage,
+  type WindowLimits,
+} from "@holdfast/proto";
 import { isKnown, type StoredEnvelope } from "../envelope.js";
 
 /**
  * Where a run is in its life. `running` and `idle` follow its calls (one in flight or
- * none); statuses an operator or a limit sets (held, stopped, by later versions) are
- * kept until an event lifts them, whatever the calls in flight do.
+ * none); `held` and `stopped` are set by a trip, an operator or a standing rule and kept,
+ * whatever the calls in flight do, until a resume lifts them.
  */
 export enum RunStatus {
   New = "new",
   Running = "running",
   Idle = "idle",
+  Held = "held",
+  Stopped = "stopped",
 }
 
 /** A step whose call is in flight: what deciding its outcome needs. */
@@ -25,6 +36,15 @@ export interface OpenStep {
   readonly upstream: string;
   readonly startedMs: number;
   readonly estimatedInputTokens: number;
+  /** Cost reserved against the run's limits while the call is in flight. */
+  readonly reservedNanoUsd: number;
+}
+
+/** A call of a held run, parked on a gateway. */
+export interface ParkedCall {
+  readonly parkId: string;
+  readonly gateway: string;
+  readonly sinceMs: number;
 }
 
 export interface RunTotals {
@@ -42,9 +62,37 @@ export interface RunTotals {
 }
 
 /**
+ * The stretch of a run its per-run limits apply to: from its first event, then from each
+ * resume. A resume may set the window's own limits.
+ */
+export interface RunWindow {
+  readonly startedMs: number;
+  readonly steps: number;
+  /** Known cost of the window's finished steps. */
+  readonly costNanoUsd: number;
+  /** Limits a resume set for this window (0: the configured one); null when none did. */
+  readonly limits: WindowLimits | null;
+  /** The operator set limits for this window: budgets across runs do not hold it. */
+  readonly overrides: boolean;
+  /** The step whose outcome was folded last (the one that crossed a cost limit, if one was). */
+  readonly lastFinishedStepId: string;
+}
+
+/** Why a run is held or stopped, while it is. */
+export interface RunHold {
+  readonly kind: "trip" | "operator" | "rule";
+  readonly action: "hold" | "stop";
+  readonly sinceMs: number;
+  readonly actor: Actor | undefined;
+  readonly reason: string;
+  readonly trip: Trip | undefined;
+  readonly ruleId: string;
+}
+
+/**
  * A run as its deciders need it, folded from its events. Each event costs O(1) whatever
- * the run's length (only the calls in flight are kept step by step); the whole history
- * of steps, for people, is `describeRun`.
+ * the run's length (only the calls in flight, the parked ones and the last minute's
+ * token counts are kept item by item); the whole history, for people, is `describeRun`.
  */
 export interface RunState {
   readonly runId: string;
@@ -59,6 +107,8 @@ export interface RunState {
   } | null;
   /** The model of the latest step. */
   readonly model: string;
+  /** The conversation prefix hash of the latest step. */
+  readonly promptHash: string;
   /** Sequence of the last event folded in; the next event must carry lastSequence + 1. */
   readonly lastSequence: number;
   readonly firstSeenMs: number | null;
@@ -69,9 +119,18 @@ export interface RunState {
   readonly failed: number;
   /** Calls in flight, by step id. */
   readonly open: ReadonlyMap<string, OpenStep>;
+  /** Calls parked on gateways, by park id. */
+  readonly parked: ReadonlyMap<string, ParkedCall>;
   /** Message count of the latest step's request (a shrinking count starts a new loop). */
   readonly lastMessageCount: number;
   readonly totals: RunTotals;
+  readonly window: RunWindow;
+  /** Why the run is held or stopped; null while it is neither. */
+  readonly hold: RunHold | null;
+  /** When the run was last resumed: standing rules added before then do not hold it. */
+  readonly lastResumedMs: number | null;
+  /** Tokens of steps finished in the last minute, oldest first (for max_tokens_per_minute). */
+  readonly recentTokens: readonly { readonly ms: number; readonly tokens: number }[];
   /** Events of types or versions this code does not know, skipped. */
   readonly unknownEvents: number;
 }
@@ -88,6 +147,8 @@ const NO_TOTALS: RunTotals = Object.freeze({
 });
 
 const NOTHING_OPEN: ReadonlyMap<string, OpenStep> = new Map();
+const NOTHING_PARKED: ReadonlyMap<string, ParkedCall> = new Map();
+const MINUTE_MS = 60_000;
 
 export function initialState(runId: string): RunState {
   return {
@@ -97,6 +158,7 @@ export function initialState(runId: string): RunState {
     tenant: "",
     identifiedBy: null,
     model: "",
+    promptHash: "",
     lastSequence: 0,
     firstSeenMs: null,
     lastSeenMs: null,
@@ -104,8 +166,20 @@ export function initialState(runId: string): RunState {
     completed: 0,
     failed: 0,
     open: NOTHING_OPEN,
+    parked: NOTHING_PARKED,
     lastMessageCount: 0,
     totals: NO_TOTALS,
+    window: {
+      startedMs: 0,
+      steps: 0,
+      costNanoUsd: 0,
+      limits: null,
+      overrides: false,
+      lastFinishedStepId: "",
+    },
+    hold: null,
+    lastResumedMs: null,
+    recentTokens: [],
     unknownEvents: 0,
   };
 }
@@ -117,13 +191,16 @@ export function initialState(runId: string): RunState {
  */
 export function evolve(state: RunState, event: StoredEnvelope): RunState {
   if (event.sequence <= state.lastSequence) return state;
+  const at = event.timestampMs;
   const seen: RunState = {
     ...state,
     lastSequence: event.sequence,
-    firstSeenMs: state.firstSeenMs ?? event.timestampMs,
-    lastSeenMs: Math.max(state.lastSeenMs ?? event.timestampMs, event.timestampMs),
+    firstSeenMs: state.firstSeenMs ?? at,
+    lastSeenMs: Math.max(state.lastSeenMs ?? at, at),
     tag: event.tag || state.tag,
     tenant: event.tenant || state.tenant,
+    // The first window opens with the run.
+    window: state.firstSeenMs === null ? { ...state.window, startedMs: at } : state.window,
   };
   if (!isKnown(event)) return { ...seen, unknownEvents: state.unknownEvents + 1 };
   const { payload } = event;
@@ -139,13 +216,15 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         stream: e.stream,
         gateway: e.gateway,
         upstream: e.upstream,
-        startedMs: event.timestampMs,
+        startedMs: at,
         estimatedInputTokens: e.estimatedInputTokens,
+        reservedNanoUsd: e.reservedNanoUsd,
       });
       const identity = e.identity;
       return withActivity({
         ...seen,
         model: e.model || state.model,
+        promptHash: e.promptHash || state.promptHash,
         identifiedBy:
           state.identifiedBy ??
           (identity && identity.source !== RunSource.RUN_SOURCE_UNSPECIFIED
@@ -159,6 +238,7 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         started: Math.max(state.started, e.step),
         open,
         lastMessageCount: e.messageCount,
+        window: { ...seen.window, steps: seen.window.steps + 1 },
       });
     }
     case "stepCompleted":
@@ -168,6 +248,8 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
       const open = new Map(state.open);
       open.delete(outcome.stepId);
       const completed = payload.$case === "stepCompleted";
+      const cost = outcome.cost?.known === true ? outcome.cost.nanoUsd : 0;
+      const tokens = (outcome.usage?.inputTokens ?? 0) + (outcome.usage?.outputTokens ?? 0);
       return withActivity({
         ...seen,
         model: outcome.model || seen.model,
@@ -175,9 +257,117 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         completed: state.completed + (completed ? 1 : 0),
         failed: state.failed + (completed ? 0 : 1),
         totals: addOutcome(state.totals, outcome),
+        window: {
+          ...seen.window,
+          costNanoUsd: seen.window.costNanoUsd + cost,
+          lastFinishedStepId: outcome.stepId,
+        },
+        recentTokens:
+          tokens > 0 ? lastMinute([...state.recentTokens, { ms: at, tokens }], at) : state.recentTokens,
       });
     }
+    case "runTripped": {
+      const e = payload.value;
+      const action = e.action === RunAction.RUN_ACTION_STOP ? "stop" : "hold";
+      return {
+        ...seen,
+        status: action === "stop" ? RunStatus.Stopped : RunStatus.Held,
+        hold: { kind: "trip", action, sinceMs: at, actor: undefined, reason: "", trip: e.trip, ruleId: "" },
+      };
+    }
+    case "runHeld": {
+      const e = payload.value;
+      // A stopped run stays stopped: holding it says nothing new.
+      if (state.status === RunStatus.Stopped) return seen;
+      return {
+        ...seen,
+        status: RunStatus.Held,
+        hold: {
+          kind: e.ruleId === "" ? "operator" : "rule",
+          action: "hold",
+          sinceMs: at,
+          actor: e.actor,
+          reason: e.reason,
+          trip: undefined,
+          ruleId: e.ruleId,
+        },
+      };
+    }
+    case "runStopped": {
+      const e = payload.value;
+      return {
+        ...seen,
+        status: RunStatus.Stopped,
+        hold: {
+          kind: "operator",
+          action: "stop",
+          sinceMs: at,
+          actor: e.actor,
+          reason: e.reason,
+          trip: undefined,
+          ruleId: "",
+        },
+      };
+    }
+    case "runResumed": {
+      const e = payload.value;
+      return withActivity({
+        ...seen,
+        status: RunStatus.Idle,
+        hold: null,
+        lastResumedMs: at,
+        window: {
+          startedMs: at,
+          steps: 0,
+          costNanoUsd: 0,
+          limits: e.limits ?? null,
+          overrides: e.overrides,
+          lastFinishedStepId: "",
+        },
+        recentTokens: [],
+      });
+    }
+    case "callParked": {
+      const e = payload.value;
+      const parked = new Map(state.parked);
+      parked.set(e.parkId, { parkId: e.parkId, gateway: e.gateway, sinceMs: at });
+      return { ...seen, parked };
+    }
+    case "callUnparked": {
+      const e = payload.value;
+      if (!state.parked.has(e.parkId)) return seen;
+      const parked = new Map(state.parked);
+      parked.delete(e.parkId);
+      return { ...seen, parked };
+    }
+    case "holdRuleAdded":
+    case "holdRuleLifted":
+      // Fleet events: not about any one run.
+      return seen;
   }
+}
+
+function lastMinute(
+  entries: { ms: number; tokens: number }[],
+  now: number,
+): { ms: number; tokens: number }[] {
+  let first = 0;
+  while (first < entries.length && entries[first]!.ms <= now - MINUTE_MS) first += 1;
+  return first === 0 ? entries : entries.slice(first);
+}
+
+/** Tokens of the steps that finished in the minute before `nowMs`. */
+export function tokensInLastMinute(state: RunState, nowMs: number): number {
+  let sum = 0;
+  for (const entry of state.recentTokens) if (entry.ms > nowMs - MINUTE_MS) sum += entry.tokens;
+  return sum;
+}
+
+/** What the calls in flight have reserved against the run's limits. */
+export function reservedNanoUsd(state: RunState): number {
+  let sum = 0;
+  for (const step of state.open.values()) sum += step.reservedNanoUsd;
+  return sum;
 }
 
 function addOutcome(t: RunTotals, outcome: StepOutcome): RunTotals {
@@ -195,10 +385,13 @@ function addOutcome(t: RunTotals, outcome: StepOutcome): RunTotals {
   };
 }
 
-/** `running` while a call is in flight, `idle` when none is; other statuses stay. */
+/** `running` while a call is in flight, `idle` when none is; held and stopped stay. */
 function withActivity(state: RunState): RunState {
   const activity = state.open.size > 0 ? RunStatus.Running : RunStatus.Idle;
   switch (state.status) {
+    case RunStatus.Held:
+    case RunStatus.Stopped:
+      return state;
     case RunStatus.New:
     case RunStatus.Running:
     case RunStatus.Idle:

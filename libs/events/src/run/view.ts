@@ -1,5 +1,7 @@
+import type { Actor, Selector, Trip, WindowLimits } from "@holdfast/proto";
 import { isKnown, type StoredEnvelope } from "../envelope.js";
-import { apiName, failureReasonName, runSourceName } from "../names.js";
+import { describeSelector } from "../fleet/selector.js";
+import { actorName, apiName, failureReasonName, limitName, runSourceName, unparkName } from "../names.js";
 import { evolve, initialState, type RunState, type RunTotals } from "./state.js";
 
 export type StepStatus = "in_flight" | "completed" | "failed";
@@ -37,10 +39,63 @@ export interface StepView {
   failure: { reason: string; errorType: string; errorCode: string; message: string } | null;
 }
 
+/** A trip as people read it: which limit, its value, what was spent, in the limit's unit. */
+export interface TripView {
+  limit: string;
+  limitValue: number;
+  spentValue: number;
+  budgetKey: string;
+  period: string;
+  crossedByStepId: string;
+}
+
+/** Something that happened to the run besides its calls: trips, holds, resumes, stops, parked calls. */
+export interface ControlView {
+  sequence: number;
+  atMs: number;
+  what: "tripped" | "held" | "resumed" | "stopped" | "parked" | "unparked";
+  /** For trips and stops by a limit: "hold" or "stop". */
+  action: string;
+  actor: string;
+  reason: string;
+  /** The selector the operator used, as typed (`--tag prod`); "" when by run id. */
+  selector: string;
+  ruleId: string;
+  trip: TripView | null;
+  /** For resumes: the window's own limits, when the operator set some. */
+  limits: WindowLimits | null;
+  parkId: string;
+  /** For unparked calls: released, stopped, client_gone, gateway_lost. */
+  how: string;
+  gateway: string;
+}
+
 /** A run as people see it: its state and every step, in order. */
 export interface RunView {
   runId: string;
   status: string;
+  /** Why it is held or stopped, while it is. */
+  hold: {
+    kind: string;
+    action: string;
+    sinceMs: number;
+    actor: string;
+    reason: string;
+    ruleId: string;
+    trip: TripView | null;
+  } | null;
+  promptHash: string;
+  window: {
+    startedMs: number;
+    steps: number;
+    costNanoUsd: number;
+    limits: WindowLimits | null;
+    overrides: boolean;
+  };
+  /** Calls parked on gateways right now, waiting for a resume or a stop. */
+  parked: number;
+  /** Trips, holds, resumes, stops and parked calls, in order. */
+  control: ControlView[];
   tag: string;
   tenant: string;
   identifiedBy: { source: string; key: string; fingerprint: string; generation: number } | null;
@@ -64,12 +119,76 @@ export interface RunView {
 export function describeRun(runId: string, events: Iterable<StoredEnvelope>): RunView {
   let state: RunState = initialState(runId);
   const steps: StepView[] = [];
+  const control: ControlView[] = [];
   const byId = new Map<string, StepView>();
   for (const event of events) {
     const before = state.lastSequence;
     state = evolve(state, event);
     if (state.lastSequence === before || !isKnown(event)) continue;
     const { payload } = event;
+    const entry = (what: ControlView["what"], fields: Partial<ControlView>): void => {
+      control.push({
+        sequence: event.sequence,
+        atMs: event.timestampMs,
+        what,
+        action: "",
+        actor: "",
+        reason: "",
+        selector: "",
+        ruleId: "",
+        trip: null,
+        limits: null,
+        parkId: "",
+        how: "",
+        gateway: "",
+        ...fields,
+      });
+    };
+    switch (payload.$case) {
+      case "runTripped":
+        entry("tripped", {
+          action: payload.value.action === 2 ? "stop" : "hold",
+          actor: "limit",
+          trip: tripView(payload.value.trip),
+        });
+        continue;
+      case "runHeld":
+        entry("held", {
+          actor: actorLabel(payload.value.actor),
+          reason: payload.value.reason,
+          selector: selectorLabel(payload.value.selector),
+          ruleId: payload.value.ruleId,
+        });
+        continue;
+      case "runResumed":
+        entry("resumed", {
+          actor: actorLabel(payload.value.actor),
+          reason: payload.value.reason,
+          selector: selectorLabel(payload.value.selector),
+          limits: payload.value.limits ?? null,
+        });
+        continue;
+      case "runStopped":
+        entry("stopped", {
+          actor: actorLabel(payload.value.actor),
+          reason: payload.value.reason,
+          selector: selectorLabel(payload.value.selector),
+        });
+        continue;
+      case "callParked":
+        entry("parked", { parkId: payload.value.parkId, gateway: payload.value.gateway });
+        continue;
+      case "callUnparked":
+        entry("unparked", { parkId: payload.value.parkId, how: unparkName(payload.value.how) });
+        continue;
+      case "holdRuleAdded":
+      case "holdRuleLifted":
+        continue;
+      case "stepCompleted":
+      case "stepFailed":
+      case "stepStarted":
+        break;
+    }
     if (payload.$case === "stepStarted") {
       const e = payload.value;
       const step: StepView = {
@@ -103,6 +222,7 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
       byId.set(e.stepId, step);
       continue;
     }
+    if (payload.$case !== "stepCompleted" && payload.$case !== "stepFailed") continue;
     const outcome = payload.value.outcome;
     const step = outcome === undefined ? undefined : byId.get(outcome.stepId);
     if (outcome === undefined || step === undefined || step.status !== "in_flight") continue;
@@ -136,9 +256,32 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
     }
   }
   const id = state.identifiedBy;
+  const hold = state.hold;
   return {
     runId,
     status: state.status,
+    hold:
+      hold === null
+        ? null
+        : {
+            kind: hold.kind,
+            action: hold.action,
+            sinceMs: hold.sinceMs,
+            actor: hold.kind === "trip" ? "limit" : actorLabel(hold.actor),
+            reason: hold.reason,
+            ruleId: hold.ruleId,
+            trip: tripView(hold.trip),
+          },
+    promptHash: state.promptHash,
+    window: {
+      startedMs: state.window.startedMs,
+      steps: state.window.steps,
+      costNanoUsd: state.window.costNanoUsd,
+      limits: state.window.limits,
+      overrides: state.window.overrides,
+    },
+    parked: state.parked.size,
+    control,
     tag: state.tag,
     tenant: state.tenant,
     identifiedBy: id === null ? null : { ...id, source: runSourceName(id.source) },
@@ -153,4 +296,25 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
     totals: state.totals,
     unknownEvents: state.unknownEvents,
   };
+}
+
+function tripView(trip: Trip | undefined): TripView | null {
+  if (trip === undefined) return null;
+  return {
+    limit: limitName(trip.limit),
+    limitValue: trip.limitValue,
+    spentValue: trip.spentValue,
+    budgetKey: trip.budgetKey,
+    period: trip.period,
+    crossedByStepId: trip.crossedByStepId,
+  };
+}
+
+function actorLabel(actor: Actor | undefined): string {
+  if (actor === undefined) return "";
+  return actor.name === "" ? actorName(actor.kind) : `${actorName(actor.kind)} (${actor.name})`;
+}
+
+function selectorLabel(selector: Selector | undefined): string {
+  return selector === undefined ? "" : describeSelector(selector);
 }

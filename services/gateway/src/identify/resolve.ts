@@ -10,6 +10,8 @@ export interface ResolvedRun {
   identity: { source: RunSource; key: string; fingerprint: string; generation: number };
   tag: string;
   tenant: string;
+  /** The conversation prefix's hash (model, system prompt, first message), whoever named the run. */
+  promptHash: string;
 }
 
 export type ResolveRun = (headers: RequestHeaders, body: unknown, view: RequestView) => Promise<ResolvedRun>;
@@ -27,12 +29,14 @@ export function runResolver(
   return async (headers, body, view) => {
     const tag = readTag(headers, body, rules);
     const tenant = readTenant(headers, rules);
+    const promptHash = fingerprintOf(view);
     const named = explicitRun(headers, body, rules, "named");
     if (named)
       return {
         runId: named.runId,
         tag,
         tenant,
+        promptHash,
         identity: { source: named.source, key: named.key, fingerprint: "", generation: 0 },
       };
     if (view.previousResponseId !== undefined) {
@@ -42,6 +46,7 @@ export function runResolver(
           runId,
           tag,
           tenant,
+          promptHash,
           identity: {
             source: RunSource.RUN_SOURCE_PREVIOUS_RESPONSE,
             key: view.previousResponseId,
@@ -57,14 +62,16 @@ export function runResolver(
         runId: traced.runId,
         tag,
         tenant,
+        promptHash,
         identity: { source: traced.source, key: traced.key, fingerprint: "", generation: 0 },
       };
-    const fingerprint = fingerprintOf(view);
+    const fingerprint = promptHash;
     const { runId, generation } = await generations.resolve(fingerprint, view.messageCount);
     return {
       runId,
       tag,
       tenant,
+      promptHash,
       identity: { source: RunSource.RUN_SOURCE_FINGERPRINT, key: "", fingerprint, generation },
     };
   };

@@ -1,13 +1,21 @@
 import type { Bus } from "@holdfast/bus";
-import { type FailStep, FailureReason, foldRun, type OpenStep, type RunState } from "@holdfast/events";
+import {
+  type FailStep,
+  FailureReason,
+  foldRun,
+  type OpenStep,
+  type RunCommand,
+  type RunState,
+  UnparkReason,
+} from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
 import { type Pricer, providerFromUpstream } from "@holdfast/providers";
-import type { RunLedger } from "../ledger/ledger.js";
+import type { Ledger } from "@holdfast/runs";
 import type { Liveness } from "./liveness.js";
 
 export interface ReaperOptions {
   bus: Bus;
-  ledger: RunLedger;
+  ledger: Ledger<RunState, RunCommand>;
   liveness: Liveness;
   pricer: Pricer;
   log: Logger;
@@ -53,19 +61,42 @@ export class Reaper {
 
   private async pass(): Promise<number> {
     const { bus, ledger, liveness, log } = this.options;
+    // Runs with more starts than outcomes, or more parked calls than unparked ones.
     const open = new Map<string, number>();
-    for (const [runId, n] of await bus.countsByRun("StepStarted")) open.set(runId, n);
-    for (const type of ["StepCompleted", "StepFailed"] as const) {
-      for (const [runId, n] of await bus.countsByRun(type)) open.set(runId, (open.get(runId) ?? 0) - n);
-    }
+    const count = async (type: Parameters<Bus["countsByRun"]>[0], sign: 1 | -1) => {
+      for (const [runId, n] of await bus.countsByRun(type))
+        open.set(runId, (open.get(runId) ?? 0) + sign * n);
+    };
+    await count("StepStarted", 1);
+    await count("StepCompleted", -1);
+    await count("StepFailed", -1);
+    const parked = new Map<string, number>();
+    for (const [runId, n] of await bus.countsByRun("CallParked")) parked.set(runId, n);
+    for (const [runId, n] of await bus.countsByRun("CallUnparked"))
+      parked.set(runId, (parked.get(runId) ?? 0) - n);
     let reaped = 0;
-    for (const [runId, inFlight] of open) {
-      if (inFlight <= 0) continue;
+    for (const runId of new Set([...open.keys(), ...parked.keys()])) {
+      if ((open.get(runId) ?? 0) <= 0 && (parked.get(runId) ?? 0) <= 0) continue;
       const history = await bus.readRun(runId);
       const state = foldRun(
         runId,
         history.events.map((e) => e.envelope),
       );
+      // A call parked on a dead gateway went with it (its client's connection dropped):
+      // the run stays held for its next call.
+      for (const call of state.parked.values()) {
+        if (await liveness.isAlive(call.gateway)) continue;
+        await ledger.execute(
+          runId,
+          { tag: state.tag, tenant: state.tenant },
+          {
+            type: "UnparkCall",
+            parkId: call.parkId,
+            how: UnparkReason.UNPARK_REASON_GATEWAY_LOST,
+            parkedMs: Math.max(0, Date.now() - call.sinceMs),
+          },
+        );
+      }
       for (const step of state.open.values()) {
         if (await liveness.isAlive(step.gateway)) continue;
         const { events } = await ledger.execute(

@@ -1,6 +1,15 @@
 import type { IncomingHttpHeaders } from "node:http";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
-import { type Api, apiFromName, FailureReason, type RunCommand, type StartStep } from "@holdfast/events";
+import {
+  apiFromName,
+  FailureReason,
+  type RunCommand,
+  RunHeldError,
+  type RunState,
+  RunStatus,
+  RunStoppedError,
+  type StartStep,
+} from "@holdfast/events";
 import {
   type AnswerSummary,
   type ApiShape,
@@ -14,19 +23,22 @@ import {
   type StreamMeter,
   type UsageReport,
 } from "@holdfast/providers";
+import type { Executed, Ledger, RunLabels } from "@holdfast/runs";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Dispatcher } from "undici";
 import {
-  type GatewayError,
+  GatewayError,
+  InternalGatewayError,
   InvalidRequestError,
   LogUnavailableError,
+  RunStoppedGatewayError,
   UpstreamTimeoutError,
   UpstreamUnreachableError,
 } from "../errors.js";
+import type { Admission } from "../hold/admission.js";
 import { RequestHeaders } from "../http/headers.js";
 import type { ResolveRun } from "../identify/resolve.js";
 import type { ResponseIndex } from "../identify/responses.js";
-import type { RunLabels, RunLedger } from "../ledger/ledger.js";
 import {
   forwardHeaders,
   isTimeout,
@@ -38,7 +50,7 @@ import type { Call, PipelineHooks } from "./hooks.js";
 import { ResponseWriter } from "./writer.js";
 
 export interface PipelineDeps {
-  ledger: RunLedger;
+  ledger: Ledger<RunState, RunCommand>;
   upstreams: Upstreams;
   pricer: Pricer;
   /** This gateway process, as recorded in StepStarted ("<instance id>#<boot id>"). */
@@ -46,6 +58,8 @@ export interface PipelineDeps {
   newId: () => string;
   resolveRun: ResolveRun;
   responses: ResponseIndex;
+  /** Holds, limits and standing rules: what a call must wait for before it may start. */
+  admission: Admission;
   /** False while the event log is unreachable: a call that cannot be recorded is not forwarded. */
   logConnected: () => boolean;
   onRecordError: (error: unknown, runId: string) => void;
@@ -64,14 +78,12 @@ type Ending =
       responseId: string | undefined;
     };
 
-// About four characters a token: what a lost step is charged for its input.
-const CHARS_PER_TOKEN = 4;
-
 /**
- * One model call, whatever its API shape: identify the run → decide before forward →
- * record the start while forwarding (the answer's first byte waits for the start's ack,
- * which overlaps the provider's own latency) → meter the answer as it streams → decide
- * before deliver → record the outcome without making the client wait for it.
+ * One model call, whatever its API shape: identify the run → decide before forward (a
+ * held run's call is parked here, for as long as it takes) → record the start while
+ * forwarding (the answer's first byte waits for the start's ack, which overlaps the
+ * provider's own latency) → meter the answer as it streams → decide before deliver →
+ * record the outcome without making the client wait for it.
  *
  * A call killed between its answer and its outcome's ack is charged by the reaper from
  * what the start recorded, marked as estimated: an answered call is never unmetered.
@@ -84,10 +96,10 @@ export async function handleCall(
   reply: FastifyReply,
 ): Promise<void> {
   const t0 = performance.now();
-  // The client going away aborts the upstream call: nobody would read the answer.
-  const abort = new AbortController();
+  // The client going away aborts everything done on its behalf.
+  const clientGone = new AbortController();
   reply.raw.on("close", () => {
-    if (!reply.raw.writableFinished) abort.abort();
+    if (!reply.raw.writableFinished) clientGone.abort();
   });
   const raw = request.body as Buffer;
   const body = parseJson(raw);
@@ -99,149 +111,289 @@ export async function handleCall(
   const secrets = credentialsOf(request.headers);
   const call: Call = {
     shape,
+    api: apiFromName(shape.name),
     view,
     run,
     stepId: deps.newId(),
     request,
     writer: new ResponseWriter(reply.raw),
-    clientGone: abort.signal,
+    clientGone: clientGone.signal,
   };
-  const verdict = await hooks.forward(call);
-  if (verdict.kind === "refuse") throw verdict.error;
-  if (!deps.logConnected()) throw logUnavailable();
-
-  const upstream = deps.upstreams.forShape(shape);
-  const api = apiFromName(shape.name);
   const labels: RunLabels = { tag: run.tag, tenant: run.tenant };
-  const started = deps.ledger.execute(
-    run.runId,
-    labels,
-    startCommand(call, api, upstream, deps, raw.length, secrets),
-  );
-  // A call the log refused to start is not worth its answer: stop forwarding it.
-  let startFailed = false;
-  started.catch(() => {
-    startFailed = true;
-    abort.abort();
-  });
-
-  let firstByteMs = 0;
-  const markFirstByte = () => {
-    if (firstByteMs === 0) firstByteMs = Math.max(1, Math.round(performance.now() - t0));
-  };
-  const record = (ending: Ending): void => {
-    const latencyMs = Math.round(performance.now() - t0);
-    const command = redactSecretsDeep(
-      outcomeCommand(call, ending, latencyMs, firstByteMs, upstream, deps.pricer),
-      secrets,
-    );
-    deps.ledger
-      .executeDurably(run.runId, labels, command)
-      .catch((error: unknown) => deps.onRecordError(error, run.runId));
-  };
-  // A follow-up naming this response (previous_response_id) may reach any gateway as soon
-  // as the client has the answer: publish which run it belongs to the moment the provider
-  // names it, before the answer is delivered, without waiting for the write.
-  let named = false;
-  const nameResponse = (summary: Pick<AnswerSummary, "responseId">): void => {
-    if (named || summary.responseId === undefined || !shape.continues) return;
-    named = true;
-    deps.responses
-      .remember(summary.responseId, run.runId)
-      .catch((error: unknown) => deps.onRecordError(error, run.runId));
-  };
-
+  const upstream = deps.upstreams.forShape(shape);
   const upstreamBody = upstreamBodyOf(shape, body, view, raw);
-  let response: Dispatcher.ResponseData;
-  try {
-    response = await upstream.request({
-      path: shape.upstreamPath,
-      method: "POST",
-      headers: forwardHeaders(request.headers, upstreamBody.length),
-      body: upstreamBody,
-      signal: abort.signal,
-    });
-  } catch (error) {
-    if (startFailed) throw logUnavailable(error);
-    if (abort.signal.aborted) return void record(clientAborted(NO_USAGE, view.model));
-    const timedOut = isTimeout(error);
-    const message = timedOut
-      ? "The provider did not answer in time."
-      : `The provider could not be reached: ${(error as Error).message}`;
-    record({
-      kind: "failed",
-      reason: FailureReason.FAILURE_REASON_UPSTREAM_UNREACHABLE,
-      status: 0,
-      error: {
-        type: timedOut ? "timeout" : "unreachable",
-        code: (error as { code?: string }).code ?? null,
-        message,
-      },
-      usage: NO_USAGE,
-      model: view.model,
-      responseId: undefined,
-    });
-    throw timedOut
-      ? new UpstreamTimeoutError(message, { cause: error })
-      : new UpstreamUnreachableError(message, { cause: error });
-  }
-
-  // Nothing reaches the client before the log holds the call's start.
-  try {
-    await started;
-  } catch (cause) {
-    response.body.destroy();
-    throw logUnavailable(cause);
-  }
-
-  const contentType = String(response.headers["content-type"] ?? "");
-  if (response.statusCode < 300 && contentType.startsWith("text/event-stream")) {
-    reply.hijack();
-    await relayStream(call, hooks, response, shape.streamMeter(view), {
-      markFirstByte,
-      record,
-      nameResponse,
-      secrets,
-      shared: deps.ledger.shared(run.runId),
-    });
-    return;
-  }
-
-  let bytes: Buffer;
-  try {
-    bytes = Buffer.from(await response.body.arrayBuffer());
-    markFirstByte();
-  } catch (error) {
-    if (abort.signal.aborted) return void record(clientAborted(NO_USAGE, view.model));
-    const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;
-    record(upstreamReset(message, NO_USAGE, view.model, response.statusCode));
-    throw new UpstreamUnreachableError(message, { cause: error });
-  }
-
-  const text = decodeBody(bytes, response.headers["content-encoding"]);
-  const headers = returnHeaders(response.headers, bytes.length);
-  if (response.statusCode >= 300) {
-    record({
-      kind: "failed",
-      reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
-      status: response.statusCode,
-      error: readProviderError(response.statusCode, text, secrets),
-      usage: NO_USAGE,
-      model: view.model,
-      responseId: undefined,
-    });
-    reply.hijack();
-    call.writer.send(response.statusCode, headers, bytes);
-    return;
-  }
-  const summary = shape.summarize(safeJson(text));
-  nameResponse(summary);
-  const delivery = await hooks.deliver(call, summary);
-  record({ kind: "completed", status: response.statusCode, summary });
-  if (delivery.kind === "refuse") throw delivery.error;
+  // From here the gateway writes the answer itself (a held call gets keepalives before
+  // anything else), so every error is answered here too, in the call's API's shape.
   reply.hijack();
-  if (deps.ledger.shared(run.runId)) await outcomeOnItsWay();
-  call.writer.send(response.statusCode, headers, bytes);
+  try {
+    await serve();
+  } catch (error) {
+    answerError(call, toGatewayError(error, call));
+  }
+
+  async function serve(): Promise<void> {
+    let firstByteMs = 0;
+    const markFirstByte = () => {
+      if (firstByteMs === 0) firstByteMs = Math.max(1, Math.round(performance.now() - t0));
+    };
+    const record = (ending: Ending): void => {
+      const latencyMs = Math.round(performance.now() - t0);
+      const command = redactSecretsDeep(
+        outcomeCommand(call, ending, latencyMs, firstByteMs, upstream, deps.pricer),
+        secrets,
+      );
+      deps.ledger
+        .executeDurably(run.runId, labels, command)
+        .catch((error: unknown) => deps.onRecordError(error, run.runId));
+    };
+    // A follow-up naming this response (previous_response_id) may reach any gateway as soon
+    // as the client has the answer: publish which run it belongs to the moment the provider
+    // names it, before the answer is delivered, without waiting for the write.
+    let named = false;
+    const nameResponse = (summary: Pick<AnswerSummary, "responseId">): void => {
+      if (named || summary.responseId === undefined || !shape.continues) return;
+      named = true;
+      deps.responses
+        .remember(summary.responseId, run.runId)
+        .catch((error: unknown) => deps.onRecordError(error, run.runId));
+    };
+
+    const response = await forward();
+    if (response === undefined) return;
+    const contentType = String(response.headers["content-type"] ?? "");
+    if (response.statusCode < 300 && contentType.startsWith("text/event-stream")) {
+      await relayStream(call, hooks, response, shape.streamMeter(view), {
+        markFirstByte,
+        record,
+        nameResponse,
+        secrets,
+        shared: deps.ledger.shared(run.runId),
+      });
+      return;
+    }
+
+    let bytes: Buffer;
+    try {
+      bytes = Buffer.from(await response.body.arrayBuffer());
+      markFirstByte();
+    } catch (error) {
+      if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, view.model));
+      const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;
+      record(upstreamReset(message, NO_USAGE, view.model, response.statusCode));
+      return answerError(call, new UpstreamUnreachableError(message, { cause: error }));
+    }
+
+    const text = decodeBody(bytes, response.headers["content-encoding"]);
+    const headers = returnHeaders(response.headers, bytes.length);
+    if (response.statusCode >= 300) {
+      const error = readProviderError(response.statusCode, text, secrets);
+      record({
+        kind: "failed",
+        reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
+        status: response.statusCode,
+        error,
+        usage: NO_USAGE,
+        model: view.model,
+        responseId: undefined,
+      });
+      // A held streaming call already answered 200: the provider's error goes as the
+      // stream's error event, which the client's SDK raises.
+      if (call.writer.headersSent) {
+        call.writer.end(shape.streamErrorEvent(error.message, { type: error.type, code: error.code }));
+        return;
+      }
+      call.writer.send(response.statusCode, headers, bytes);
+      return;
+    }
+    const summary = shape.summarize(safeJson(text));
+    nameResponse(summary);
+    const delivery = await hooks.deliver(call, summary);
+    record({ kind: "completed", status: response.statusCode, summary });
+    if (delivery.kind === "refuse") return answerError(call, delivery.error);
+    if (deps.ledger.shared(run.runId)) await outcomeOnItsWay();
+    call.writer.send(response.statusCode, headers, bytes);
+
+    /**
+     * Admits the call (parking it while the run is held) and forwards it, the start's
+     * append overlapping the provider's latency; again after a park, when the log turns out
+     * to have held the run meanwhile. Undefined when the call is already answered.
+     */
+    async function forward(): Promise<Dispatcher.ResponseData | undefined> {
+      for (;;) {
+        const admitted = await admit(call, hooks, deps, labels, upstream, raw.length, secrets);
+        if (admitted === undefined) return undefined;
+        // This attempt's upstream call: aborted when the client leaves, or when the log
+        // turns out not to have started the step (the run was held meanwhile).
+        const attempt = new AbortController();
+        const stopAttempt = () => attempt.abort();
+        call.clientGone.addEventListener("abort", stopAttempt, { once: true });
+        void admitted.started.then(
+          (result) => {
+            if (result !== "started") attempt.abort();
+          },
+          () => attempt.abort(),
+        );
+        let answered: Dispatcher.ResponseData | undefined;
+        let upstreamError: unknown;
+        try {
+          answered = await upstream.request({
+            path: shape.upstreamPath,
+            method: "POST",
+            headers: forwardHeaders(request.headers, upstreamBody.length),
+            body: upstreamBody,
+            signal: attempt.signal,
+          });
+        } catch (error) {
+          upstreamError = error;
+        } finally {
+          call.clientGone.removeEventListener("abort", stopAttempt);
+        }
+        // Nothing reaches the client before the log holds the call's start.
+        let result: StartResult;
+        try {
+          result = await admitted.started;
+        } catch (error) {
+          answered?.body.destroy();
+          throw error;
+        }
+        if (result === "started") {
+          if (answered !== undefined) return answered;
+          if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, view.model));
+          return void failUnreachable(call, upstreamError, record);
+        }
+        // The run was held (or stopped) after all: whatever the provider began is dropped,
+        // and the call goes back to admission, which parks it.
+        answered?.body.destroy();
+        if (result === "stopped") return refuseStopped(call);
+        if (call.clientGone.aborted) return undefined;
+      }
+    }
+  }
+}
+
+/** Any error as one the gateway answers: its own as they are, anything else as a 500 (logged). */
+function toGatewayError(error: unknown, call: Call): GatewayError {
+  if (error instanceof GatewayError) return error;
+  call.request.log.error({ err: error, runId: call.run.runId }, "unexpected gateway error");
+  return new InternalGatewayError("Holdfast failed while handling this call.", { cause: error });
+}
+
+/** What became of a step's start: the log started it, or found the run held or stopped. */
+type StartResult = "started" | "held" | "stopped";
+
+/**
+ * Lets a call in: decides before forward, parks it while the run is held (any number of
+ * times: a resumed run may be held again before this call starts), refuses it while the
+ * run is stopped, and appends its start. Resolves with the start in flight (or already
+ * accepted, when a hook asked to confirm first), or undefined when the client left while
+ * parked (recorded; nothing forwarded, nothing charged).
+ */
+async function admit(
+  call: Call,
+  hooks: PipelineHooks,
+  deps: PipelineDeps,
+  labels: RunLabels,
+  upstream: Upstream,
+  bodyBytes: number,
+  secrets: readonly string[],
+): Promise<{ started: Promise<StartResult> } | undefined> {
+  for (;;) {
+    const verdict = await hooks.forward(call);
+    if (verdict.kind === "refuse") throw verdict.error;
+    if (verdict.kind === "trip") {
+      await deps.ledger.execute(call.run.runId, labels, {
+        type: "TripRun",
+        trip: verdict.trip,
+        action: deps.admission.onTrip,
+      });
+    }
+    const gate = deps.admission.gate(call);
+    if (gate === "stopped") return refuseStopped(call);
+    if (gate === "held") {
+      const how = await deps.admission.park(call, labels);
+      if (how === "client_gone") return undefined;
+      if (how === "stopped") return refuseStopped(call);
+      continue;
+    }
+    if (!deps.logConnected()) throw logUnavailable();
+    const command = startCommand(call, upstream, deps, labels, bodyBytes, secrets);
+    const started = startResult(deps.ledger.execute(call.run.runId, labels, command));
+    // A near limit, a matching standing rule, or a hook's say: no forwarding on a guess.
+    if (gate === "confirm" || verdict.kind === "confirm") {
+      const result = await started;
+      if (result === "stopped") return refuseStopped(call);
+      if (result === "held") continue;
+    }
+    return { started };
+  }
+}
+
+// About four characters a token: what a call's input is estimated at before its usage is known.
+const CHARS_PER_TOKEN = 4;
+
+/** The start's fate; the log's own failure stays a rejection (the call cannot be recorded). */
+function startResult(execution: Promise<Executed<RunState>>): Promise<StartResult> {
+  return execution.then(
+    ({ events, state }) => {
+      if (events.some((event) => event.payload.$case === "stepStarted")) return "started";
+      if (state.status === RunStatus.Stopped) return "stopped";
+      if (state.status === RunStatus.Held) return "held";
+      // The step was already started (a retried decision): it stands.
+      return "started";
+    },
+    (error: unknown) => {
+      if (error instanceof RunHeldError) return "held";
+      if (error instanceof RunStoppedError) return "stopped";
+      throw logUnavailable(error);
+    },
+  );
+}
+
+/** Answers a call of a stopped run with a 409 in its API's shape (or, mid-stream, the stream's error event). */
+function refuseStopped(call: Call): undefined {
+  answerError(call, new RunStoppedGatewayError(call.run.runId));
+  return undefined;
+}
+
+/** An error the gateway answers itself, however far the answer got (a held stream is already 200). */
+function answerError(call: Call, error: GatewayError): void {
+  if (error.status >= 500) call.request.log.warn({ err: error }, "call not completed");
+  const fields = { type: error.type, code: error.code, param: error.param };
+  if (call.writer.headersSent) {
+    call.writer.end(call.shape.streamErrorEvent(error.message, fields));
+    return;
+  }
+  call.writer.send(
+    error.status,
+    { "content-type": "application/json; charset=utf-8" },
+    JSON.stringify(call.shape.errorBody(error.message, fields)),
+  );
+}
+
+function failUnreachable(call: Call, error: unknown, record: (ending: Ending) => void): void {
+  const timedOut = isTimeout(error);
+  const message = timedOut
+    ? "The provider did not answer in time."
+    : `The provider could not be reached: ${(error as Error).message}`;
+  record({
+    kind: "failed",
+    reason: FailureReason.FAILURE_REASON_UPSTREAM_UNREACHABLE,
+    status: 0,
+    error: {
+      type: timedOut ? "timeout" : "unreachable",
+      code: (error as { code?: string }).code ?? null,
+      message,
+    },
+    usage: NO_USAGE,
+    model: call.view.model,
+    responseId: undefined,
+  });
+  answerError(
+    call,
+    timedOut
+      ? new UpstreamTimeoutError(message, { cause: error })
+      : new UpstreamUnreachableError(message, { cause: error }),
+  );
 }
 
 /**
@@ -381,24 +533,30 @@ function readChunks(
 
 function startCommand(
   call: Call,
-  api: Api,
   upstream: Upstream,
   deps: PipelineDeps,
+  labels: RunLabels,
   bodyBytes: number,
   secrets: readonly string[],
 ): StartStep {
+  const estimatedInputTokens = Math.ceil(bodyBytes / CHARS_PER_TOKEN);
   return redactSecretsDeep(
     {
       type: "StartStep",
       stepId: call.stepId,
-      api,
+      api: call.api,
       model: call.view.model,
       stream: call.view.stream,
       identity: call.run.identity,
       messageCount: call.view.messageCount,
       upstream: upstream.origin,
       gateway: deps.instanceId,
-      estimatedInputTokens: Math.ceil(bodyBytes / CHARS_PER_TOKEN),
+      estimatedInputTokens,
+      promptHash: call.run.promptHash,
+      reservedNanoUsd: deps.admission.reserve(call, upstream, estimatedInputTokens),
+      tag: labels.tag,
+      limits: deps.admission.limitsFor(labels.tag),
+      rules: deps.admission.rules(),
     },
     secrets,
   );

@@ -1,3 +1,4 @@
+import type { Api, Trip } from "@holdfast/events";
 import type { AnswerSummary, ApiShape, RequestView } from "@holdfast/providers";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { GatewayError } from "../errors.js";
@@ -7,6 +8,7 @@ import type { ResponseWriter } from "./writer.js";
 /** One model call as the pipeline's hooks see it. */
 export interface Call {
   readonly shape: ApiShape;
+  readonly api: Api;
   readonly view: RequestView;
   readonly run: ResolvedRun;
   readonly stepId: string;
@@ -17,12 +19,21 @@ export interface Call {
   readonly clientGone: AbortSignal;
 }
 
-/** What a hook decides: go on, or answer the client with this error instead. */
+/**
+ * What a hook decides before forward: go on; go on, but only once the log has accepted
+ * the step's start (a limit or budget is near: no overlap of the start with the
+ * provider's latency); trip the run (a budget across runs is spent: the run is held or
+ * stopped as `on_trip` says, and the call parked or refused); or answer the client with
+ * this error instead.
+ */
 export type Verdict =
   | { readonly kind: "continue" }
+  | { readonly kind: "confirm" }
+  | { readonly kind: "trip"; readonly trip: Trip }
   | { readonly kind: "refuse"; readonly error: GatewayError };
 
 export const CONTINUE: Verdict = Object.freeze({ kind: "continue" });
+export const CONFIRM: Verdict = Object.freeze({ kind: "confirm" });
 
 /** Decides before the call is recorded and forwarded (limits, holds, waits, routing). */
 export type BeforeForward = (call: Call) => Verdict | Promise<Verdict>;
@@ -39,11 +50,13 @@ export class PipelineHooks {
   readonly beforeDeliver: BeforeDeliver[] = [];
 
   async forward(call: Call): Promise<Verdict> {
+    let confirm = false;
     for (const hook of this.beforeForward) {
       const verdict = await hook(call);
-      if (verdict.kind !== "continue") return verdict;
+      if (verdict.kind === "confirm") confirm = true;
+      else if (verdict.kind !== "continue") return verdict;
     }
-    return CONTINUE;
+    return confirm ? CONFIRM : CONTINUE;
   }
 
   async deliver(call: Call, answer: AnswerSummary): Promise<Verdict> {

@@ -1,0 +1,405 @@
+import { type Bus, BusError, ConcurrencyError, type WatchedEvent } from "@holdfast/bus";
+import {
+  type DecodedEnvelope,
+  decodeEnvelope,
+  type EventPayload,
+  makeEnvelope,
+  type StoredEnvelope,
+} from "@holdfast/events";
+import type { Logger } from "@holdfast/log";
+
+/** An event-sourced aggregate: its state is a fold of its events, its commands decide new ones. */
+export interface Aggregate<State, Command> {
+  initial(id: string): State;
+  evolve(state: State, event: StoredEnvelope): State;
+  /** Pure: the events the command appends on this state (none when it is already done). */
+  decide(command: Command, state: State, nowMs: number): EventPayload[];
+  lastSequence(state: State): number;
+}
+
+export interface LedgerOptions<State, Command> {
+  aggregate: Aggregate<State, Command>;
+  bus: Bus;
+  log: Logger;
+  clock: () => number;
+  newId: () => string;
+  /** Aggregates kept in memory; beyond it the least recently used are dropped and re-read on demand. */
+  maxCached?: number;
+  /** Attempts to catch up and re-decide after another writer got to an aggregate first (default 25). */
+  maxConflictRetries?: number;
+}
+
+/** Who an aggregate's events are labelled with. */
+export interface RunLabels {
+  tag: string;
+  tenant: string;
+}
+
+export interface Executed<State> {
+  /** The events the command appended (none when it had already been carried out). */
+  events: DecodedEnvelope[];
+  state: State;
+}
+
+interface Entry<State> {
+  readonly id: string;
+  state: State;
+  /** Stream sequence of the last event as this process knows it: the next append's expectation. */
+  lastStreamSequence: number;
+  /** Tail of the appends: they run one after another, in call order. */
+  tail: Promise<unknown>;
+  /** Appends of this process in flight; what the watch brings meanwhile waits in `heard`. */
+  appending: number;
+  heard: WatchedEvent[];
+  /** The state may be behind the log (a gap in what the watch delivered): catch up before deciding. */
+  stale: boolean;
+  /** The state was read from (or confirmed by) the log, not just assumed new. */
+  known: boolean;
+  /** When another writer's event was last folded in (0: never): the aggregate is shared. */
+  foreignMs: number;
+  /** Called whenever the watch moves the aggregate on (conflict handling waits on it). */
+  advanced: (() => void) | undefined;
+  /** Whoever waits for the state to change (a parked call): called after every change. */
+  listeners: Set<(state: State) => void>;
+}
+
+// An aggregate another process wrote to this recently gets its deferrable events appended
+// at once: deferred, they would only lose the race with that process's next append.
+const SHARED_MS = 60_000;
+// How long a conflict waits for the watch to bring what another writer appended before
+// reading it from the stream instead.
+const WATCH_GRACE_MS = 20;
+
+/**
+ * A process's view of the aggregates it serves (runs, or the fleet) and the only way it
+ * appends to one.
+ *
+ * Each aggregate it serves is kept in memory and follows the log: a watch on the event
+ * stream (`LogFollower`) folds in what other processes append (a hold, a resume, their
+ * calls), so a decision is made from current state without reading the aggregate first.
+ * One first seen here is taken to be new; if it is not, its first append fails the
+ * stream's expected-sequence check and it is read. After a conflict the ledger takes what
+ * the watch brings (usually already heard), or reads from the last event it knew, never
+ * from the start.
+ *
+ * Appends to one aggregate are serialized in this process and guarded across processes by
+ * the expected-last-subject-sequence check.
+ */
+export class Ledger<State, Command> {
+  private readonly entries = new Map<string, Entry<State>>();
+  private readonly pending = new Set<Promise<unknown>>();
+
+  constructor(private readonly options: LedgerOptions<State, Command>) {}
+
+  /**
+   * Decides `command` on the aggregate as it stands and appends what it decides, once the
+   * log has acknowledged it. Rejects with a BusError when the log cannot take it, or with
+   * the decider's own error when the command is refused.
+   */
+  execute(id: string, labels: RunLabels, command: Command): Promise<Executed<State>> {
+    // A deferrable append of this aggregate may be waiting to share a write (see
+    // executeDurably): this command queues behind it, so it must not wait the deferral out.
+    this.options.bus.flushDeferred();
+    return this.enqueue(id, (entry) => this.executeNow(id, labels, command, entry, this.idsFor(), false));
+  }
+
+  /**
+   * Like execute, but keeps retrying while the log is unreachable: for facts that already
+   * happened (a call's outcome), which must reach the log even if NATS blinks. The event
+   * ids are fixed across those retries, so one that had in fact landed is not written twice.
+   *
+   * Nobody waits on these: their appends may wait a few milliseconds to share a socket
+   * write with the next urgent one (Bus.append's `defer`), unless the aggregate is shared.
+   */
+  executeDurably(id: string, labels: RunLabels, command: Command): Promise<Executed<State>> {
+    return this.enqueue(id, async (entry) => {
+      const ids = this.idsFor();
+      const defer = !this.shared(id);
+      for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
+        try {
+          return await this.executeNow(id, labels, command, entry, ids, defer);
+        } catch (error) {
+          if (!(error instanceof BusError) || !error.retryable || error instanceof ConcurrencyError)
+            throw error;
+          this.options.log.warn({ id, err: error }, "event log unreachable; will retry the append");
+          await sleep(delay);
+        }
+      }
+    });
+  }
+
+  /** Another process appended to the aggregate recently (another gateway serves the run too). */
+  shared(id: string): boolean {
+    const entry = this.entries.get(id);
+    return entry !== undefined && this.options.clock() - entry.foreignMs < SHARED_MS;
+  }
+
+  /** The aggregate's current state, read from the log if this process has not seen it yet. */
+  async current(id: string): Promise<State> {
+    const entry = this.entry(id);
+    await entry.tail;
+    if (entry.stale || !entry.known) await this.catchUp(id, entry);
+    return entry.state;
+  }
+
+  /**
+   * The state as this process holds it now, without reading the log: undefined unless it
+   * was read from (or confirmed by) the log and is being followed.
+   */
+  cached(id: string): State | undefined {
+    const entry = this.entries.get(id);
+    return entry?.known && !entry.stale ? entry.state : undefined;
+  }
+
+  /**
+   * Calls `listener` with the aggregate's state after every change, until the returned
+   * function is called; the aggregate stays cached meanwhile.
+   */
+  subscribe(id: string, listener: (state: State) => void): () => void {
+    const entry = this.entry(id);
+    entry.listeners.add(listener);
+    return () => entry.listeners.delete(listener);
+  }
+
+  /** Resolves when every append started so far has settled (for graceful shutdown). */
+  async drain(): Promise<void> {
+    while (this.pending.size > 0) await Promise.allSettled([...this.pending]);
+  }
+
+  /** Aggregates held in memory (for health and benchmarks). */
+  get cachedCount(): number {
+    return this.entries.size;
+  }
+
+  /** An event from the watch; the follower calls this for every event of the stream. */
+  heard(event: WatchedEvent): void {
+    const entry = this.entries.get(event.runId);
+    if (entry === undefined || event.streamSequence <= entry.lastStreamSequence) return;
+    if (entry.appending > 0) entry.heard.push(event);
+    else this.fold(entry, event);
+  }
+
+  /**
+   * The watch may have missed events (it reconnected): every cached aggregate catches up
+   * before its next decision, and one somebody waits on (a parked call) at once.
+   */
+  gap(): void {
+    for (const entry of this.entries.values()) {
+      entry.stale = true;
+      if (entry.listeners.size > 0) {
+        void this.current(entry.id).catch((error: unknown) =>
+          this.options.log.warn({ id: entry.id, err: error }, "could not catch up a watched aggregate"),
+        );
+      }
+    }
+  }
+
+  private enqueue(
+    id: string,
+    work: (entry: Entry<State>) => Promise<Executed<State>>,
+  ): Promise<Executed<State>> {
+    const entry = this.entry(id);
+    const turn = entry.tail.then(() => work(entry));
+    entry.tail = turn.catch(() => undefined);
+    const settled = turn.finally(() => this.pending.delete(settled));
+    settled.catch(() => undefined);
+    this.pending.add(settled);
+    return turn;
+  }
+
+  /** Event ids for one decision's events, fixed across its retries. */
+  private idsFor(): () => string {
+    const ids: string[] = [];
+    let next = 0;
+    return () => {
+      if (next === ids.length) ids.push(this.options.newId());
+      return ids[next++]!;
+    };
+  }
+
+  private async executeNow(
+    id: string,
+    labels: RunLabels,
+    command: Command,
+    entry: Entry<State>,
+    ids: () => string,
+    defer: boolean,
+  ): Promise<Executed<State>> {
+    const { aggregate, bus, clock } = this.options;
+    const retries = this.options.maxConflictRetries ?? 25;
+    let behind: number | undefined;
+    for (let attempt = 0; ; attempt++) {
+      // Writers racing on one aggregate take turns: after a second conflict, back off a
+      // random while (growing, capped) so the other side's queue drains instead of both
+      // retrying in lockstep.
+      if (attempt >= 2) await sleep(Math.random() * Math.min(2 ** (attempt - 2), 50));
+      // Another writer got there first: what it appended is usually already on the watch.
+      if (behind !== undefined && entry.known && !entry.stale) await this.watchReaches(entry, behind);
+      if (behind !== undefined && entry.lastStreamSequence < behind) entry.stale = true;
+      behind = undefined;
+      // Only a command whose decision reads nothing of the past may assume an aggregate it
+      // has not read is new (a first start); the first append's sequence check then says
+      // whether it is. Anything else decides on the aggregate as the log has it.
+      if (entry.stale || (!entry.known && !assumesNew(command))) await this.catchUp(id, entry);
+      const at = clock();
+      const events: DecodedEnvelope[] = [];
+      try {
+        entry.appending += 1;
+        for (const payload of aggregate.decide(command, entry.state, at)) {
+          const envelope = makeEnvelope({
+            id: ids(),
+            runId: id,
+            sequence: aggregate.lastSequence(entry.state) + 1,
+            timestampMs: at,
+            tag: labels.tag,
+            tenant: labels.tenant,
+            payload,
+          });
+          const { streamSequence } = await bus.append(envelope, entry.lastStreamSequence, { defer });
+          entry.state = aggregate.evolve(entry.state, envelope);
+          entry.lastStreamSequence = streamSequence;
+          // The log took it at the sequence expected: the state is the log's.
+          entry.known = true;
+          events.push(envelope);
+        }
+        if (events.length > 0) this.changed(entry);
+        return { events, state: entry.state };
+      } catch (error) {
+        if (!(error instanceof ConcurrencyError) || attempt >= retries) throw error;
+        this.options.log.debug({ id, attempt }, "aggregate moved on in another writer; catching up");
+        behind = error.actualStreamSequence ?? Number.MAX_SAFE_INTEGER;
+        if (!entry.known) entry.stale = true;
+      } finally {
+        entry.appending -= 1;
+        this.replayHeard(entry);
+      }
+    }
+  }
+
+  /** Resolves once the watch has folded the aggregate up to `streamSequence`, or after a short grace. */
+  private watchReaches(entry: Entry<State>, streamSequence: number): Promise<void> {
+    if (entry.lastStreamSequence >= streamSequence) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        entry.advanced = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, WATCH_GRACE_MS);
+      entry.advanced = () => {
+        if (entry.lastStreamSequence >= streamSequence || entry.stale) done();
+      };
+    });
+  }
+
+  /** Folds in what the log holds after the last event this process knew of the aggregate. */
+  private async catchUp(id: string, entry: Entry<State>): Promise<void> {
+    entry.stale = false;
+    // What the watch brings during the read waits, and is folded after it.
+    entry.appending += 1;
+    try {
+      const missing = await this.options.bus.readRun(id, entry.lastStreamSequence);
+      for (const { envelope } of missing.events)
+        entry.state = this.options.aggregate.evolve(entry.state, envelope);
+      if (missing.events.length > 0 && entry.known) entry.foreignMs = this.options.clock();
+      entry.lastStreamSequence = missing.lastStreamSequence;
+      entry.known = true;
+      if (missing.events.length > 0) this.changed(entry);
+    } catch (error) {
+      entry.stale = true;
+      throw error;
+    } finally {
+      entry.appending -= 1;
+      this.replayHeard(entry);
+    }
+  }
+
+  private replayHeard(entry: Entry<State>): void {
+    if (entry.appending > 0 || entry.heard.length === 0) return;
+    const heard = entry.heard;
+    entry.heard = [];
+    for (const event of heard) if (event.streamSequence > entry.lastStreamSequence) this.fold(entry, event);
+  }
+
+  /** Folds one watched event when it is the aggregate's next; anything else means the state is behind. */
+  private fold(entry: Entry<State>, event: WatchedEvent): void {
+    if (!entry.stale) {
+      try {
+        const envelope = decodeEnvelope(event.data);
+        if (envelope.sequence !== this.options.aggregate.lastSequence(entry.state) + 1) {
+          entry.stale = true;
+        } else {
+          // This process's own appends are folded when their ack arrives: whatever the
+          // watch brings first is another writer's.
+          entry.state = this.options.aggregate.evolve(entry.state, envelope);
+          entry.lastStreamSequence = event.streamSequence;
+          entry.foreignMs = this.options.clock();
+          this.changed(entry);
+        }
+      } catch {
+        entry.stale = true;
+      }
+    }
+    entry.advanced?.();
+    // A listener waiting on a state the watch could not follow reads the log itself.
+    if (entry.stale && entry.listeners.size > 0 && entry.appending === 0) {
+      void this.current(entry.id).catch((error: unknown) =>
+        this.options.log.warn({ id: entry.id, err: error }, "could not catch up a watched aggregate"),
+      );
+    }
+  }
+
+  private changed(entry: Entry<State>): void {
+    for (const listener of [...entry.listeners]) {
+      try {
+        listener(entry.state);
+      } catch (error) {
+        this.options.log.error({ err: error }, "a ledger listener failed");
+      }
+    }
+  }
+
+  private entry(id: string): Entry<State> {
+    let entry = this.entries.get(id);
+    if (entry) {
+      // Map iteration order is insertion order: re-inserting marks it most recently used.
+      this.entries.delete(id);
+    } else {
+      // Taken to be new until the log says otherwise (see the class comment).
+      entry = {
+        id,
+        state: this.options.aggregate.initial(id),
+        lastStreamSequence: 0,
+        tail: Promise.resolve(),
+        appending: 0,
+        heard: [],
+        stale: false,
+        known: false,
+        foreignMs: 0,
+        advanced: undefined,
+        listeners: new Set(),
+      };
+    }
+    this.entries.set(id, entry);
+    this.evict();
+    return entry;
+  }
+
+  private evict(): void {
+    const max = this.options.maxCached ?? 10_000;
+    for (const [id, entry] of this.entries) {
+      if (this.entries.size <= max) break;
+      // One with appends in flight or listeners waiting stays: it is needed.
+      if (entry.appending === 0 && entry.listeners.size === 0) this.entries.delete(id);
+    }
+  }
+}
+
+/** Commands that may be decided on an aggregate assumed new (their first append checks it). */
+function assumesNew(command: unknown): boolean {
+  return (command as { type?: string }).type === "StartStep";
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

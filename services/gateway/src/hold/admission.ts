@@ -1,0 +1,168 @@
+import type { Config } from "@holdfast/config";
+import {
+  type ConfiguredLimits,
+  FLEET,
+  type FleetCommand,
+  type FleetState,
+  type HoldRule,
+  type RunCommand,
+  type RunState,
+  RunStatus,
+  reservedNanoUsd,
+  rulesHolding,
+  tokensInLastMinute,
+  windowLimits,
+} from "@holdfast/events";
+import type { Pricer } from "@holdfast/providers";
+import type { HeldRuns, Ledger, RunLabels } from "@holdfast/runs";
+import type { Call } from "../pipeline/hooks.js";
+import type { Upstream } from "../upstream/upstream.js";
+import { type ParkingOptions, park, type Unparked } from "./park.js";
+
+export interface AdmissionOptions extends ParkingOptions {
+  fleet: Ledger<FleetState, FleetCommand>;
+  held: HeldRuns;
+  pricer: Pricer;
+  limits: Pick<Config, "limits" | "limits_by_tag" | "on_trip">;
+}
+
+/** What admission says of a call before its start is appended. */
+export type Gate = "go" | "confirm" | "held" | "stopped";
+
+// Output tokens assumed for a run that has not finished a call yet, when reserving.
+const FIRST_CALL_OUTPUT_TOKENS = 512;
+// How close to max_minutes a call is when its start should be confirmed before forwarding.
+const MINUTES_MARGIN_MS = 30_000;
+
+/**
+ * Holds, limits and standing rules, as each call meets them. The run's own decider has the
+ * last word (under the run's sequence check, so every gateway agrees); this decides from
+ * local state, with no round trip, what the call can do before that word comes:
+ *
+ * - `held` / `stopped`: the run is, as this gateway follows it (or, for a run it has not
+ *   served, as the fleet-wide index of held runs says): park the call, or refuse it;
+ * - `confirm`: a limit is near, or a standing rule matches: the start must be accepted by
+ *   the log before anything is forwarded, so no provider call is made that the decider
+ *   then refuses;
+ * - `go`: forward while the start is appended (one round trip, overlapping the provider's).
+ */
+export class Admission {
+  readonly onTrip: "hold" | "stop";
+  private readonly byTag = new Map<string, ConfiguredLimits>();
+
+  constructor(private readonly options: AdmissionOptions) {
+    this.onTrip = options.limits.on_trip;
+  }
+
+  /** Starts following the fleet's standing rules. */
+  async start(): Promise<void> {
+    await this.options.fleet.current(FLEET);
+    // Followed for good: a listener keeps the fleet's state cached and current.
+    this.options.fleet.subscribe(FLEET, () => {});
+  }
+
+  gate(call: Call): Gate {
+    const runId = call.run.runId;
+    const state = this.options.ledger.cached(runId);
+    const status = state?.status ?? this.statusFromIndex(runId);
+    if (status === RunStatus.Held) return "held";
+    if (status === RunStatus.Stopped) return "stopped";
+    if (this.ruleMatches(call, state)) return "confirm";
+    if (state !== undefined && this.nearLimit(call, state)) return "confirm";
+    return "go";
+  }
+
+  park(call: Call, labels: RunLabels): Promise<Unparked> {
+    return park(call, labels, this.options);
+  }
+
+  /** The standing hold rules in force, for the decider. */
+  rules(): HoldRule[] {
+    const fleet = this.options.fleet.cached(FLEET);
+    return fleet === undefined ? [] : [...fleet.rules.values()];
+  }
+
+  /** The per-run limits configured for a tag: `limits`, with `limits_by_tag.<tag>` over it. */
+  limitsFor(tag: string): ConfiguredLimits {
+    let limits = this.byTag.get(tag);
+    if (limits === undefined) {
+      const base = this.options.limits.limits;
+      const own = this.options.limits.limits_by_tag[tag] ?? {};
+      limits = {
+        maxCostNanoUsd: Math.round((own.max_cost_usd ?? base.max_cost_usd) * 1e9),
+        maxSteps: own.max_steps ?? base.max_steps,
+        maxMinutes: own.max_minutes ?? base.max_minutes,
+        maxTokensPerMinute: own.max_tokens_per_minute ?? base.max_tokens_per_minute,
+        onTrip: this.onTrip,
+      };
+      this.byTag.set(tag, limits);
+    }
+    return limits;
+  }
+
+  /**
+   * What this call reserves against the run's cost limit while in flight: its input
+   * estimated from the request and the run's average output so far, priced.
+   */
+  reserve(call: Call, upstream: Upstream, estimatedInputTokens: number): number {
+    const state = this.options.ledger.cached(call.run.runId);
+    const outputTokens =
+      state !== undefined && state.completed > 0
+        ? Math.round(state.totals.outputTokens / state.completed)
+        : FIRST_CALL_OUTPUT_TOKENS;
+    const price = this.options.pricer.price({
+      model: call.view.model,
+      provider: upstream.provider,
+      usage: {
+        reported: true,
+        inputTokens: estimatedInputTokens,
+        outputTokens,
+        cachedInputTokens: 0,
+        cacheWriteTokens: 0,
+        reasoningTokens: 0,
+      },
+    });
+    return price.known ? price.nanoUsd : 0;
+  }
+
+  private statusFromIndex(runId: string): RunStatus | undefined {
+    const status = this.options.held.statusOf(runId);
+    return status === "held" ? RunStatus.Held : status === "stopped" ? RunStatus.Stopped : undefined;
+  }
+
+  private ruleMatches(call: Call, state: RunState | undefined): boolean {
+    const fleet = this.options.fleet.cached(FLEET);
+    if (fleet === undefined || fleet.rules.size === 0) return false;
+    const attributes = {
+      runId: call.run.runId,
+      tag: state?.tag || call.run.tag,
+      model: call.view.model,
+      promptHash: call.run.promptHash,
+      status: state === undefined || state.status === RunStatus.New ? "idle" : state.status,
+    };
+    return rulesHolding(fleet, attributes, state?.lastResumedMs ?? null).length > 0;
+  }
+
+  /** Within one call (per call in flight) of a per-run limit. */
+  private nearLimit(call: Call, state: RunState): boolean {
+    const limits = windowLimits(this.limitsFor(state.tag || call.run.tag), state);
+    const window = state.window;
+    const inFlight = state.open.size + 1;
+    if (limits.maxSteps > 0 && window.steps + inFlight >= limits.maxSteps) return true;
+    if (limits.maxCostNanoUsd > 0) {
+      const perCall = state.completed > 0 ? state.totals.costNanoUsd / state.completed : 0;
+      const spent = window.costNanoUsd + reservedNanoUsd(state) + perCall * inFlight;
+      if (spent >= limits.maxCostNanoUsd) return true;
+    }
+    const now = this.options.clock();
+    if (limits.maxMinutes > 0 && now - window.startedMs + MINUTES_MARGIN_MS >= limits.maxMinutes * 60_000) {
+      return true;
+    }
+    if (limits.maxTokensPerMinute > 0) {
+      const perCall =
+        state.completed > 0 ? (state.totals.inputTokens + state.totals.outputTokens) / state.completed : 0;
+      if (tokensInLastMinute(state, now) + perCall * inFlight >= limits.maxTokensPerMinute) return true;
+    }
+    return false;
+  }
+}

@@ -1,0 +1,120 @@
+import { type ParkCall, type RunCommand, type RunState, RunStatus, UnparkReason } from "@holdfast/events";
+import type { Executed, Ledger, RunLabels } from "@holdfast/runs";
+import type { Call } from "../pipeline/hooks.js";
+import { interimFor } from "./interim.js";
+
+export interface ParkingOptions {
+  ledger: Ledger<RunState, RunCommand>;
+  newId: () => string;
+  /** This gateway process, as recorded in CallParked. */
+  gateway: string;
+  keepaliveMs: number;
+  /** Send the 1xx a waiting non-streaming client tolerates (hold.keepalive_1xx). */
+  keepalive1xx: boolean;
+  clock: () => number;
+  onRecordError: (error: unknown, runId: string) => void;
+}
+
+/** How a parked call left its parking. */
+export type Unparked = "released" | "stopped" | "client_gone";
+
+/** The headers a held streaming call is answered with before the provider's are known. */
+export const HELD_STREAM_HEADERS = {
+  "content-type": "text/event-stream; charset=utf-8",
+  "cache-control": "no-cache",
+  "x-holdfast-held": "true",
+};
+
+/**
+ * Parks a call of a held run until the run is resumed (the call then goes on, unchanged),
+ * stopped, or the client goes away. A parked call is a promise waiting on the run's state,
+ * which the gateway keeps current from the log: a resume issued anywhere releases it here.
+ * Nothing is forwarded while it waits; a streaming client gets SSE comment keepalives
+ * (its status, 200, is then already sent), a non-streaming one the 1xx its client
+ * tolerates, if any. The parking and its end are events of the run.
+ */
+export async function park(call: Call, labels: RunLabels, options: ParkingOptions): Promise<Unparked> {
+  const { ledger, clock } = options;
+  const runId = call.run.runId;
+  const parkId = options.newId();
+  const since = clock();
+  const command: ParkCall = {
+    type: "ParkCall",
+    parkId,
+    api: call.api,
+    model: call.view.model,
+    stream: call.view.stream,
+    gateway: options.gateway,
+  };
+  let parked: Executed<RunState>;
+  try {
+    parked = await ledger.execute(runId, labels, command);
+  } catch (error) {
+    // Parking unrecorded is still parking: the call waits all the same.
+    options.onRecordError(error, runId);
+    parked = { events: [], state: await ledger.current(runId) };
+  }
+  const recorded = parked.events.length > 0;
+
+  const keepalive = startKeepalive(call, options);
+  try {
+    const how = await released(call, ledger, parked.state);
+    if (recorded) {
+      ledger
+        .executeDurably(runId, labels, {
+          type: "UnparkCall",
+          parkId,
+          how: UNPARK[how],
+          parkedMs: clock() - since,
+        })
+        .catch((error: unknown) => options.onRecordError(error, runId));
+    }
+    return how;
+  } finally {
+    keepalive();
+  }
+}
+
+const UNPARK: Record<Unparked, UnparkReason> = {
+  released: UnparkReason.UNPARK_REASON_RELEASED,
+  stopped: UnparkReason.UNPARK_REASON_STOPPED,
+  client_gone: UnparkReason.UNPARK_REASON_CLIENT_GONE,
+};
+
+/** Resolves when the run is no longer held (released or stopped), or the client leaves. */
+function released(call: Call, ledger: Ledger<RunState, RunCommand>, now: RunState): Promise<Unparked> {
+  return new Promise((resolve) => {
+    const settle = (how: Unparked) => {
+      unsubscribe();
+      call.clientGone.removeEventListener("abort", gone);
+      resolve(how);
+    };
+    const check = (state: RunState) => {
+      if (state.status === RunStatus.Stopped) settle("stopped");
+      else if (state.status !== RunStatus.Held) settle("released");
+    };
+    const gone = () => settle("client_gone");
+    const unsubscribe = ledger.subscribe(call.run.runId, check);
+    call.clientGone.addEventListener("abort", gone, { once: true });
+    if (call.clientGone.aborted) return gone();
+    // The state may have moved between the decision to park and the subscription.
+    check(ledger.cached(call.run.runId) ?? now);
+  });
+}
+
+/** Keeps the waiting client from timing out; returns the function that stops it. */
+function startKeepalive(call: Call, options: ParkingOptions): () => void {
+  const { writer } = call;
+  if (call.view.stream) {
+    // The stream's status line goes out now: a held streaming call is a 200 whatever the
+    // provider later says (a provider error then arrives as the stream's error event).
+    writer.startStream(200, HELD_STREAM_HEADERS);
+    writer.keepalive("holdfast: held");
+    const timer = setInterval(() => writer.keepalive("holdfast: held"), options.keepaliveMs);
+    return () => clearInterval(timer);
+  }
+  const interim = options.keepalive1xx ? interimFor(call.request.headers["user-agent"]) : undefined;
+  if (interim === undefined) return () => {};
+  const timer = setInterval(() => writer.interim(interim), options.keepaliveMs);
+  return () => clearInterval(timer);
+}
