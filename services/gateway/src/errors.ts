@@ -76,3 +76,15 @@ export class InternalGatewayError extends GatewayError {
   readonly type = "server_error";
   readonly retryable = true;
 }
+
+/** This gateway is shutting down; the call was not sent: retry (on another gateway, or in a moment). */
+export class ShuttingDownError extends GatewayError {
+  override readonly name = "ShuttingDownError";
+  readonly code = "holdfast_shutting_down";
+  readonly status = 503;
+  readonly type = "server_error";
+  readonly retryable = true;
+  constructor() {
+    super("This Holdfast gateway is shutting down; retry on another or in a moment.");
+  }
+}

@@ -81,6 +81,8 @@ export async function startGateway(
   );
   await liveness.start();
   const pricer = createPricer({ overrides: config.prices });
+  // Aborted first thing on close: parked calls are answered "retry", not waited on.
+  const shutdown = new AbortController();
   const admission = new Admission({
     ledger,
     fleet,
@@ -93,6 +95,7 @@ export async function startGateway(
     keepalive1xx: config.hold.keepalive_1xx,
     clock,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a parked call"),
+    shutdown: shutdown.signal,
   });
   await admission.start();
   const reaper = new Reaper({
@@ -146,6 +149,7 @@ export async function startGateway(
     baseUrl: `http://${host}:${port}/v1`,
     port,
     async close() {
+      shutdown.abort();
       await reaper.stop();
       await app.close();
       await ledger.drain();

@@ -4,11 +4,14 @@
  * so an unknown client gets nothing and may time out, which costs nothing).
  *
  * Measured on this machine (test/e2e/src/interim.e2e.test.ts):
- * - Python's httpx (the OpenAI and Anthropic Python SDKs' transport) skips a `100
- *   Continue`, and each one it reads resets its read timeout;
- * - Node's undici (fetch, and the OpenAI and Anthropic Node SDKs) skips `103 Early
- *   Hints`; their SDKs' `timeout` is a deadline on the whole request that no interim
- *   response extends, so a Node agent held past it must stream or raise its timeout.
+ * - Python's httpx (the OpenAI and Anthropic Python SDKs' transport) skips every 1xx,
+ *   and each one it reads restarts its read timeout: a held call outlives the client's
+ *   own timeout;
+ * - Node's undici (fetch, and the OpenAI and Anthropic Node SDKs) skips 102 and 103 but
+ *   fails the request on a 100; a 103 restarts fetch's headers timeout, but the Node SDKs'
+ *   `timeout` is a deadline on the response headers that no interim response extends, so
+ *   a Node agent held past it must stream (a held stream's headers go out at once) or
+ *   raise its timeout.
  */
 export function interimFor(userAgent: string | undefined): 100 | 103 | undefined {
   if (userAgent === undefined) return undefined;

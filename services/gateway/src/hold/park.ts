@@ -13,10 +13,12 @@ export interface ParkingOptions {
   keepalive1xx: boolean;
   clock: () => number;
   onRecordError: (error: unknown, runId: string) => void;
+  /** Aborted when this gateway shuts down: its parked calls are answered "retry elsewhere". */
+  shutdown: AbortSignal;
 }
 
 /** How a parked call left its parking. */
-export type Unparked = "released" | "stopped" | "client_gone";
+export type Unparked = "released" | "stopped" | "client_gone" | "shutdown";
 
 /** The headers a held streaming call is answered with before the provider's are known. */
 export const HELD_STREAM_HEADERS = {
@@ -58,7 +60,7 @@ export async function park(call: Call, labels: RunLabels, options: ParkingOption
 
   const keepalive = startKeepalive(call, options);
   try {
-    const how = await released(call, ledger, parked.state);
+    const how = await released(call, ledger, parked.state, options.shutdown);
     if (recorded) {
       ledger
         .executeDurably(runId, labels, {
@@ -79,14 +81,27 @@ const UNPARK: Record<Unparked, UnparkReason> = {
   released: UnparkReason.UNPARK_REASON_RELEASED,
   stopped: UnparkReason.UNPARK_REASON_STOPPED,
   client_gone: UnparkReason.UNPARK_REASON_CLIENT_GONE,
+  shutdown: UnparkReason.UNPARK_REASON_GATEWAY_LOST,
 };
 
-/** Resolves when the run is no longer held (released or stopped), or the client leaves. */
-function released(call: Call, ledger: Ledger<RunState, RunCommand>, now: RunState): Promise<Unparked> {
+/**
+ * Resolves when the run is no longer held (released or stopped), the client leaves, or
+ * this gateway shuts down.
+ */
+function released(
+  call: Call,
+  ledger: Ledger<RunState, RunCommand>,
+  now: RunState,
+  shutdown: AbortSignal,
+): Promise<Unparked> {
   return new Promise((resolve) => {
+    let done = false;
     const settle = (how: Unparked) => {
+      if (done) return;
+      done = true;
       unsubscribe();
       call.clientGone.removeEventListener("abort", gone);
+      shutdown.removeEventListener("abort", closing);
       resolve(how);
     };
     const check = (state: RunState) => {
@@ -94,9 +109,12 @@ function released(call: Call, ledger: Ledger<RunState, RunCommand>, now: RunStat
       else if (state.status !== RunStatus.Held) settle("released");
     };
     const gone = () => settle("client_gone");
+    const closing = () => settle("shutdown");
     const unsubscribe = ledger.subscribe(call.run.runId, check);
     call.clientGone.addEventListener("abort", gone, { once: true });
+    shutdown.addEventListener("abort", closing, { once: true });
     if (call.clientGone.aborted) return gone();
+    if (shutdown.aborted) return closing();
     // The state may have moved between the decision to park and the subscription.
     check(ledger.cached(call.run.runId) ?? now);
   });

@@ -32,6 +32,7 @@ import {
   InvalidRequestError,
   LogUnavailableError,
   RunStoppedGatewayError,
+  ShuttingDownError,
   UpstreamTimeoutError,
   UpstreamUnreachableError,
 } from "../errors.js";
@@ -313,6 +314,11 @@ async function admit(
       const how = await deps.admission.park(call, labels);
       if (how === "client_gone") return undefined;
       if (how === "stopped") return refuseStopped(call);
+      if (how === "shutdown") {
+        // The client's SDK retries a 503: on another gateway, where the call parks again.
+        answerError(call, new ShuttingDownError());
+        return undefined;
+      }
       continue;
     }
     if (!deps.logConnected()) throw logUnavailable();

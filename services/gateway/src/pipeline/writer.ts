@@ -53,7 +53,9 @@ export class ResponseWriter {
     if (this.res.headersSent || this.closed) return;
     if (status === 100) this.res.writeContinue();
     else if (status === 102) this.res.writeProcessing();
-    else this.res.writeEarlyHints(headers);
+    // Node writes no 103 without a Link header; a preconnect to this very origin is the
+    // one hint that asks nothing of any client.
+    else this.res.writeEarlyHints({ link: "</>; rel=preconnect", ...headers });
   }
 
   /** Waits until a full buffer has gone out (backpressure), or the client is gone. */
