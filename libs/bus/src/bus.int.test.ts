@@ -39,6 +39,7 @@ function started(step: number): EventPayload {
       estimatedInputTokens: 0,
       promptHash: "",
       reservedNanoUsd: 0,
+      budgetLeases: [],
     },
   };
 }
@@ -118,6 +119,34 @@ describe("event bus", () => {
     const history = await bus.readRun("long-run");
     expect(history.events).toHaveLength(1_200);
     expect(history.events.at(-1)?.envelope.sequence).toBe(1_200);
+  });
+
+  it("reads the last event of every matching subject, past the 1,024 a direct get allows", async () => {
+    const own = await connectBus({
+      servers: natsUrl(),
+      prefix: uniqueNamespace("last"),
+      name: "bus-int-last",
+    });
+    try {
+      await own.provision();
+      expect(await own.lastOnSubjects([own.subjects.ofType("StepStarted")])).toEqual([]);
+      const runs = 1_100;
+      await Promise.all(
+        Array.from({ length: runs }, async (_, i) => {
+          const first = await own.append(envelope(`last-${i}`, 1), 0);
+          await own.append(envelope(`last-${i}`, 2), first.streamSequence);
+        }),
+      );
+      const last = await own.lastOnSubjects([
+        own.subjects.ofType("StepStarted"),
+        own.subjects.ofType("RunHeld"),
+      ]);
+      expect(last).toHaveLength(runs);
+      expect(new Set(last.map((e) => e.envelope.runId)).size).toBe(runs);
+      expect(last.every((e) => e.envelope.sequence === 2)).toBe(true);
+    } finally {
+      await own.close();
+    }
   });
 
   it("reads an unknown run as empty", async () => {

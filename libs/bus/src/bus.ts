@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import {
   decodeEnvelope,
   type Envelope,
@@ -11,6 +12,7 @@ import {
   AckPolicy,
   type Consumer,
   type ConsumerConfig,
+  type ConsumerMessages,
   DeliverPolicy,
   DiscardPolicy,
   JetStreamApiCodes,
@@ -264,7 +266,7 @@ export class Bus {
       ? this.publisher.publishDeferred(subject, data, h)
       : this.publisher.publish(subject, data, h));
     if (ack.ok) return { streamSequence: ack.seq, duplicate: ack.duplicate };
-    if (ack.errCode === JetStreamApiCodes.StreamWrongLastSequence) {
+    if (WRONG_LAST_SEQUENCE.has(ack.errCode)) {
       // A retry of an append that already landed fails the sequence check before the
       // dedupe check: recognise our own event and report it as a duplicate.
       const landed = await this.findLanded(subject, envelope.id);
@@ -275,7 +277,7 @@ export class Bus {
         wrongLastSequence(ack.description),
       );
     }
-    if (ack.errCode === 0) {
+    if (ack.errCode === 0 || SETTLES_LATER.has(ack.errCode)) {
       throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
     }
     throw new BusRejectedError(`JetStream refused the append (${ack.errCode}): ${ack.description}`);
@@ -325,38 +327,128 @@ export class Bus {
   }
 
   /**
-   * Every event appended from now on, in stream order, to `handler` (synchronously; it
-   * must not throw). An ordered consumer: it follows the stream across reconnects and
+   * Every event appended from now on (or after stream sequence `afterSeq`), in stream
+   * order, to `handler` (synchronously; it must not throw). An ordered consumer: it follows the stream across reconnects and
    * recreates itself past a gap, calling the gap handlers so holders of cached state can
    * re-read.
    */
-  async watch(handler: (event: WatchedEvent) => void): Promise<Watch> {
+  async watch(handler: (event: WatchedEvent) => void, options: { afterSeq?: number } = {}): Promise<Watch> {
     const gaps: (() => void)[] = [];
-    const consumer = await this.js.consumers.getPushConsumer(this.eventsStream, {
-      filter_subjects: this.subjects.allRuns,
-      deliver_policy: DeliverPolicy.New,
-    });
-    const messages = await consumer.consume({
-      callback: (message) => {
-        const subject = message.subject;
-        handler({
-          runId: this.subjects.runIdOf(subject),
-          type: subject.slice(subject.lastIndexOf(".") + 1),
-          streamSequence: message.seq,
-          data: message.data,
-        });
-      },
-    });
+    // Fixed now, and moved on with every event delivered: a consumer recreated later
+    // starts right after the last event this watch handed on.
+    let after = options.afterSeq ?? (await this.streamState()).lastSeq;
+    let stopped = false;
+    let generation = 0;
+    let aliveMs = Date.now();
+    const open = async (): Promise<ConsumerMessages> => {
+      const mine = ++generation;
+      const consumer = await this.js.consumers.get(this.eventsStream, {
+        filter_subjects: this.subjects.allRuns,
+        deliver_policy: DeliverPolicy.StartSequence,
+        opt_start_seq: after + 1,
+      });
+      const messages = await consumer.consume({
+        max_messages: WATCH_BUFFER,
+        expires: WATCH_EXPIRES_MS,
+        callback: (message) => {
+          if (mine !== generation || message.seq <= after) return;
+          aliveMs = Date.now();
+          after = message.seq;
+          const subject = message.subject;
+          handler({
+            runId: this.subjects.runIdOf(subject),
+            type: subject.slice(subject.lastIndexOf(".") + 1),
+            streamSequence: message.seq,
+            data: message.data,
+          });
+        },
+      });
+      // Heartbeats and expired pulls are signs of life too ("next" is only our own pull).
+      void (async () => {
+        for await (const status of messages.status()) {
+          if (mine === generation && status.type !== "next") aliveMs = Date.now();
+        }
+      })().catch(() => undefined);
+      return messages;
+    };
+    let current = await open();
+    aliveMs = Date.now();
+
+    // The client library recreates an ordered consumer once the server says it is gone;
+    // one lost with its server (a cluster's stream leader killed) never says so, and the
+    // library would wait on it until that server returns. Silence past two heartbeats
+    // here means a new consumer, from the last event handed on: nothing missed, nothing
+    // handed on twice.
+    let reopening = false;
+    const reopen = async () => {
+      void current.close().catch(() => undefined);
+      for (let delay = 250; !stopped; delay = Math.min(delay * 2, WATCH_EXPIRES_MS)) {
+        try {
+          current = await open();
+          aliveMs = Date.now();
+          return;
+        } catch {
+          await sleep(delay);
+        }
+      }
+    };
+    const watchdog = setInterval(() => {
+      if (stopped || reopening || Date.now() - aliveMs < WATCH_SILENCE_MS) return;
+      reopening = true;
+      void reopen().finally(() => {
+        reopening = false;
+      });
+    }, WATCH_EXPIRES_MS / 4);
+    watchdog.unref();
+
     return {
       onGap: (gap) => {
         gaps.push(gap);
         this.gapHandlers.add(gap);
       },
       stop: async () => {
+        stopped = true;
+        clearInterval(watchdog);
         for (const gap of gaps) this.gapHandlers.delete(gap);
-        await messages.close();
+        await current.close();
       },
     };
+  }
+
+  /**
+   * Every event from `startTimeMs` through stream sequence `toSeq`, in order, read directly
+   * from the stream a batch at a time (no consumer): for state rebuilt from a period of the
+   * log at start, before a watch takes over after `toSeq`.
+   */
+  async readSince(
+    startTimeMs: number,
+    toSeq: number,
+    handler: (event: StoredEvent) => void,
+  ): Promise<number> {
+    let read = 0;
+    let from: { start_time: string } | { seq: number } = { start_time: new Date(startTimeMs).toISOString() };
+    for (;;) {
+      let received = 0;
+      let last = 0;
+      try {
+        const batch = await this.jsm.direct.getBatch(this.eventsStream, {
+          ...from,
+          next_by_subj: this.subjects.allRuns,
+          batch: READ_BATCH,
+        } as Parameters<JetStreamManager["direct"]["getBatch"]>[1]);
+        for await (const message of batch) {
+          received += 1;
+          last = message.seq;
+          if (message.seq > toSeq) break;
+          handler({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+          read += 1;
+        }
+      } catch (error) {
+        if (!isNotFound(error)) throw error;
+      }
+      if (received < READ_BATCH || last >= toSeq) return read;
+      from = { seq: last + 1 };
+    }
   }
 
   /** The event stream's configuration as JetStream holds it. */
@@ -424,20 +516,41 @@ export class Bus {
   }
 
   /**
-   * The last event on each subject matching any of `filters` (wildcards allowed), read
-   * directly from the stream: e.g. each run's last RunHeld. For state rebuilt at start.
+   * The last event on each subject matching any of `filters` (wildcards allowed): e.g. each
+   * run's last RunHeld. For state rebuilt at start. Read through a short-lived consumer
+   * that delivers the last message per subject, so it is not bounded by the 1,024 subjects
+   * a direct multi-last get may match.
    */
   async lastOnSubjects(filters: string[]): Promise<StoredEvent[]> {
-    const events: StoredEvent[] = [];
+    const created = await this.jsm.consumers.add(this.eventsStream, {
+      filter_subjects: filters,
+      deliver_policy: DeliverPolicy.LastPerSubject,
+      ack_policy: AckPolicy.None,
+      mem_storage: true,
+      // Removed by the server if this process dies before it deletes the consumer itself.
+      inactive_threshold: nanos(60_000),
+    });
     try {
-      const batch = await this.jsm.direct.getLastMessagesFor(this.eventsStream, { multi_last: filters });
-      for await (const message of batch) {
-        events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+      const events: StoredEvent[] = [];
+      // Only what was there when the consumer was made; the caller's watch brings the rest.
+      let left = created.num_pending;
+      const consumer = await this.js.consumers.get(this.eventsStream, created.name);
+      while (left > 0) {
+        const batch = await consumer.fetch({ max_messages: Math.min(left, READ_BATCH), expires: 5_000 });
+        let received = 0;
+        for await (const message of batch) {
+          received += 1;
+          left -= 1;
+          events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+        }
+        if (received === 0) {
+          throw new BusUnavailableError(`reading the last events of ${filters.join(", ")} stalled`);
+        }
       }
-    } catch (error) {
-      if (!isNotFound(error)) throw error;
+      return events;
+    } finally {
+      await this.jsm.consumers.delete(this.eventsStream, created.name).catch(() => undefined);
     }
-    return events;
   }
 
   /**
@@ -553,6 +666,26 @@ function isApiError(error: unknown, code: number): boolean {
 function isNotFound(error: unknown): boolean {
   return error instanceof Error && /message not found|no message found/i.test(error.message);
 }
+
+/**
+ * The expected-sequence check failed: 10071 names the subject's actual last sequence; a
+ * replicated stream answers 10164, without it, when another append of the subject is
+ * still in flight in the stream's raft group.
+ */
+/** Events a watch keeps requested ahead of its handler. */
+const WATCH_BUFFER = 1_000;
+/** A watch's pull requests live this long; the server sends heartbeats at half of it. */
+const WATCH_EXPIRES_MS = 4_000;
+/** A watch that has heard nothing (no event, heartbeat or expired pull) for this long starts a new consumer. */
+const WATCH_SILENCE_MS = 5_000;
+
+const WRONG_LAST_SEQUENCE = new Set([JetStreamApiCodes.StreamWrongLastSequence, 10164]);
+/**
+ * Refusals that say the append may yet succeed as it is: 10158, an append with this
+ * message id is itself still in flight (a retry racing its original); 10163, the stream
+ * cannot check the expected sequence yet (a new leader catching up).
+ */
+const SETTLES_LATER = new Set([10158, 10163]);
 
 function wrongLastSequence(description: string): number | undefined {
   const match = /wrong last sequence: (\d+)/.exec(description);
