@@ -184,7 +184,8 @@ export class Ledger<State, Command> {
    * before its next decision, and one somebody waits on (a parked call) at once.
    */
   gap(): void {
-    for (const entry of this.entries.values()) {
+    // A copy: catching up touches each entry, which moves it to the end of the map.
+    for (const entry of [...this.entries.values()]) {
       entry.stale = true;
       if (entry.listeners.size > 0) {
         void this.current(entry.id).catch((error: unknown) =>
