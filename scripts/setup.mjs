@@ -2,8 +2,9 @@
 // Brings a checkout to a runnable state on a machine that has only Node.js and npm:
 // installs dependencies with pnpm 10 (via npx when pnpm is not installed), generates the
 // protobuf code, builds every package, and makes sure nats-server >= 2.11 is available
-// (installing it into .tools/ when it is not). Safe to run again; it only does what is
-// missing or stale.
+// (installing it into .tools/ when it is not), and Python's httpx for the tests that drive
+// a Python client (unpacked from Debian into .tools/python-httpx). Safe to run again; it
+// only does what is missing or stale.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -66,6 +67,21 @@ say("checking for nats-server >= 2.11");
 run(process.execPath, [join(root, "libs/natsd/dist/install-cli.js")], {
   stdio: ["ignore", quiet ? "ignore" : "inherit", "inherit"],
 });
+
+say("checking for Python's httpx (for the tests that drive a Python client)");
+{
+  const { ensurePythonHttpx } = await import("../test/harness/dist/python.js");
+  try {
+    await ensurePythonHttpx({ log: quiet ? undefined : (line) => say(line) });
+  } catch (error) {
+    // No Python 3.11 or no apt/dpkg: those tests skip themselves and the rest runs.
+    if (error?.code !== "HOLDFAST_HARNESS_PYTHON_UNSUPPORTED") {
+      console.error(`setup: ${error instanceof Error ? error.message : String(error)}`);
+      process.exit(1);
+    }
+    say(`skipping httpx: ${error.message}`);
+  }
+}
 
 if (!existsSync(join(root, "libs/cli/dist/bin.js"))) {
   console.error("setup: the build did not produce libs/cli/dist/bin.js");

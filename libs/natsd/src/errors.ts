@@ -4,7 +4,9 @@ export type NatsdErrorCode =
   | "HOLDFAST_NATSD_INSTALL_FAILED"
   | "HOLDFAST_NATSD_START_FAILED"
   | "HOLDFAST_NATSD_START_TIMEOUT"
-  | "HOLDFAST_NATSD_STORE_IN_USE";
+  | "HOLDFAST_NATSD_STORE_IN_USE"
+  | "HOLDFAST_NATSD_DEBIAN_UNSUPPORTED"
+  | "HOLDFAST_NATSD_DEBIAN_FAILED";
 
 export abstract class NatsdError extends Error {
   abstract readonly code: NatsdErrorCode;
@@ -71,4 +73,24 @@ export class NatsStoreInUseError extends NatsdError {
     this.natsPid = holder.natsPid;
     this.ownerPid = holder.ownerPid;
   }
+}
+
+/** This machine lacks the tools a private Debian archive needs; `missing` names them. */
+export class DebianArchiveUnsupportedError extends NatsdError {
+  override readonly name = "DebianArchiveUnsupportedError";
+  readonly code = "HOLDFAST_NATSD_DEBIAN_UNSUPPORTED";
+  readonly retryable = false;
+  readonly missing: readonly string[];
+
+  constructor(message: string, missing: readonly string[], options?: ErrorOptions) {
+    super(message, options);
+    this.missing = missing;
+  }
+}
+
+/** apt-get, apt-cache or dpkg failed; usually the mirror was unreachable, so trying again may help. */
+export class DebianArchiveError extends NatsdError {
+  override readonly name = "DebianArchiveError";
+  readonly code = "HOLDFAST_NATSD_DEBIAN_FAILED";
+  readonly retryable = true;
 }

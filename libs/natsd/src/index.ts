@@ -1,4 +1,17 @@
 export {
+  type ControlStanza,
+  DEFAULT_DEBIAN_MIRROR,
+  type DebianArchive,
+  type DebianRelation,
+  type DebianRelationGroup,
+  type OpenDebianArchiveOptions,
+  openDebianArchive,
+  parseControl,
+  parseRelations,
+} from "./debian.js";
+export {
+  DebianArchiveError,
+  DebianArchiveUnsupportedError,
   NatsdError,
   type NatsdErrorCode,
   NatsServerInstallError,
@@ -32,6 +45,7 @@ export {
 } from "./install.js";
 export { supportsParentDeathSignal } from "./parent-death.js";
 export {
+  type NatsClusterOptions,
   parsePortsFile,
   type RunningNatsServer,
   type StartNatsServerOptions,

@@ -1,14 +1,15 @@
-import { chmod, copyFile, mkdir, mkdtemp, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { chmod, copyFile, mkdir, rename, rm, stat } from "node:fs/promises";
+import { basename, join } from "node:path";
+import { openDebianArchive } from "./debian.js";
 import {
+  DebianArchiveError,
+  DebianArchiveUnsupportedError,
   NatsServerInstallError,
   NatsServerInstallUnsupportedError,
   NatsServerNotFoundError,
 } from "./errors.js";
 import {
   defaultToolsDir,
-  describeExecError,
   describeSearch,
   type FindNatsServerOptions,
   NATS_SERVER_BINARY,
@@ -38,9 +39,6 @@ export interface EnsureNatsServerOptions extends FindNatsServerOptions {
 }
 
 const DEFAULT_SUITE = "sid";
-const DEFAULT_MIRROR = "http://deb.debian.org/debian";
-const KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg";
-const APT_TIMEOUT_MS = 10 * 60_000;
 
 export const MANUAL_INSTALL_HINT = [
   `Install nats-server ${MIN_NATS_SERVER_VERSION} or newer by hand, for example:`,
@@ -50,10 +48,10 @@ export const MANUAL_INSTALL_HINT = [
 ].join("\n");
 
 /**
- * Takes nats-server from Debian's archive without touching the machine's apt setup: apt
- * gets a private sources list, lists and cache in a temp dir, downloads the .deb, and
- * dpkg only unpacks it. Debian stable lags behind (bookworm ships 2.9), so the default
- * suite is sid. Running it again with a good binary in place does nothing.
+ * Takes nats-server from Debian's archive without touching the machine's apt setup (see
+ * {@link openDebianArchive}): apt downloads the .deb into a temp dir and dpkg only unpacks
+ * it. Debian stable lags behind (bookworm ships 2.9), so the default suite is sid. Running
+ * it again with a good binary in place does nothing.
  */
 export async function installNatsServer(options: InstallNatsServerOptions): Promise<NatsServerBinary> {
   const system = resolveSystem(options.system);
@@ -67,22 +65,18 @@ export async function installNatsServer(options: InstallNatsServerOptions): Prom
     return { path: target, version: existing };
   }
 
-  const missing: string[] = [];
-  for (const tool of ["apt-get", "dpkg"]) {
-    if ((await system.which(tool)) === undefined) missing.push(tool);
-  }
-  if (missing.length > 0) {
-    throw new NatsServerInstallUnsupportedError(
-      `Cannot install nats-server automatically: ${missing.join(" and ")} not found on PATH ` +
-        `(the installer unpacks Debian's package).\n${MANUAL_INSTALL_HINT}`,
-    );
-  }
-
-  const work = await mkdtemp(join(tmpdir(), "holdfast-nats-install-"));
   try {
-    const deb = await downloadDeb(system, work, options, log);
-    const unpacked = join(work, "x");
-    await run(system, "dpkg", ["-x", deb, unpacked], { what: "Unpacking the nats-server package" });
+    await using archive = await openDebianArchive({
+      suite: options.suite ?? DEFAULT_SUITE,
+      ...(options.mirror === undefined ? {} : { mirror: options.mirror }),
+      ...(options.system === undefined ? {} : { system: options.system }),
+      log,
+    });
+    log("Downloading nats-server …");
+    const [deb] = await archive.download([NATS_SERVER_BINARY]);
+    log(`Downloaded ${basename(deb!)}`);
+    const unpacked = join(archive.dir, "x");
+    await archive.unpack(deb!, unpacked);
     const source = await findUnpackedBinary(unpacked);
 
     // Copy beside the target and rename, so a concurrent run or an interrupted copy never
@@ -102,8 +96,8 @@ export async function installNatsServer(options: InstallNatsServerOptions): Prom
     await rename(staged, target);
     log(`Installed nats-server ${version} at ${target}`);
     return { path: target, version };
-  } finally {
-    await rm(work, { recursive: true, force: true });
+  } catch (error) {
+    throw asInstallError(error);
   }
 }
 
@@ -123,61 +117,18 @@ export async function ensureNatsServer(options: EnsureNatsServerOptions = {}): P
   }
 }
 
-async function downloadDeb(
-  system: System,
-  work: string,
-  options: InstallNatsServerOptions,
-  log: (line: string) => void,
-): Promise<string> {
-  const suite = options.suite ?? DEFAULT_SUITE;
-  const mirror = options.mirror ?? DEFAULT_MIRROR;
-  const sources = join(work, "sources.list");
-  await Promise.all([
-    mkdir(join(work, "lists", "partial"), { recursive: true }),
-    mkdir(join(work, "cache", "archives", "partial"), { recursive: true }),
-    mkdir(join(work, "preferences.d"), { recursive: true }),
-  ]);
-  await writeFile(sources, `deb [signed-by=${KEYRING}] ${mirror} ${suite} main\n`);
-
-  // Every path apt would read or write is redirected into `work`, so the host's sources,
-  // lists and pins neither leak in nor get changed. The host's proxy settings still apply.
-  const aptOptions = [
-    ["Dir::Etc::sourcelist", sources],
-    ["Dir::Etc::sourceparts", "-"],
-    ["Dir::Etc::preferences", join(work, "preferences")],
-    ["Dir::Etc::preferencesparts", join(work, "preferences.d")],
-    ["Dir::State::Lists", join(work, "lists")],
-    ["Dir::Cache", join(work, "cache")],
-    ["APT::Get::List-Cleanup", "0"],
-    ["Acquire::Languages", "none"],
-    // Without this apt-get update exits 0 after a failed fetch, and the error only shows up
-    // later as a puzzling "Unable to locate package".
-    ["APT::Update::Error-Mode", "any"],
-  ].flatMap(([key, value]) => ["-o", `${key}=${value}`]);
-
-  log(`Fetching the package index of Debian ${suite} from ${mirror} …`);
-  const hint = `Check that this machine can reach ${mirror}.`;
-  await run(system, "apt-get", [...aptOptions, "update"], {
-    what: `apt-get update for Debian ${suite}`,
-    hint,
-  });
-  log("Downloading nats-server …");
-  await run(system, "apt-get", [...aptOptions, "download", NATS_SERVER_BINARY], {
-    what: "apt-get download nats-server",
-    hint,
-    cwd: work,
-  });
-
-  const deb = (await readdir(work)).find(
-    (name) => name.startsWith(`${NATS_SERVER_BINARY}_`) && name.endsWith(".deb"),
-  );
-  if (deb === undefined) {
-    throw new NatsServerInstallError(
-      `apt-get download reported success but left no ${NATS_SERVER_BINARY}_*.deb in ${work}.\n${MANUAL_INSTALL_HINT}`,
+function asInstallError(error: unknown): unknown {
+  if (error instanceof DebianArchiveUnsupportedError) {
+    return new NatsServerInstallUnsupportedError(
+      `Cannot install nats-server automatically: ${error.missing.join(" and ")} not found on PATH ` +
+        `(the installer unpacks Debian's package).\n${MANUAL_INSTALL_HINT}`,
+      { cause: error },
     );
   }
-  log(`Downloaded ${deb}`);
-  return join(work, deb);
+  if (error instanceof DebianArchiveError) {
+    return new NatsServerInstallError(`${error.message}\n${MANUAL_INSTALL_HINT}`, { cause: error });
+  }
+  return error;
 }
 
 async function findUnpackedBinary(root: string): Promise<string> {
@@ -205,22 +156,5 @@ async function versionOf(system: System, binary: string): Promise<string | undef
     return parsed && formatVersion(parsed);
   } catch {
     return undefined;
-  }
-}
-
-async function run(
-  system: System,
-  file: string,
-  args: readonly string[],
-  step: { what: string; hint?: string; cwd?: string },
-): Promise<void> {
-  try {
-    await system.exec(file, args, { cwd: step.cwd, timeoutMs: APT_TIMEOUT_MS });
-  } catch (error) {
-    const hint = step.hint === undefined ? "" : `${step.hint}\n`;
-    throw new NatsServerInstallError(
-      `${step.what} failed: ${describeExecError(error)}\n${hint}${MANUAL_INSTALL_HINT}`,
-      { cause: error },
-    );
   }
 }

@@ -26,6 +26,8 @@ export interface StartNatsServerOptions {
   readonly maxPayload?: number;
   /** Also open the HTTP monitoring endpoint (varz, jsz, healthz) on a free port. */
   readonly monitor?: boolean;
+  /** Join a cluster: JetStream then replicates across its servers (give each a `serverName`). */
+  readonly cluster?: NatsClusterOptions;
   /** Passed through as-is, after the options above. */
   readonly extraArgs?: readonly string[];
   readonly startTimeoutMs?: number;
@@ -48,6 +50,18 @@ export interface StartNatsServerOptions {
   readonly dieWithParent?: boolean;
   /** Told when an orphaned server is stopped to take over its store. */
   readonly log?: (line: string) => void;
+}
+
+export interface NatsClusterOptions {
+  /** The same on every server of the cluster. */
+  readonly name: string;
+  /**
+   * Where the other servers' routes connect, on `host`. A fixed port, since every other
+   * server's `routes` names it, and a restarted server must be found where it was.
+   */
+  readonly port: number;
+  /** Route URLs (`nats-route://host:port`) of the servers to join; one naming this server is ignored. */
+  readonly routes: readonly string[];
 }
 
 export interface RunningNatsServer extends AsyncDisposable {
@@ -120,8 +134,8 @@ async function spawnNatsServer(
   if (options.monitor) args.push("-m", "-1");
   if (options.serverName !== undefined) args.push("-n", options.serverName);
   if (options.logFile !== undefined) args.push("-l", resolve(options.logFile));
-  // These two have no command-line flag; command-line flags win over the file for the rest.
-  const config = configFile(options);
+  // These have no command-line flag (or only a long list of them); flags win over the file.
+  const config = configFile(options, host);
   if (config !== undefined) {
     const path = join(runDir, "nats-server.conf");
     await writeFile(path, config);
@@ -239,11 +253,21 @@ async function spawnNatsServer(
   };
 }
 
-function configFile(options: StartNatsServerOptions): string | undefined {
+function configFile(options: StartNatsServerOptions, host: string): string | undefined {
   const lines: string[] = [];
   if (options.maxPayload !== undefined) lines.push(`max_payload: ${Math.trunc(options.maxPayload)}`);
   if (options.syncInterval !== undefined) {
     lines.push(`jetstream {`, `  sync_interval: ${JSON.stringify(options.syncInterval)}`, `}`);
+  }
+  if (options.cluster !== undefined) {
+    const { name, port, routes } = options.cluster;
+    lines.push(
+      `cluster {`,
+      `  name: ${JSON.stringify(name)}`,
+      `  listen: ${JSON.stringify(`${formatHost(host)}:${Math.trunc(port)}`)}`,
+      `  routes: [${routes.map((route) => JSON.stringify(route)).join(", ")}]`,
+      `}`,
+    );
   }
   return lines.length === 0 ? undefined : `${lines.join("\n")}\n`;
 }

@@ -1,4 +1,8 @@
-export type HarnessErrorCode = "HOLDFAST_HARNESS_NO_NATS_URL" | "HOLDFAST_HARNESS_WAIT_TIMEOUT";
+export type HarnessErrorCode =
+  | "HOLDFAST_HARNESS_NO_NATS_URL"
+  | "HOLDFAST_HARNESS_WAIT_TIMEOUT"
+  | "HOLDFAST_HARNESS_PYTHON_UNSUPPORTED"
+  | "HOLDFAST_HARNESS_PYTHON_INSTALL_FAILED";
 
 export abstract class HarnessError extends Error {
   abstract readonly code: HarnessErrorCode;
@@ -17,4 +21,18 @@ export class WaitForTimeoutError extends HarnessError {
   override readonly name = "WaitForTimeoutError";
   readonly code = "HOLDFAST_HARNESS_WAIT_TIMEOUT";
   readonly retryable = false;
+}
+
+/** No Python 3.11+ or no apt-get/dpkg here, so httpx cannot be provided; tests that need it should skip. */
+export class PythonUnavailableError extends HarnessError {
+  override readonly name = "PythonUnavailableError";
+  readonly code = "HOLDFAST_HARNESS_PYTHON_UNSUPPORTED";
+  readonly retryable = false;
+}
+
+/** Fetching, unpacking or importing the Debian httpx packages failed; usually the mirror, so retry. */
+export class PythonHttpxInstallError extends HarnessError {
+  override readonly name = "PythonHttpxInstallError";
+  readonly code = "HOLDFAST_HARNESS_PYTHON_INSTALL_FAILED";
+  readonly retryable = true;
 }

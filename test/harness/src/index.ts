@@ -1,12 +1,24 @@
+export { type ClusterNode, type NatsCluster, type StartClusterOptions, startCluster } from "./cluster.js";
 export { NATS_URL_KEY } from "./context.js";
 export {
   HarnessError,
   type HarnessErrorCode,
   NatsUrlUnavailableError,
+  PythonHttpxInstallError,
+  PythonUnavailableError,
   WaitForTimeoutError,
 } from "./errors.js";
 export { uniqueNamespace } from "./namespace.js";
 export { type LaunchNatsServerOptions, launchNatsServer, natsUrl } from "./nats.js";
 export { freePort } from "./port.js";
+export {
+  defaultPythonToolsDir,
+  type EnsurePythonHttpxOptions,
+  ensurePythonHttpx,
+  MIN_PYTHON_VERSION,
+  PYTHON_HTTPX_SUITE,
+  type PythonHttpx,
+  resolvePythonPackages,
+} from "./python.js";
 export { makeTempDir, type TempDir } from "./temp.js";
 export { type WaitForOptions, waitFor } from "./wait.js";
