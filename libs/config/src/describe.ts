@@ -30,7 +30,11 @@ export const describeConfig = (): ConfigKeyDescription[] => {
     entries.push({ key, env, default: defaultValue, description: description ?? "" });
     // A record's entries all share one shape, described once under a placeholder name.
     if (inner instanceof z.ZodRecord) {
-      walk(inner.def.valueType as z.ZodType, [...path, PLACEHOLDER[path.at(-1) ?? ""] ?? "<name>"], undefined);
+      walk(
+        inner.def.valueType as z.ZodType,
+        [...path, PLACEHOLDER[path.at(-1) ?? ""] ?? "<name>"],
+        undefined,
+      );
     }
   };
   walk(configSchema, [], configSchema.parse({}));

@@ -53,6 +53,7 @@ describe("loadConfig", () => {
           upstream_timeout_ms: 600_000,
           heartbeat_ms: 10_000,
           outcome_defer_ms: 2,
+          upstream_connections: 0,
         },
         nats: { host: "127.0.0.1", port: 0, prefix: "hf", replicas: 1 },
         clickhouse: { database: "holdfast", username: "default", password: "", reader_password: "" },

@@ -180,6 +180,11 @@ export const configSchema = z
             .describe(
               "How long the gateway waits for the provider before failing the step, in milliseconds.",
             ),
+          upstream_connections: integer(0, 1_000_000)
+            .default(0)
+            .describe(
+              "Most connections the gateway opens to one provider origin (calls beyond wait for one); 0 for no limit. Mind the process's open-files limit.",
+            ),
           heartbeat_ms: positiveInteger()
             .default(10_000)
             .describe(
@@ -414,6 +419,18 @@ export const configSchema = z
           insecure: flag()
             .default(false)
             .describe("Allow the control API off loopback without a token (`--insecure`)."),
+          analytics_url: url("http", "https")
+            .transform((value) => value.replace(/\/+$/, ""))
+            .optional()
+            .describe(
+              "The projector's analytics API, where the control service finds the runs a selector matches; `holdfast up` sets it.",
+            ),
+          url: url("http", "https")
+            .transform((value) => value.replace(/\/+$/, ""))
+            .optional()
+            .describe(
+              "Where the CLI reaches the control REST API; unset, the running stack's (holdfast.json), else http://control.host:control.port.",
+            ),
         },
         mapping,
       )

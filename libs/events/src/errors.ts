@@ -43,3 +43,18 @@ export class RunStoppedError extends EventsError {
     super(`run ${JSON.stringify(runId)} is stopped`);
   }
 }
+
+/**
+ * A call cannot start yet: with what the run's calls in flight have reserved, it would
+ * take the run past its cost limit, which only their outcomes can say it will not. The
+ * caller waits for one of them to finish and asks again; a run with nothing in flight is
+ * never busy (its next call is the one that may cross the limit).
+ */
+export class RunBusyError extends EventsError {
+  override readonly name = "RunBusyError";
+  readonly code = "HOLDFAST_RUN_BUSY";
+  readonly retryable = true;
+  constructor(readonly runId: string) {
+    super(`run ${JSON.stringify(runId)} must finish a call in flight before this one can start`);
+  }
+}

@@ -48,6 +48,7 @@ export {
   EventDecodeError,
   EventsError,
   InvalidRunIdError,
+  RunBusyError,
   RunHeldError,
   RunStoppedError,
 } from "./errors.js";

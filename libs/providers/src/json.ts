@@ -39,3 +39,8 @@ export function parseObject(text: string): Record<string, unknown> | undefined {
   }
   return isRecord(value) ? value : undefined;
 }
+
+/** A positive integer, or undefined for anything else. */
+export function positiveInt(value: unknown): number | undefined {
+  return typeof value === "number" && Number.isInteger(value) && value > 0 ? value : undefined;
+}

@@ -19,6 +19,8 @@ export interface RequestView {
   readonly firstMessage: string;
   /** The earlier response this request continues (Responses' `previous_response_id`). */
   readonly previousResponseId: string | undefined;
+  /** The most output the request allows (max_tokens and its kin); undefined when it sets none. */
+  readonly maxOutputTokens: number | undefined;
 }
 
 /** Why a request was refused, ready for the shape's error body with `param`. */

@@ -88,3 +88,12 @@ export class ShuttingDownError extends GatewayError {
     super("This Holdfast gateway is shutting down; retry on another or in a moment.");
   }
 }
+
+/** The budget service could not be reached to cover a call of a budgeted run: not sent; retry. */
+export class BudgetUnavailableError extends GatewayError {
+  override readonly name = "BudgetUnavailableError";
+  readonly code = "holdfast_budget_unavailable";
+  readonly status = 503;
+  readonly type = "server_error";
+  readonly retryable = true;
+}

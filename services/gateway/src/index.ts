@@ -1,6 +1,7 @@
 export { buildApp, type GatewayAppDeps } from "./app.js";
 export { GatewayError } from "./errors.js";
 export {
+  type AfterOutcome,
   type BeforeDeliver,
   type BeforeForward,
   type Call,

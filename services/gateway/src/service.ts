@@ -9,10 +9,18 @@ import {
   type RunCommand,
   type RunState,
 } from "@holdfast/events";
+import { connect } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
+import {
+  type AcquireRequest,
+  type AcquireResponse,
+  BudgetClient,
+  type ReleaseRequest,
+} from "@holdfast/proto";
 import { createPricer } from "@holdfast/providers";
 import { fleetAggregate, HeldRuns, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
 import { buildApp } from "./app.js";
+import { budgetFeature } from "./budget/feature.js";
 import { Admission } from "./hold/admission.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
@@ -111,6 +119,7 @@ export async function startGateway(
     upstream: config.gateway.upstream,
     byShape: config.gateway.upstreams,
     timeoutMs: config.gateway.upstream_timeout_ms,
+    connections: config.gateway.upstream_connections,
   });
   const rules = {
     headers: config.identification.headers,
@@ -120,6 +129,10 @@ export async function startGateway(
     tagFields: config.identification.tag_fields,
     tenantHeaders: config.identification.tenant_headers,
   };
+  // Budgets across runs, when any is configured, through the budget service's leases.
+  const budgetKeys = Object.keys(config.budgets);
+  const budgets =
+    budgetKeys.length === 0 ? undefined : budgetFeatureFor(config, gatewayId, ledger, clock, budgetKeys);
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
@@ -138,7 +151,7 @@ export async function startGateway(
       runs_cached: ledger.cachedCount,
       runs_held: held.count,
     }),
-    features: options.features,
+    features: [...(budgets === undefined ? [] : [budgets.feature]), ...(options.features ?? [])],
   });
   await app.listen({ host: config.gateway.host, port: config.gateway.port });
   const address = app.server.address();
@@ -152,6 +165,7 @@ export async function startGateway(
       shutdown.abort();
       await reaper.stop();
       await app.close();
+      await budgets?.close();
       await ledger.drain();
       await fleet.drain();
       await follower.stop();
@@ -162,4 +176,44 @@ export async function startGateway(
       await bus.close();
     },
   };
+}
+
+function budgetFeatureFor(
+  config: Config,
+  gateway: string,
+  ledger: Ledger<RunState, RunCommand>,
+  clock: () => number,
+  keys: string[],
+) {
+  if (config.budget.url === undefined) {
+    throw new Error(
+      "budgets are configured but budget.url is not set: the gateway needs the budget service (holdfast up starts one and sets it)",
+    );
+  }
+  const client = connect(BudgetClient, { address: config.budget.url, deadlineMs: 5_000 });
+  const acquire = (request: AcquireRequest) =>
+    new Promise<AcquireResponse>((resolve, reject) => {
+      client.acquire(request, (error, response) => (error === null ? resolve(response) : reject(error)));
+    });
+  const release = (request: ReleaseRequest) =>
+    new Promise<void>((resolve, reject) => {
+      client.release(request, (error) => (error === null ? resolve() : reject(error)));
+    });
+  return budgetFeature({
+    api: {
+      acquire,
+      release: async (leaseId, reportedNanoUsd) => {
+        await release({ leaseId, reportedNanoUsd });
+      },
+    },
+    keysFor: (tag) => {
+      const found: string[] = [];
+      if (tag !== "" && tag !== "*" && keys.includes(tag)) found.push(tag);
+      if (keys.includes("*")) found.push("*");
+      return found;
+    },
+    ledger,
+    gateway,
+    clock,
+  });
 }

@@ -83,6 +83,7 @@ export async function call(runId: string, step: number, at?: number) {
         estimatedInputTokens: 10,
         promptHash: "",
         reservedNanoUsd: 0,
+        budgetLeases: [],
       },
     },
     at,

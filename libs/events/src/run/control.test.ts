@@ -1,7 +1,7 @@
 import { ActorKind, Api, LimitKind, RunAction, UnparkReason } from "@holdfast/proto";
 import { describe, expect, it } from "vitest";
 import type { EventPayload } from "../envelope.js";
-import { RunHeldError, RunStoppedError } from "../errors.js";
+import { RunBusyError, RunHeldError, RunStoppedError } from "../errors.js";
 import { emptySelector, type HoldRule } from "../fleet/rules.js";
 import { type ConfiguredLimits, decide, NO_LIMITS } from "./decide.js";
 import { complete, given, history, NOW, observed, RUN, start, started } from "./spec.fixture.js";
@@ -50,14 +50,9 @@ describe("limits, checked before a call starts", () => {
       });
   });
 
-  it("counts what calls in flight reserved against max_cost, and names the step that crossed it", () => {
-    // 600 spent by s1, 500 reserved by s2 in flight (start()'s default reservation is 100).
-    const { state } = given(started("s1"), completedStep("s1", 600), {
-      $case: "stepStarted",
-      value: { ...(started("s2").value as object), reservedNanoUsd: 500 } as never,
-    });
-    const [decision] = decide(start("s3", { limits: limits({ maxCostNanoUsd: 1_100 }) }), state, NOW);
-    expect(decision).toMatchObject({
+  it("trips max_cost on what the window's calls cost, and names the step that crossed it", () => {
+    const { state } = given(started("s1"), completedStep("s1", 1_100));
+    expect(decide(start("s2", { limits: limits({ maxCostNanoUsd: 1_100 }) }), state, NOW)[0]).toMatchObject({
       $case: "runTripped",
       value: {
         trip: {
@@ -68,10 +63,29 @@ describe("limits, checked before a call starts", () => {
         },
       },
     });
-    // Under the limit by a nano-dollar, the call starts.
-    expect(decide(start("s3", { limits: limits({ maxCostNanoUsd: 1_101 }) }), state, NOW)[0]?.$case).toBe(
+    // Under it by a nano-dollar, with nothing in flight, the call starts: it may be the one that crosses.
+    expect(decide(start("s2", { limits: limits({ maxCostNanoUsd: 1_101 }) }), state, NOW)[0]?.$case).toBe(
       "stepStarted",
     );
+  });
+
+  it("near max_cost, makes a call wait while calls in flight have reserved what is left, never trips on it", () => {
+    // 600 spent by s1, 500 reserved by s2 in flight; s3 reserves 100 (start()'s default).
+    const { state } = given(started("s1"), completedStep("s1", 600), {
+      $case: "stepStarted",
+      value: { ...(started("s2").value as object), reservedNanoUsd: 500 } as never,
+    });
+    expect(() => decide(start("s3", { limits: limits({ maxCostNanoUsd: 1_150 }) }), state, NOW)).toThrow(
+      RunBusyError,
+    );
+    expect(decide(start("s3", { limits: limits({ maxCostNanoUsd: 1_200 }) }), state, NOW)[0]?.$case).toBe(
+      "stepStarted",
+    );
+    // Once s2 has finished, s3 may start (and be the one that crosses).
+    const after = given(started("s1"), completedStep("s1", 600), started("s2"), completedStep("s2", 500));
+    expect(
+      decide(start("s3", { limits: limits({ maxCostNanoUsd: 1_150 }) }), after.state, NOW)[0]?.$case,
+    ).toBe("stepStarted");
   });
 
   it("stops rather than holds when on_trip says stop", () => {

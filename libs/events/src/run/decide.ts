@@ -17,7 +17,7 @@ import {
   type WindowLimits,
 } from "@holdfast/proto";
 import type { EventPayload } from "../envelope.js";
-import { RunHeldError, RunStoppedError } from "../errors.js";
+import { RunBusyError, RunHeldError, RunStoppedError } from "../errors.js";
 import { type HoldRule, rulesHolding } from "../fleet/rules.js";
 import { type RunState, RunStatus, reservedNanoUsd, tokensInLastMinute } from "./state.js";
 
@@ -59,6 +59,8 @@ export interface StartStep {
   readonly promptHash: string;
   /** Cost reserved against the run's limits while the call is in flight. */
   readonly reservedNanoUsd: number;
+  /** The budget leases the reservation was taken from. */
+  readonly budgetLeases: readonly string[];
   /** The run's tag as this call names it (a standing rule may select on it). */
   readonly tag: string;
   readonly limits: ConfiguredLimits;
@@ -172,7 +174,8 @@ export type RunCommand =
  * appends nothing, so a retry long after the log's dedupe window adds no second outcome.
  *
  * A call cannot start on a held run (RunHeldError: park it) or a stopped one
- * (RunStoppedError: refuse it). A start that a standing rule or a crossed limit stops
+ * (RunStoppedError: refuse it), nor, near the run's cost limit, while calls in flight
+ * could take it past the limit (RunBusyError: wait for one of them to finish). A start that a standing rule or a crossed limit stops
  * decides a RunHeld or RunTripped instead of the StepStarted: the run is then held (or
  * stopped), and the caller parks the call (or refuses it).
  */
@@ -324,6 +327,7 @@ function decideStart(command: StartStep, state: RunState, nowMs: number): EventP
   if (trip !== undefined) {
     return [{ $case: "runTripped", value: { trip, action: actionOf(command.limits.onTrip) } }];
   }
+  if (wouldCrowdCostLimit(command, state)) throw new RunBusyError(state.runId);
 
   return [
     {
@@ -341,6 +345,7 @@ function decideStart(command: StartStep, state: RunState, nowMs: number): EventP
         estimatedInputTokens: command.estimatedInputTokens,
         promptHash: command.promptHash,
         reservedNanoUsd: command.reservedNanoUsd,
+        budgetLeases: [...command.budgetLeases],
       },
     },
   ];
@@ -360,9 +365,8 @@ export function windowLimits(configured: ConfiguredLimits, state: RunState): Con
 }
 
 /**
- * The limit this call would find crossed, if any. Cost counts what the window's finished
- * steps cost plus what the calls in flight reserved: a run can overshoot its limit only
- * by what its calls in flight cost beyond their reservations.
+ * The limit this call would find crossed, if any: what the window's finished steps cost
+ * (cost), its steps, its minutes, the last minute's tokens.
  */
 export function limitCrossed(command: StartStep, state: RunState, nowMs: number): Trip | undefined {
   const limits = windowLimits(command.limits, state);
@@ -379,14 +383,11 @@ export function limitCrossed(command: StartStep, state: RunState, nowMs: number)
   if (limits.maxSteps > 0 && window.steps >= limits.maxSteps) {
     return trip(LimitKind.LIMIT_KIND_STEPS, limits.maxSteps, window.steps);
   }
-  if (limits.maxCostNanoUsd > 0) {
-    const spent = window.costNanoUsd + reservedNanoUsd(state);
-    if (spent >= limits.maxCostNanoUsd) {
-      return {
-        ...trip(LimitKind.LIMIT_KIND_COST, limits.maxCostNanoUsd, spent),
-        crossedByStepId: window.lastFinishedStepId,
-      };
-    }
+  if (limits.maxCostNanoUsd > 0 && window.costNanoUsd >= limits.maxCostNanoUsd) {
+    return {
+      ...trip(LimitKind.LIMIT_KIND_COST, limits.maxCostNanoUsd, window.costNanoUsd),
+      crossedByStepId: window.lastFinishedStepId,
+    };
   }
   if (limits.maxMinutes > 0) {
     const elapsed = nowMs - window.startedMs;
@@ -401,6 +402,18 @@ export function limitCrossed(command: StartStep, state: RunState, nowMs: number)
     }
   }
   return undefined;
+}
+
+/**
+ * Near its cost limit, a run's calls start one at a time: while calls in flight, with
+ * this one, have reserved more than is left, this one waits for them (RunBusyError). So
+ * a run never trips on what it might spend, only on what it did, and it crosses its limit
+ * by at most one call: the last one, started with nothing else in flight.
+ */
+function wouldCrowdCostLimit(command: StartStep, state: RunState): boolean {
+  const limits = windowLimits(command.limits, state);
+  if (limits.maxCostNanoUsd <= 0 || state.open.size === 0) return false;
+  return state.window.costNanoUsd + reservedNanoUsd(state) + command.reservedNanoUsd > limits.maxCostNanoUsd;
 }
 
 function actionOf(action: "hold" | "stop"): RunAction {

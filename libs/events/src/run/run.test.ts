@@ -40,6 +40,7 @@ describe("StartStep", () => {
           estimatedInputTokens: 12,
           promptHash: "abc123",
           reservedNanoUsd: 100,
+          budgetLeases: [],
         },
       });
   });

@@ -64,6 +64,7 @@ export function start(stepId: string, overrides: Partial<StartStep> = {}): Start
     estimatedInputTokens: 12,
     promptHash: "abc123",
     reservedNanoUsd: 100,
+    budgetLeases: [],
     tag: "t",
     limits: NO_LIMITS,
     rules: [],

@@ -30,6 +30,7 @@ describe("readAnthropicRequest", () => {
         systemPrompt: "You are terse.\nUse tools.",
         firstMessage: "What's the weather in Paris?",
         previousResponseId: undefined,
+        maxOutputTokens: 1024,
         metadata: { user_id: "user-7f3a" },
       },
     });
@@ -51,6 +52,7 @@ describe("readAnthropicRequest", () => {
         systemPrompt: "Be brief.",
         firstMessage: "Hi",
         previousResponseId: undefined,
+        maxOutputTokens: 256,
         metadata: undefined,
       },
     });

@@ -1,5 +1,5 @@
 import { contentText } from "../content.js";
-import { isRecord } from "../json.js";
+import { isRecord, positiveInt } from "../json.js";
 import type { RequestRead, RequestView } from "../shape.js";
 
 /** What the gateway needs to know about an Anthropic Messages request before forwarding it. */
@@ -76,6 +76,7 @@ export function readAnthropicRequest(body: unknown): AnthropicRequestResult {
       systemPrompt: systemTexts.join("\n\n"),
       firstMessage: firstMessage ?? "",
       previousResponseId: undefined,
+      maxOutputTokens: positiveInt(body.max_tokens),
       metadata: isRecord(metadata) ? metadata : undefined,
     },
   };

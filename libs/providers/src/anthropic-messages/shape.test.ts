@@ -37,6 +37,7 @@ describe("anthropicMessagesShape", () => {
       systemPrompt: "",
       firstMessage: "",
       previousResponseId: undefined,
+      maxOutputTokens: undefined,
     });
     for (const event of new SseParser().push(text)) meter.observe(event);
     expect(readProviderError(200, meter.errorEvent ?? "", [])).toEqual({

@@ -1,5 +1,5 @@
 import { contentText } from "../content.js";
-import { isRecord } from "../json.js";
+import { isRecord, positiveInt } from "../json.js";
 import type { RequestRead, RequestView } from "../shape.js";
 
 /** What the gateway needs to know about a Chat Completions request before forwarding it. */
@@ -76,6 +76,7 @@ export function readChatRequest(body: unknown): ChatRequestResult {
       firstMessage: firstMessage ?? "",
       metadata: isRecord(metadata) ? metadata : undefined,
       previousResponseId: undefined,
+      maxOutputTokens: positiveInt(body.max_completion_tokens) ?? positiveInt(body.max_tokens),
     },
   };
 }

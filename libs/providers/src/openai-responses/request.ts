@@ -1,5 +1,5 @@
 import { contentText } from "../content.js";
-import { isRecord, nonEmptyString } from "../json.js";
+import { isRecord, nonEmptyString, positiveInt } from "../json.js";
 import type { RequestRead, RequestView } from "../shape.js";
 
 /** What the gateway needs to know about a Responses API request before forwarding it. */
@@ -92,6 +92,7 @@ export function readResponsesRequest(body: unknown): ResponsesRequestResult {
       systemPrompt: system.join("\n\n"),
       firstMessage: firstMessage ?? "",
       previousResponseId: nonEmptyString(previous),
+      maxOutputTokens: positiveInt(body.max_output_tokens),
       metadata: isRecord(metadata) ? metadata : undefined,
     },
   };

@@ -52,6 +52,7 @@ describe("openAIResponsesShape", () => {
       systemPrompt: "",
       firstMessage: "",
       previousResponseId: undefined,
+      maxOutputTokens: undefined,
     });
     const text = openAIResponsesShape.streamErrorEvent("Run stopped.", {
       type: "suspended",

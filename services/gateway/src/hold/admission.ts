@@ -5,7 +5,6 @@ import {
   type FleetCommand,
   type FleetState,
   type HoldRule,
-  type RunCommand,
   type RunState,
   RunStatus,
   reservedNanoUsd,
@@ -13,11 +12,11 @@ import {
   tokensInLastMinute,
   windowLimits,
 } from "@holdfast/events";
-import type { Pricer } from "@holdfast/providers";
+import type { Pricer, RequestView } from "@holdfast/providers";
 import type { HeldRuns, Ledger, RunLabels } from "@holdfast/runs";
 import type { Call } from "../pipeline/hooks.js";
 import type { Upstream } from "../upstream/upstream.js";
-import { type ParkingOptions, park, type Unparked } from "./park.js";
+import { type ParkingOptions, park, type Unparked, waitForRoom } from "./park.js";
 
 export interface AdmissionOptions extends ParkingOptions {
   fleet: Ledger<FleetState, FleetCommand>;
@@ -76,6 +75,11 @@ export class Admission {
     return park(call, labels, this.options);
   }
 
+  /** Waits for a call of the run in flight to finish (the run is busy near its cost limit). */
+  waitForRoom(call: Call): Promise<"ready" | "client_gone" | "shutdown"> {
+    return waitForRoom(call, this.options);
+  }
+
   /** The standing hold rules in force, for the decider. */
   rules(): HoldRule[] {
     const fleet = this.options.fleet.cached(FLEET);
@@ -101,17 +105,20 @@ export class Admission {
   }
 
   /**
-   * What this call reserves against the run's cost limit while in flight: its input
-   * estimated from the request and the run's average output so far, priced.
+   * What a call reserves against the run's cost limit and its budgets while in flight: its
+   * input estimated from the request, and its output as the run's average so far (or the
+   * request's own max_tokens, or 512 tokens for a run's first call), never more than the
+   * request allows, priced.
    */
-  reserve(call: Call, upstream: Upstream, estimatedInputTokens: number): number {
-    const state = this.options.ledger.cached(call.run.runId);
-    const outputTokens =
+  reserve(runId: string, view: RequestView, upstream: Upstream, estimatedInputTokens: number): number {
+    const state = this.options.ledger.cached(runId);
+    const usual =
       state !== undefined && state.completed > 0
         ? Math.round(state.totals.outputTokens / state.completed)
-        : FIRST_CALL_OUTPUT_TOKENS;
+        : (view.maxOutputTokens ?? FIRST_CALL_OUTPUT_TOKENS);
+    const outputTokens = Math.min(usual, view.maxOutputTokens ?? usual);
     const price = this.options.pricer.price({
-      model: call.view.model,
+      model: view.model,
       provider: upstream.provider,
       usage: {
         reported: true,

@@ -121,7 +121,10 @@ function released(
 }
 
 /** Keeps the waiting client from timing out; returns the function that stops it. */
-function startKeepalive(call: Call, options: ParkingOptions): () => void {
+function startKeepalive(
+  call: Call,
+  options: Pick<ParkingOptions, "keepaliveMs" | "keepalive1xx">,
+): () => void {
   const { writer } = call;
   if (call.view.stream) {
     // The stream's status line goes out now: a held streaming call is a 200 whatever the
@@ -135,4 +138,46 @@ function startKeepalive(call: Call, options: ParkingOptions): () => void {
   if (interim === undefined) return () => {};
   const timer = setInterval(() => writer.interim(interim), options.keepaliveMs);
   return () => clearInterval(timer);
+}
+
+/**
+ * Waits, without holding the run, until one of its calls in flight has finished (near its
+ * cost limit the run's calls start one at a time), the client leaves, or the gateway shuts
+ * down; the waiting client gets the same keepalives as a parked one.
+ */
+export async function waitForRoom(
+  call: Call,
+  options: Pick<ParkingOptions, "ledger" | "keepaliveMs" | "keepalive1xx" | "shutdown">,
+): Promise<"ready" | "client_gone" | "shutdown"> {
+  const keepalive = startKeepalive(call, options);
+  try {
+    return await new Promise((resolve) => {
+      const before = options.ledger.cached(call.run.runId);
+      let done = false;
+      const settle = (how: "ready" | "client_gone" | "shutdown") => {
+        if (done) return;
+        done = true;
+        unsubscribe();
+        call.clientGone.removeEventListener("abort", gone);
+        options.shutdown.removeEventListener("abort", closing);
+        resolve(how);
+      };
+      const check = (state: RunState) => {
+        if (before === undefined || state.open.size < before.open.size || state.status !== before.status) {
+          settle("ready");
+        }
+      };
+      const gone = () => settle("client_gone");
+      const closing = () => settle("shutdown");
+      const unsubscribe = options.ledger.subscribe(call.run.runId, check);
+      call.clientGone.addEventListener("abort", gone, { once: true });
+      options.shutdown.addEventListener("abort", closing, { once: true });
+      if (call.clientGone.aborted) return gone();
+      if (options.shutdown.aborted) return closing();
+      const now = options.ledger.cached(call.run.runId);
+      if (now !== undefined && now !== before) check(now);
+    });
+  } finally {
+    keepalive();
+  }
 }

@@ -3,6 +3,7 @@ import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import {
   apiFromName,
   FailureReason,
+  RunBusyError,
   type RunCommand,
   RunHeldError,
   type RunState,
@@ -110,6 +111,8 @@ export async function handleCall(
   const run = await deps.resolveRun(new RequestHeaders(request.raw.rawHeaders), body, view);
   // The credentials of this call, kept out of everything recorded about it.
   const secrets = credentialsOf(request.headers);
+  const upstream = deps.upstreams.forShape(shape);
+  const estimatedInputTokens = Math.ceil(raw.length / CHARS_PER_TOKEN);
   const call: Call = {
     shape,
     api: apiFromName(shape.name),
@@ -119,9 +122,11 @@ export async function handleCall(
     request,
     writer: new ResponseWriter(reply.raw),
     clientGone: clientGone.signal,
+    estimatedInputTokens,
+    reservedNanoUsd: deps.admission.reserve(run.runId, view, upstream, estimatedInputTokens),
+    budgetLeases: [],
   };
   const labels: RunLabels = { tag: run.tag, tenant: run.tenant };
-  const upstream = deps.upstreams.forShape(shape);
   const upstreamBody = upstreamBodyOf(shape, body, view, raw);
   // From here the gateway writes the answer itself (a held call gets keepalives before
   // anything else), so every error is answered here too, in the call's API's shape.
@@ -143,6 +148,7 @@ export async function handleCall(
         outcomeCommand(call, ending, latencyMs, firstByteMs, upstream, deps.pricer),
         secrets,
       );
+      hooks.outcome(call, command.outcome.cost);
       deps.ledger
         .executeDurably(run.runId, labels, command)
         .catch((error: unknown) => deps.onRecordError(error, run.runId));
@@ -221,7 +227,7 @@ export async function handleCall(
      */
     async function forward(): Promise<Dispatcher.ResponseData | undefined> {
       for (;;) {
-        const admitted = await admit(call, hooks, deps, labels, upstream, raw.length, secrets);
+        const admitted = await admit(call, hooks, deps, labels, upstream, secrets);
         if (admitted === undefined) return undefined;
         // This attempt's upstream call: aborted when the client leaves, or when the log
         // turns out not to have started the step (the run was held meanwhile).
@@ -262,11 +268,12 @@ export async function handleCall(
           if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, view.model));
           return void failUnreachable(call, upstreamError, record);
         }
-        // The run was held (or stopped) after all: whatever the provider began is dropped,
-        // and the call goes back to admission, which parks it.
+        // The run was held, stopped or busy after all: whatever the provider began is
+        // dropped, and the call goes back to admission (which parks it), or waits its turn.
         answered?.body.destroy();
         if (result === "stopped") return refuseStopped(call);
         if (call.clientGone.aborted) return undefined;
+        if (result === "busy" && !(await roomMade(call, deps))) return undefined;
       }
     }
   }
@@ -279,8 +286,11 @@ function toGatewayError(error: unknown, call: Call): GatewayError {
   return new InternalGatewayError("Holdfast failed while handling this call.", { cause: error });
 }
 
-/** What became of a step's start: the log started it, or found the run held or stopped. */
-type StartResult = "started" | "held" | "stopped";
+/**
+ * What became of a step's start: the log started it, found the run held or stopped, or
+ * found it busy (near its cost limit, calls in flight must finish first).
+ */
+type StartResult = "started" | "held" | "stopped" | "busy";
 
 /**
  * Lets a call in: decides before forward, parks it while the run is held (any number of
@@ -295,7 +305,6 @@ async function admit(
   deps: PipelineDeps,
   labels: RunLabels,
   upstream: Upstream,
-  bodyBytes: number,
   secrets: readonly string[],
 ): Promise<{ started: Promise<StartResult> } | undefined> {
   for (;;) {
@@ -322,13 +331,17 @@ async function admit(
       continue;
     }
     if (!deps.logConnected()) throw logUnavailable();
-    const command = startCommand(call, upstream, deps, labels, bodyBytes, secrets);
+    const command = startCommand(call, upstream, deps, labels, secrets);
     const started = startResult(deps.ledger.execute(call.run.runId, labels, command));
     // A near limit, a matching standing rule, or a hook's say: no forwarding on a guess.
     if (gate === "confirm" || verdict.kind === "confirm") {
       const result = await started;
       if (result === "stopped") return refuseStopped(call);
       if (result === "held") continue;
+      if (result === "busy") {
+        if (!(await roomMade(call, deps))) return undefined;
+        continue;
+      }
     }
     return { started };
   }
@@ -350,9 +363,21 @@ function startResult(execution: Promise<Executed<RunState>>): Promise<StartResul
     (error: unknown) => {
       if (error instanceof RunHeldError) return "held";
       if (error instanceof RunStoppedError) return "stopped";
+      if (error instanceof RunBusyError) return "busy";
       throw logUnavailable(error);
     },
   );
+}
+
+/**
+ * Waits for the run to make room (a call in flight finished); false when the call is
+ * answered meanwhile (the client left, or the gateway is shutting down).
+ */
+async function roomMade(call: Call, deps: PipelineDeps): Promise<boolean> {
+  const how = await deps.admission.waitForRoom(call);
+  if (how === "ready") return true;
+  if (how === "shutdown") answerError(call, new ShuttingDownError());
+  return false;
 }
 
 /** Answers a call of a stopped run with a 409 in its API's shape (or, mid-stream, the stream's error event). */
@@ -542,10 +567,8 @@ function startCommand(
   upstream: Upstream,
   deps: PipelineDeps,
   labels: RunLabels,
-  bodyBytes: number,
   secrets: readonly string[],
 ): StartStep {
-  const estimatedInputTokens = Math.ceil(bodyBytes / CHARS_PER_TOKEN);
   return redactSecretsDeep(
     {
       type: "StartStep",
@@ -557,9 +580,10 @@ function startCommand(
       messageCount: call.view.messageCount,
       upstream: upstream.origin,
       gateway: deps.instanceId,
-      estimatedInputTokens,
+      estimatedInputTokens: call.estimatedInputTokens,
       promptHash: call.run.promptHash,
-      reservedNanoUsd: deps.admission.reserve(call, upstream, estimatedInputTokens),
+      reservedNanoUsd: call.reservedNanoUsd,
+      budgetLeases: [...call.budgetLeases],
       tag: labels.tag,
       limits: deps.admission.limitsFor(labels.tag),
       rules: deps.admission.rules(),

@@ -17,6 +17,12 @@ export interface Call {
   readonly writer: ResponseWriter;
   /** Aborted when the client goes away. */
   readonly clientGone: AbortSignal;
+  /** Input tokens estimated from the request body (about four characters a token). */
+  readonly estimatedInputTokens: number;
+  /** Cost reserved for this call while in flight: its input, and the run's usual output, priced. */
+  readonly reservedNanoUsd: number;
+  /** Budget leases this call's reservation was taken from (a budget feature fills it). */
+  readonly budgetLeases: string[];
 }
 
 /**
@@ -44,10 +50,17 @@ export type BeforeForward = (call: Call) => Verdict | Promise<Verdict>;
  */
 export type BeforeDeliver = (call: Call, answer: AnswerSummary) => Verdict | Promise<Verdict>;
 
-/** The two decision points of the pipeline, filled by feature plugins. */
+/**
+ * Told what a started step cost once its outcome is known (after the answer, off the
+ * client's path): a budget feature settles its local account with it.
+ */
+export type AfterOutcome = (call: Call, cost: { known: boolean; nanoUsd: number }) => void;
+
+/** The two decision points of the pipeline, filled by feature plugins, and what follows an outcome. */
 export class PipelineHooks {
   readonly beforeForward: BeforeForward[] = [];
   readonly beforeDeliver: BeforeDeliver[] = [];
+  readonly afterOutcome: AfterOutcome[] = [];
 
   async forward(call: Call): Promise<Verdict> {
     let confirm = false;
@@ -57,6 +70,10 @@ export class PipelineHooks {
       else if (verdict.kind !== "continue") return verdict;
     }
     return confirm ? CONFIRM : CONTINUE;
+  }
+
+  outcome(call: Call, cost: { known: boolean; nanoUsd: number }): void {
+    for (const hook of this.afterOutcome) hook(call, cost);
   }
 
   async deliver(call: Call, answer: AnswerSummary): Promise<Verdict> {

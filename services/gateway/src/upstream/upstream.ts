@@ -12,6 +12,8 @@ export interface UpstreamOptions {
   baseUrl: string;
   /** Longest wait for response headers, and longest silence between body chunks. */
   timeoutMs: number;
+  /** Most connections to the origin (0: no limit). */
+  connections?: number;
 }
 
 export interface UpstreamRequest {
@@ -37,6 +39,7 @@ export class Upstream {
     this.provider = providerFromUpstream(options.baseUrl);
     this.basePath = url.pathname.replace(/\/+$/, "");
     this.agent = new Agent({
+      ...(options.connections ? { connections: options.connections } : {}),
       keepAliveTimeout: 30_000,
       headersTimeout: options.timeoutMs,
       bodyTimeout: options.timeoutMs,
@@ -125,6 +128,8 @@ export interface UpstreamsConfig {
   /** A base URL per shape, overriding `upstream`. */
   byShape: Partial<Record<ShapeName, string | undefined>>;
   timeoutMs: number;
+  /** Most connections to one origin (0: no limit). */
+  connections?: number;
 }
 
 /**
@@ -178,7 +183,11 @@ export class Upstreams {
   private pool(baseUrl: string): Upstream {
     let upstream = this.pools.get(baseUrl);
     if (upstream === undefined) {
-      upstream = new Upstream({ baseUrl, timeoutMs: this.config.timeoutMs });
+      upstream = new Upstream({
+        baseUrl,
+        timeoutMs: this.config.timeoutMs,
+        connections: this.config.connections,
+      });
       this.pools.set(baseUrl, upstream);
     }
     return upstream;

@@ -1,0 +1,152 @@
+import { randomUUID } from "node:crypto";
+import { connectBus } from "@holdfast/bus";
+import type { Config } from "@holdfast/config";
+import { decodeEnvelope } from "@holdfast/events";
+import { serve, unary } from "@holdfast/grpc";
+import type { Logger } from "@holdfast/log";
+import {
+  type AcquireRequest,
+  type AcquireResponse,
+  BudgetService,
+  FILE_DESCRIPTOR_SET_BASE64,
+  type ReleaseRequest,
+  type ReleaseResponse,
+} from "@holdfast/proto";
+import { BudgetBook, type BudgetLimit, type Lease } from "./book.js";
+import { BudgetNotReadyError, budgetStatus, InvalidBudgetRequestError } from "./errors.js";
+
+export interface RunningBudget {
+  /** host:port of the gRPC API (holdfast.v1.Budget). */
+  address: string;
+  close(): Promise<void>;
+}
+
+const NANO_PER_USD = 1_000_000_000;
+
+/** The budgets of a configuration, in nano-USD. */
+export function budgetLimits(config: Pick<Config, "budgets">): BudgetLimit[] {
+  return Object.entries(config.budgets).map(([key, budget]) => ({
+    key,
+    dailyNanoUsd: budget.daily_usd === undefined ? undefined : Math.round(budget.daily_usd * NANO_PER_USD),
+    monthlyNanoUsd:
+      budget.monthly_usd === undefined ? undefined : Math.round(budget.monthly_usd * NANO_PER_USD),
+  }));
+}
+
+/**
+ * Wires the budget service from configuration: it folds this month's spend from the log
+ * (a direct read from the month's first event), then follows the log, and leases budget
+ * slices to gateways over gRPC. Leases are kept in the KV bucket `<PREFIX>_BUDGET_LEASES`,
+ * so a restarted service still counts the slices gateways hold. One instance serves a
+ * deployment (the supervisor restarts it; its state is the log's and the bucket's).
+ */
+export async function startBudget(config: Config, log: Logger): Promise<RunningBudget> {
+  if (!config.nats.url) throw new Error("nats.url is not set: the budget service needs a NATS server");
+  const clock = Date.now;
+  const bus = await connectBus({
+    servers: config.nats.url,
+    prefix: config.nats.prefix,
+    name: "holdfast-budget",
+    replicas: config.nats.replicas,
+  });
+  await bus.provision();
+  const book = new BudgetBook(budgetLimits(config));
+  const leases = await bus.keyValue("BUDGET_LEASES");
+  for await (const key of await leases.keys()) {
+    const entry = await leases.get(key);
+    if (entry?.operation === "PUT") book.restore(entry.json<Lease>());
+  }
+
+  // This month's spend so far (from a day before it began: a call started then may finish in it),
+  // then everything after, as it comes.
+  const now = new Date(clock());
+  const monthStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1) - 24 * 3_600_000;
+  const upTo = (await bus.streamState()).lastSeq;
+  const folded = await bus.readSince(monthStart, upTo, ({ envelope }) => book.fold(envelope));
+  let ready = true;
+  const watch = await bus.watch(
+    (event) => {
+      try {
+        book.fold(decodeEnvelope(event.data));
+      } catch (error) {
+        log.error({ err: error, seq: event.streamSequence }, "an event the budget service cannot read");
+      }
+    },
+    { afterSeq: upTo },
+  );
+  watch.onGap(() => {
+    // The follow resumes after the last event it delivered; nothing to rebuild.
+    log.warn("the budget service's follow of the log reconnected");
+  });
+  log.info({ folded, upTo }, "budgets folded from the log");
+
+  const expiry = setInterval(() => {
+    const before = new Set(book.openLeases().map((l) => l.leaseId));
+    book.expire(clock());
+    const open = new Set(book.openLeases().map((l) => l.leaseId));
+    for (const id of before) if (!open.has(id)) void leases.delete(id).catch(() => undefined);
+  }, 1_000);
+  expiry.unref();
+
+  const acquire = async (request: AcquireRequest): Promise<AcquireResponse> => {
+    if (!ready) throw new BudgetNotReadyError("the budget service is still reading the log");
+    if (request.key === "") throw new InvalidBudgetRequestError("a lease needs a budget key (a tag, or *)");
+    if (request.gateway === "")
+      throw new InvalidBudgetRequestError("a lease needs the gateway asking for it");
+    if (request.wantNanoUsd < 0 || request.needNanoUsd < 0) {
+      throw new InvalidBudgetRequestError("want and need must not be negative");
+    }
+    const grant = book.grant({
+      key: request.key,
+      gateway: request.gateway,
+      wantNanoUsd: request.wantNanoUsd,
+      needNanoUsd: request.needNanoUsd,
+      reportedNanoUsd: request.reportedNanoUsd,
+      leaseId: randomUUID(),
+      nowMs: clock(),
+      leaseMs: config.budget.lease_ms,
+    });
+    await leases.put(grant.lease.leaseId, JSON.stringify(grant.lease));
+    if (grant.exhausted !== undefined) {
+      log.info({ key: request.key, gateway: request.gateway, trip: grant.exhausted }, "budget spent");
+    }
+    return {
+      leaseId: grant.lease.leaseId,
+      grantedNanoUsd: grant.lease.grantedNanoUsd,
+      validForMs: config.budget.lease_ms,
+      exhausted: grant.exhausted,
+    };
+  };
+  const release = async (request: ReleaseRequest): Promise<ReleaseResponse> => {
+    book.release(request.leaseId, request.reportedNanoUsd, clock());
+    await leases.delete(request.leaseId).catch(() => undefined);
+    return {};
+  };
+
+  const server = await serve({
+    host: config.budget.host,
+    port: config.budget.port,
+    services: [
+      {
+        definition: BudgetService,
+        implementation: { acquire: unary(acquire, budgetStatus), release: unary(release, budgetStatus) },
+      },
+    ],
+    health: true,
+    reflection: Buffer.from(FILE_DESCRIPTOR_SET_BASE64, "base64"),
+  });
+  log.info(
+    { address: server.address, budgets: budgetLimits(config).map((b) => b.key) },
+    "budget service listening",
+  );
+  return {
+    address: server.address,
+    async close() {
+      ready = false;
+      clearInterval(expiry);
+      await server.close();
+      await watch.stop();
+      await bus.close();
+    },
+  };
+}

@@ -1,0 +1,149 @@
+import type { RunCommand, RunState, Trip } from "@holdfast/events";
+import type { AcquireRequest, AcquireResponse } from "@holdfast/proto";
+import type { Ledger } from "@holdfast/runs";
+import { BudgetUnavailableError } from "../errors.js";
+import { type Call, CONTINUE, type GatewayFeature } from "../pipeline/hooks.js";
+
+/** The budget service as the gateway uses it (gRPC holdfast.v1.Budget). */
+export interface BudgetApi {
+  acquire(request: AcquireRequest): Promise<AcquireResponse>;
+  release(leaseId: string, reportedNanoUsd: number): Promise<void>;
+}
+
+export interface BudgetFeatureOptions {
+  api: BudgetApi;
+  /** The budgets a run with this tag spends from (its tag's, and "*"), as configured. */
+  keysFor: (tag: string) => string[];
+  ledger: Ledger<RunState, RunCommand>;
+  /** This gateway process, as its StepStarted events name it. */
+  gateway: string;
+  clock: () => number;
+}
+
+interface LocalLease {
+  readonly leaseId: string;
+  readonly grantedNanoUsd: number;
+  /** Reservations of calls started under it, settled to their cost once known. */
+  usedNanoUsd: number;
+  readonly validUntilMs: number;
+}
+
+// A slice asks for this many calls' worth at a time: fewer round trips, more held back
+// from other gateways. Near a budget's end the service grants only what is left.
+const CALLS_PER_SLICE = 20;
+// A slice is given up this long before the service would expire it (its clock may run ahead).
+const EXPIRY_MARGIN_MS = 2_000;
+
+/**
+ * Budgets across runs at the gateway: each call's reservation comes out of a slice of
+ * every budget its run spends from, leased from the budget service and spent locally; the
+ * gateway asks again only when a slice runs low or expires. A budget that cannot cover
+ * the call trips the run before the call (held or stopped as `on_trip` says; its figures
+ * are the service's). A run an operator resumed with limits of its own is exempt for that
+ * window. While the budget service cannot be reached, calls that need a new slice are
+ * refused with a retryable 503: a budget is never overspent because its keeper was down.
+ */
+export function budgetFeature(options: BudgetFeatureOptions): {
+  feature: GatewayFeature;
+  close(): Promise<void>;
+} {
+  const leases = new Map<string, LocalLease>();
+  const pending = new Map<string, Promise<LocalLease | Trip>>();
+  const byCall = new WeakMap<Call, LocalLease[]>();
+
+  /** A slice covering `need` on one budget: the current one, or a new one (one request at a time). */
+  const sliceFor = async (key: string, need: number): Promise<LocalLease | Trip> => {
+    for (;;) {
+      const current = leases.get(key);
+      if (current !== undefined && current.validUntilMs > options.clock()) {
+        if (current.grantedNanoUsd - current.usedNanoUsd >= need) return current;
+      }
+      const inFlight = pending.get(key);
+      if (inFlight !== undefined) {
+        await inFlight.catch(() => undefined);
+        continue;
+      }
+      const asking = renew(key, need, current);
+      pending.set(key, asking);
+      try {
+        return await asking;
+      } finally {
+        pending.delete(key);
+      }
+    }
+  };
+
+  const renew = async (
+    key: string,
+    need: number,
+    current: LocalLease | undefined,
+  ): Promise<LocalLease | Trip> => {
+    let answer: AcquireResponse;
+    try {
+      answer = await options.api.acquire({
+        key,
+        gateway: options.gateway,
+        wantNanoUsd: Math.max(need * CALLS_PER_SLICE, need),
+        needNanoUsd: need,
+        reportedNanoUsd: current?.usedNanoUsd ?? 0,
+      });
+    } catch (error) {
+      throw new BudgetUnavailableError(
+        "Holdfast could not reach its budget service to cover this call, so it was not sent. Retry shortly.",
+        { cause: error },
+      );
+    }
+    const lease: LocalLease = {
+      leaseId: answer.leaseId,
+      grantedNanoUsd: answer.grantedNanoUsd,
+      usedNanoUsd: 0,
+      validUntilMs: options.clock() + answer.validForMs - EXPIRY_MARGIN_MS,
+    };
+    leases.set(key, lease);
+    if (answer.exhausted !== undefined && answer.grantedNanoUsd < need) return answer.exhausted;
+    return lease;
+  };
+
+  const feature: GatewayFeature = async (app) => {
+    app.pipeline.beforeForward.push(async (call) => {
+      call.budgetLeases.length = 0;
+      byCall.delete(call);
+      const keys = options.keysFor(call.run.tag || options.ledger.cached(call.run.runId)?.tag || "");
+      if (keys.length === 0) return CONTINUE;
+      // The operator set this window's limits: budgets do not hold it until the next.
+      if (options.ledger.cached(call.run.runId)?.window.overrides === true) return CONTINUE;
+      const need = call.reservedNanoUsd;
+      const taken: LocalLease[] = [];
+      for (const key of keys) {
+        const slice = await sliceFor(key, need);
+        if (!("leaseId" in slice)) {
+          for (const lease of taken) lease.usedNanoUsd -= need;
+          return { kind: "trip", trip: { ...slice, callModel: call.view.model } };
+        }
+        slice.usedNanoUsd += need;
+        taken.push(slice);
+      }
+      byCall.set(call, taken);
+      for (const lease of taken) call.budgetLeases.push(lease.leaseId);
+      return CONTINUE;
+    });
+    // What the call really cost replaces its reservation in the slice it came out of.
+    app.pipeline.afterOutcome.push((call, cost) => {
+      const taken = byCall.get(call);
+      if (taken === undefined) return;
+      byCall.delete(call);
+      const actual = cost.known ? cost.nanoUsd : call.reservedNanoUsd;
+      for (const lease of taken) lease.usedNanoUsd += actual - call.reservedNanoUsd;
+    });
+  };
+
+  return {
+    feature,
+    async close() {
+      await Promise.allSettled(
+        [...leases.values()].map((lease) => options.api.release(lease.leaseId, lease.usedNanoUsd)),
+      );
+      leases.clear();
+    },
+  };
+}
