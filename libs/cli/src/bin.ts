@@ -1,16 +1,25 @@
 #!/usr/bin/env node
 import { ConfigError } from "@holdfast/config";
+import { actionCommand, HOLD_USAGE, RESUME_USAGE, STOP_USAGE } from "./act.js";
 import { CliError } from "./errors.js";
+import { INIT_USAGE, init } from "./init.js";
 import { LS_USAGE, ls } from "./ls.js";
 import { QUERY_USAGE, query } from "./query.js";
+import { LIFT_USAGE, lift, RULES_USAGE, rules } from "./rules.js";
 import { SHOW_USAGE, show } from "./show.js";
 import { UP_USAGE, up } from "./up.js";
 
 const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: string }> = {
+  init: { run: init, usage: INIT_USAGE },
   up: { run: up, usage: UP_USAGE },
   ls: { run: ls, usage: LS_USAGE },
   show: { run: show, usage: SHOW_USAGE },
   query: { run: query, usage: QUERY_USAGE },
+  hold: { run: actionCommand("hold"), usage: HOLD_USAGE },
+  resume: { run: actionCommand("resume"), usage: RESUME_USAGE },
+  stop: { run: actionCommand("stop"), usage: STOP_USAGE },
+  rules: { run: rules, usage: RULES_USAGE },
+  lift: { run: lift, usage: LIFT_USAGE },
 };
 
 const HELP = `holdfast — the control plane between LLM agents and their model providers

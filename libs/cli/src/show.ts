@@ -1,6 +1,12 @@
 import { parseArgs } from "node:util";
 import { connectBus } from "@holdfast/bus";
-import { describeRun, type RunView } from "@holdfast/events";
+import {
+  type ControlView,
+  describeRun,
+  type RunView,
+  type TripView,
+  type WindowLimits,
+} from "@holdfast/events";
 import { COMMON_OPTIONS, configFrom } from "./common.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table, usd } from "./format.js";
@@ -8,7 +14,9 @@ import { natsUrlFor } from "./stack.js";
 
 export const SHOW_USAGE = `holdfast show <run> [--json] [--data-dir DIR] [--config FILE]
 
-Shows one run as folded from its events in JetStream (the projector need not be running).`;
+Shows one run as folded from its events in JetStream (the projector need not be running):
+its steps, why it is held or stopped (the limit and the figures, or who and why), its
+calls parked now, and its trips, holds, resumes and stops in order.`;
 
 export async function show(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON_OPTIONS });
@@ -34,10 +42,11 @@ export async function show(argv: string[]): Promise<void> {
     await bus.close();
   }
   if (values.json) return void console.log(JSON.stringify(state, null, 2));
-  console.log(render(state));
+  console.log(renderRun(state));
 }
 
-function render(s: RunView): string {
+/** A run as `holdfast show` prints it. Pure but for the clock. */
+export function renderRun(s: RunView, now = Date.now()): string {
   const id = s.identifiedBy;
   const how = id
     ? id.source === "fingerprint"
@@ -49,14 +58,17 @@ function render(s: RunView): string {
   const head = [
     `run         ${s.runId}`,
     `status      ${s.status}${s.inFlight > 0 ? ` (${s.inFlight} call${s.inFlight === 1 ? "" : "s"} in flight)` : ""}`,
+    ...holdLines(s, now),
     `tag         ${s.tag || "-"}`,
     `model       ${s.model || "-"}`,
+    `prompt      ${s.promptHash || "-"}`,
     `identified  ${how}`,
     `steps       ${s.steps.length} (${s.completed} completed, ${s.failed} failed)`,
     `tokens      ${s.totals.inputTokens} in (${s.totals.cachedInputTokens} cached, ${s.totals.cacheWriteTokens} written to cache), ${s.totals.outputTokens} out (${s.totals.reasoningTokens} reasoning)`,
     `cost        ${usd(s.totals.costNanoUsd / 1e9, s.totals.unpricedSteps)}${s.totals.unpricedSteps > 0 ? ` (${s.totals.unpricedSteps} step(s) unpriced)` : ""}${s.totals.estimatedSteps > 0 ? ` (${s.totals.estimatedSteps} step(s) estimated: their outcome was lost with a gateway)` : ""}`,
     `first seen  ${s.firstSeenMs ? new Date(s.firstSeenMs).toISOString() : "-"}`,
-    `last seen   ${s.lastSeenMs ? `${new Date(s.lastSeenMs).toISOString()} (${ago(s.lastSeenMs)})` : "-"}`,
+    `last seen   ${s.lastSeenMs ? `${new Date(s.lastSeenMs).toISOString()} (${ago(s.lastSeenMs, now)})` : "-"}`,
+    ...windowLines(s),
   ];
   const steps = table(
     ["STEP", "STATUS", "API", "MODEL", "STREAM", "HTTP", "IN", "CACHED", "OUT", "COST", "LATENCY", "DETAIL"],
@@ -79,5 +91,106 @@ function render(s: RunView): string {
           : step.finishReason,
     ]),
   );
-  return `${head.join("\n")}\n\n${steps}`;
+  const control = s.control.length === 0 ? "" : `\n\n${controlTable(s)}`;
+  return `${head.join("\n")}\n\n${steps}${control}`;
+}
+
+function holdLines(s: RunView, now: number): string[] {
+  const lines: string[] = [];
+  const hold = s.hold;
+  if (hold !== null) {
+    const what = hold.action === "stop" ? "stopped" : "held";
+    const since = `since ${new Date(hold.sinceMs).toISOString()} (${ago(hold.sinceMs, now)})`;
+    const why =
+      hold.kind === "trip" && hold.trip !== null
+        ? `by a limit: ${tripFigures(hold.trip, s)}`
+        : `by ${hold.actor || hold.kind}${hold.ruleId ? `, standing rule ${hold.ruleId}` : ""}${hold.reason ? `: ${hold.reason}` : ""}`;
+    lines.push(`${what.padEnd(12)}${since} ${why}`);
+  }
+  if (s.parked > 0)
+    lines.push(
+      `parked      ${s.parked} call${s.parked === 1 ? "" : "s"} parked, waiting for a resume or a stop`,
+    );
+  return lines;
+}
+
+function windowLines(s: RunView): string[] {
+  const w = s.window;
+  // Only worth a line once the run has been resumed (a new window) or has limits of its own.
+  if (w.limits === null && !s.control.some((c) => c.what === "resumed")) return [];
+  const limits = w.limits === null ? "the configured limits" : `its own limits: ${limitsText(w.limits)}`;
+  return [
+    `window      since ${new Date(w.startedMs).toISOString()}: ${w.steps} step${w.steps === 1 ? "" : "s"}, ${usd(w.costNanoUsd / 1e9)}; ${limits}`,
+  ];
+}
+
+function controlTable(s: RunView): string {
+  return table(
+    ["#", "AT", "WHAT", "BY", "DETAIL"],
+    s.control.map((c) => [c.sequence, new Date(c.atMs).toISOString(), c.what, byOf(c), controlDetail(c, s)]),
+  );
+}
+
+function byOf(c: ControlView): string {
+  if (c.what === "parked" || c.what === "unparked") return c.gateway || "-";
+  return c.actor || "-";
+}
+
+function controlDetail(c: ControlView, s: RunView): string {
+  const parts: string[] = [];
+  switch (c.what) {
+    case "tripped":
+      if (c.trip !== null) parts.push(tripFigures(c.trip, s));
+      parts.push(c.action === "stop" ? "stopped (on_trip: stop)" : "held");
+      break;
+    case "parked":
+      parts.push(`call ${c.parkId}`);
+      break;
+    case "unparked":
+      parts.push(`call ${c.parkId}: ${c.how}`);
+      break;
+    default:
+      if (c.reason) parts.push(`"${c.reason}"`);
+      if (c.selector) parts.push(`selector ${c.selector}`);
+      if (c.ruleId) parts.push(`standing rule ${c.ruleId}`);
+      if (c.limits !== null) parts.push(`new window: ${limitsText(c.limits)}`);
+  }
+  return parts.join("; ") || "-";
+}
+
+/** A trip's limit and what was spent, in the limit's own unit: USD, steps, minutes, tokens. */
+export function tripFigures(trip: TripView, s?: RunView): string {
+  const step = trip.crossedByStepId
+    ? s?.steps.find((candidate) => candidate.stepId === trip.crossedByStepId)?.step
+    : undefined;
+  const crossed = step === undefined ? "" : ` (crossed by step ${step})`;
+  switch (trip.limit) {
+    case "cost":
+      return `cost ${usd(trip.spentValue / 1e9)} of a ${usd(trip.limitValue / 1e9)} limit${crossed}`;
+    case "steps":
+      return `${trip.spentValue} steps of a ${trip.limitValue}-step limit`;
+    case "minutes":
+      return `${minutes(trip.spentValue)} of a ${minutes(trip.limitValue)} window`;
+    case "tokens_per_minute":
+      return `${trip.spentValue} tokens in the last minute, limit ${trip.limitValue} a minute`;
+    case "daily_budget":
+    case "monthly_budget":
+      return `${trip.limit === "daily_budget" ? "daily" : "monthly"} budget ${JSON.stringify(trip.budgetKey)} for ${trip.period}: ${usd(trip.spentValue / 1e9)} of ${usd(trip.limitValue / 1e9)}${crossed}`;
+    default:
+      return `${trip.limit}: ${trip.spentValue} of ${trip.limitValue}`;
+  }
+}
+
+function limitsText(limits: WindowLimits): string {
+  const parts: string[] = [];
+  if (limits.maxSteps > 0) parts.push(`${limits.maxSteps} steps`);
+  if (limits.maxCostNanoUsd > 0) parts.push(usd(limits.maxCostNanoUsd / 1e9));
+  if (limits.maxMinutes > 0) parts.push(`${limits.maxMinutes} min`);
+  if (limits.maxTokensPerMinute > 0) parts.push(`${limits.maxTokensPerMinute} tokens/min`);
+  return parts.length === 0 ? "the configured limits" : parts.join(", ");
+}
+
+function minutes(ms: number): string {
+  const value = ms / 60_000;
+  return `${Number.isInteger(value) ? value : value.toFixed(1)} min`;
 }

@@ -14,6 +14,12 @@ export interface StackFile {
   analyticsUrl: string;
   upstream: string;
   logsDir: string;
+  /** Origin of the control REST API (routes under /holdfast/v1). */
+  controlUrl?: string;
+  /** host:port of the control gRPC API (holdfast.v1.Control). */
+  controlGrpc?: string;
+  /** The config file `up` was started with: where the other commands find the control token. */
+  configFile?: string;
 }
 
 export const stackPath = (dataDir: string) => join(dataDir, "holdfast.json");

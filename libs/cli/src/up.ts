@@ -13,15 +13,21 @@ import {
 import { runDemo } from "./demo.js";
 import { CliError } from "./errors.js";
 import { holdfastCommand } from "./invocation.js";
+import { pointYourAgent } from "./pointing.js";
 import { readStack, removeStack, type StackFile, writeStack } from "./stack.js";
 import { Service } from "./supervisor.js";
 
-export const UP_USAGE = `holdfast up [--port 4141] [--data-dir DIR] [--upstream URL] [--config FILE] [--demo]
+export const UP_USAGE = `holdfast up [--port 4141] [--data-dir DIR] [--upstream URL] [--config FILE] [--demo] [--insecure]
 
 Starts Holdfast on this machine: nats-server (unless nats.url is configured), the
-projector with embedded ClickHouse (unless clickhouse.url is configured) and the gateway.
---demo also starts the built-in fake model provider as the upstream and sends a few
-calls through the gateway, so everything works offline. Ctrl-C stops it all.`;
+projector with embedded ClickHouse (unless clickhouse.url is configured), the budget
+service, the gateway and the control API (REST on control.port 4142, gRPC on control.grpc_port 4143; a port that
+is taken is replaced by a free one, and the banner says so). --demo also starts the
+built-in fake model provider as the upstream and sends a few calls through the gateway,
+so everything works offline. Ctrl-C stops it all.
+
+The control API needs control.token (holdfast init writes one) unless control.host is
+loopback; --insecure (control.insecure) lets it listen elsewhere without one.`;
 
 const START_TIMEOUT_MS = 90_000;
 
@@ -34,6 +40,7 @@ export async function up(argv: string[]): Promise<void> {
       upstream: { type: "string" },
       config: { type: "string" },
       demo: { type: "boolean", default: false },
+      insecure: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
   });
@@ -50,8 +57,14 @@ export async function up(argv: string[]): Promise<void> {
         port: values.port === undefined ? undefined : portFlag(values.port),
         upstream: values.upstream,
       },
+      control: { insecure: values.insecure ? true : undefined },
     },
   });
+  // Refused here, before anything starts, with the control service's own words. (Loaded
+  // here, not at the top: the other commands need none of the service's dependencies.)
+  const { bindingProblem, isLoopback } = await import("@holdfast/control");
+  const unsafe = bindingProblem(config.control);
+  if (unsafe !== undefined) throw new CliError(`The control API will not start: ${unsafe}`, 2);
   const running = readStack(config.data_dir);
   if (running) {
     throw new CliError(
@@ -147,6 +160,23 @@ export async function up(argv: string[]): Promise<void> {
     const analyticsUrl = `http://${loopback(config.projector.host)}:${projectorPort}`;
     await projector.waitHealthy(`${analyticsUrl}/health`, START_TIMEOUT_MS);
 
+    // The budget service leases slices of the daily and monthly budgets to gateways; it
+    // starts with the stack whether or not budgets are configured, so adding one is a
+    // config change and a restart, not a new service to run.
+    const budgetPort = config.budget.port || (await freePort(config.budget.host));
+    const budget = new Service({
+      name: "budget",
+      entry: entryOf("@holdfast/budget/main"),
+      env: { ...env, HOLDFAST_NATS__URL: natsUrl, HOLDFAST_BUDGET__PORT: String(budgetPort) },
+      logsDir,
+      restart: true,
+    });
+    budget.onRestart = (code, signal) => console.error(`budget exited (${code ?? signal}); restarting`);
+    budget.start();
+    started.push(budget);
+    await budget.waitForLine(/budget listening on \S+/, START_TIMEOUT_MS);
+    const budgetUrl = `${loopback(config.budget.host)}:${budgetPort}`;
+
     const gatewayPort = config.gateway.port || (await freePort(config.gateway.host));
     const gateway = new Service({
       name: "gateway",
@@ -156,6 +186,7 @@ export async function up(argv: string[]): Promise<void> {
         HOLDFAST_NATS__URL: natsUrl,
         HOLDFAST_GATEWAY__PORT: String(gatewayPort),
         HOLDFAST_GATEWAY__UPSTREAM: upstream,
+        HOLDFAST_BUDGET__URL: budgetUrl,
       },
       logsDir,
       restart: true,
@@ -169,6 +200,37 @@ export async function up(argv: string[]): Promise<void> {
       START_TIMEOUT_MS,
     );
 
+    const notes: string[] = [];
+    const controlPorts = await Promise.all(
+      (["port", "grpc_port"] as const).map(async (key) => {
+        const wanted = config.control[key];
+        if (wanted === 0 || (await portFree(config.control.host, wanted))) return wanted;
+        notes.push(`control.${key} ${wanted} is in use; the control API took a free port instead.`);
+        return 0;
+      }),
+    );
+    const control = new Service({
+      name: "control",
+      entry: entryOf("@holdfast/control/main"),
+      env: {
+        ...env,
+        HOLDFAST_NATS__URL: natsUrl,
+        HOLDFAST_CONTROL__PORT: String(controlPorts[0]),
+        HOLDFAST_CONTROL__GRPC_PORT: String(controlPorts[1]),
+        HOLDFAST_CONTROL__ANALYTICS_URL: analyticsUrl,
+        ...(values.insecure ? { HOLDFAST_CONTROL__INSECURE: "true" } : {}),
+      },
+      logsDir,
+      restart: true,
+    });
+    control.onRestart = (code, signal) => console.error(`control exited (${code ?? signal}); restarting`);
+    control.start();
+    started.push(control);
+    const [, controlApi, controlGrpc] = await control.waitForLine(
+      /control listening on (http:\/\/\S+)\/holdfast\/v1 grpc (\S+)/,
+      START_TIMEOUT_MS,
+    );
+
     const stack: StackFile = {
       pid: process.pid,
       startedAt: new Date().toISOString(),
@@ -178,9 +240,12 @@ export async function up(argv: string[]): Promise<void> {
       analyticsUrl,
       upstream,
       logsDir,
+      controlUrl: controlApi!,
+      controlGrpc: controlGrpc!,
+      ...(configFile === undefined ? {} : { configFile }),
     };
     writeStack(stack);
-    console.log(banner(stack, config, values.demo));
+    console.log(banner(stack, config, budgetUrl, values.demo, notes, isLoopback(config.control.host)));
     if (values.demo) console.log(await runDemo(gatewayUrl, analyticsUrl));
   } catch (error) {
     await stopAll();
@@ -203,33 +268,45 @@ export async function up(argv: string[]): Promise<void> {
   });
 }
 
-function banner(stack: StackFile, config: Config, demo: boolean): string {
+function banner(
+  stack: StackFile,
+  config: Config,
+  budgetUrl: string,
+  demo: boolean,
+  notes: string[],
+  loopback: boolean,
+): string {
+  const budgets = Object.keys(config.budgets);
   const hf = holdfastCommand();
   const clickhouse = config.clickhouse.url ?? `embedded, ${join(config.data_dir, "clickhouse")}`;
+  const tokens =
+    config.control.token !== undefined
+      ? `control token${config.control.read_token === undefined ? "" : " + read-only token"}`
+      : config.control.read_token !== undefined
+        ? "read-only token only: nobody may change runs"
+        : loopback
+          ? "no token: loopback only"
+          : "no token (--insecure)";
   return `Holdfast is up.
 
   gateway     ${stack.gatewayUrl}  →  ${stack.upstream}${demo ? "  (demo provider)" : ""}
   NATS        ${stack.natsUrl}${config.nats.url ? "" : `  (data: ${join(config.data_dir, "nats")})`}
   analytics   ${stack.analyticsUrl}  (ClickHouse: ${clickhouse})
+  control     ${stack.controlUrl}/holdfast/v1  gRPC ${stack.controlGrpc}  (${tokens})
+  budgets     gRPC ${budgetUrl}  (${budgets.length === 0 ? "none configured" : `budgets for ${budgets.join(", ")}`})
   logs        ${stack.logsDir}
-
+${notes.map((note) => `\n  note: ${note}`).join("")}
 Point your agent at Holdfast by changing one line:
 
-  Python   client = OpenAI(base_url="${stack.gatewayUrl}")
-           client = Anthropic(base_url="${origin(stack.gatewayUrl)}")
-  Node     const client = new OpenAI({ baseURL: "${stack.gatewayUrl}" })
-           const client = new Anthropic({ baseURL: "${origin(stack.gatewayUrl)}" })
-  or set   OPENAI_BASE_URL=${stack.gatewayUrl}  ANTHROPIC_BASE_URL=${origin(stack.gatewayUrl)}
+${pointYourAgent(stack.gatewayUrl)}
 
 Name a run with the header X-Holdfast-Run (or let Holdfast fingerprint it), then look:
   ${hf} ls          ${hf} show <run>          ${hf} query "SELECT count() FROM steps"
+and act on runs (held calls wait; resumed, they go on):
+  ${hf} hold <run>          ${hf} resume <run>          ${hf} stop <run>
+  ${hf} hold --tag T        ${hf} rules                 ${hf} ls --status held
 
 Ctrl-C stops everything.`;
-}
-
-/** The Anthropic SDK's base URL: the gateway's origin (it adds /v1 itself). */
-function origin(url: string): string {
-  return new URL(url).origin;
 }
 
 function portFlag(text: string): number {
@@ -247,6 +324,15 @@ function loopback(host: string): string {
 /** The compiled entry point of a workspace service, e.g. @holdfast/gateway/main. */
 function entryOf(specifier: string): string {
   return fileURLToPath(import.meta.resolve(specifier));
+}
+
+/** Whether nothing listens on `host:port` now (the service binds it a moment later). */
+async function portFree(host: string, port: number): Promise<boolean> {
+  const server = createServer();
+  return new Promise((resolveFree) => {
+    server.once("error", () => resolveFree(false));
+    server.listen({ host, port, exclusive: true }, () => server.close(() => resolveFree(true)));
+  });
 }
 
 async function freePort(host: string): Promise<number> {

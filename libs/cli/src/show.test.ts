@@ -1,0 +1,165 @@
+import {
+  ActorKind,
+  describeRun,
+  type EventPayload,
+  LimitKind,
+  makeEnvelope,
+  RunAction,
+  StepCompleted,
+  StepStarted,
+} from "@holdfast/events";
+import { describe, expect, it } from "vitest";
+import { heldBecause } from "./ls.js";
+import { renderRun, tripFigures } from "./show.js";
+
+const T0 = Date.parse("2026-12-03T10:00:00Z");
+const operator = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "control token" };
+
+function run(payloads: EventPayload[]) {
+  return describeRun(
+    "r1",
+    payloads.map((payload, i) =>
+      makeEnvelope({
+        id: `e${i}`,
+        runId: "r1",
+        sequence: i + 1,
+        timestampMs: T0 + i * 1_000,
+        tag: "prod",
+        payload,
+      }),
+    ),
+  );
+}
+
+const started: EventPayload = {
+  $case: "stepStarted",
+  value: StepStarted.fromPartial({ stepId: "s1", step: 1, model: "gpt-4o", promptHash: "feedbeef" }),
+};
+const completed: EventPayload = {
+  $case: "stepCompleted",
+  value: StepCompleted.fromPartial({
+    outcome: {
+      stepId: "s1",
+      step: 1,
+      model: "gpt-4o",
+      upstreamStatus: 200,
+      cost: { known: true, nanoUsd: 612_300_000 },
+    },
+  }),
+};
+const tripped: EventPayload = {
+  $case: "runTripped",
+  value: {
+    trip: {
+      limit: LimitKind.LIMIT_KIND_COST,
+      limitValue: 500_000_000,
+      spentValue: 612_300_000,
+      budgetKey: "",
+      period: "",
+      crossedByStepId: "s1",
+      callModel: "gpt-4o",
+    },
+    action: RunAction.RUN_ACTION_HOLD,
+  },
+};
+const parked: EventPayload = {
+  $case: "callParked",
+  value: { parkId: "p1", api: 1, model: "gpt-4o", stream: false, gateway: "gw-1#a1" },
+};
+
+describe("holdfast show", () => {
+  it("says a tripped run is held by which limit, with the figures in USD, and its parked calls", () => {
+    const text = renderRun(run([started, completed, tripped, parked]), T0 + 60_000);
+    expect(text).toMatch(/^status {6}held$/m);
+    expect(text).toMatch(
+      /^held {8}since 2026-12-03T10:00:02\.000Z \(58s ago\) by a limit: cost \$0\.6123 of a \$0\.5000 limit \(crossed by step 1\)$/m,
+    );
+    expect(text).toMatch(/^parked {6}1 call parked, waiting for a resume or a stop$/m);
+    expect(text).toMatch(/^prompt {6}feedbeef$/m);
+    expect(text).toMatch(/tripped\s+limit\s+cost \$0\.6123 of a \$0\.5000 limit \(crossed by step 1\); held/);
+    expect(text).toMatch(/parked\s+gw-1#a1\s+call p1/);
+  });
+
+  it("lists holds, resumes and stops in order, with who, why, the selector and a resume's limits", () => {
+    const text = renderRun(
+      run([
+        started,
+        completed,
+        {
+          $case: "runHeld",
+          value: { actor: operator, reason: "looks stuck", selector: undefined, ruleId: "" },
+        },
+        {
+          $case: "runResumed",
+          value: {
+            actor: operator,
+            reason: "fixed",
+            selector: undefined,
+            limits: { maxSteps: 5, maxCostNanoUsd: 250_000_000, maxMinutes: 10, maxTokensPerMinute: 0 },
+            overrides: true,
+          },
+        },
+        {
+          $case: "runStopped",
+          value: {
+            actor: operator,
+            reason: "enough",
+            selector: { runGlob: "", tag: "prod", modelPrefix: "", promptHash: "", status: "", all: false },
+          },
+        },
+      ]),
+      T0 + 10_000,
+    );
+    const control = text.slice(text.indexOf("WHAT"));
+    expect(
+      control
+        .split("\n")
+        .slice(1)
+        .map((line) => line.split(/\s{2,}/)[2]),
+    ).toEqual(["held", "resumed", "stopped"]);
+    expect(control).toMatch(/held\s+operator \(control token\)\s+"looks stuck"/);
+    expect(control).toMatch(
+      /resumed\s+operator \(control token\)\s+"fixed"; new window: 5 steps, \$0\.2500, 10 min/,
+    );
+    expect(control).toMatch(/stopped\s+operator \(control token\)\s+"enough"; selector --tag prod/);
+    expect(text).toMatch(/^stopped {5}since .* by operator \(control token\): enough$/m);
+    expect(text).toMatch(
+      /^window {6}since 2026-12-03T10:00:03\.000Z: 0 steps, \$0\.0000; its own limits: 5 steps, \$0\.2500, 10 min$/m,
+    );
+  });
+
+  it("gives every limit's figures in its own unit", () => {
+    const trip = { budgetKey: "", period: "", crossedByStepId: "" };
+    expect(tripFigures({ ...trip, limit: "steps", limitValue: 10, spentValue: 10 })).toBe(
+      "10 steps of a 10-step limit",
+    );
+    expect(tripFigures({ ...trip, limit: "minutes", limitValue: 1_800_000, spentValue: 1_830_000 })).toBe(
+      "30.5 min of a 30 min window",
+    );
+    expect(tripFigures({ ...trip, limit: "tokens_per_minute", limitValue: 1_000, spentValue: 1_200 })).toBe(
+      "1200 tokens in the last minute, limit 1000 a minute",
+    );
+    expect(
+      tripFigures({
+        ...trip,
+        limit: "daily_budget",
+        limitValue: 50e9,
+        spentValue: 50.1e9,
+        budgetKey: "*",
+        period: "2026-12-03",
+      }),
+    ).toBe('daily budget "*" for 2026-12-03: $50.1000 of $50.0000');
+  });
+});
+
+describe("holdfast ls", () => {
+  it("says why a held or stopped run is, and how many calls wait", () => {
+    expect(heldBecause({ status: "held", hold_reason: "limit: cost", parked_calls: 2 })).toBe(
+      "limit: cost (2 calls parked)",
+    );
+    expect(heldBecause({ status: "stopped", hold_reason: "operator: enough", parked_calls: 0 })).toBe(
+      "operator: enough",
+    );
+    expect(heldBecause({ status: "idle", hold_reason: "", parked_calls: 0 })).toBe("-");
+  });
+});

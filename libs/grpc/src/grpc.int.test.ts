@@ -1,0 +1,141 @@
+import * as grpc from "@grpc/grpc-js";
+import { freePort } from "@holdfast/test-harness";
+import { afterEach, describe, expect, it } from "vitest";
+import { connect } from "./connect.js";
+import { checkHealth } from "./inspect.js";
+import { type GrpcServer, serve } from "./serve.js";
+import { unary } from "./unary.js";
+
+// A one-method service with JSON messages: enough to see what connect() and serve() add.
+const json = {
+  serialize: (value: unknown) => Buffer.from(JSON.stringify(value)),
+  deserialize: (bytes: Buffer) => JSON.parse(bytes.toString()) as unknown,
+};
+const EchoService = {
+  echo: {
+    path: "/test.v1.Echo/Echo",
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: json.serialize,
+    requestDeserialize: json.deserialize,
+    responseSerialize: json.serialize,
+    responseDeserialize: json.deserialize,
+  },
+} satisfies grpc.ServiceDefinition;
+const EchoClient = grpc.makeGenericClientConstructor(EchoService, "Echo") as unknown as new (
+  address: string,
+  credentials: grpc.ChannelCredentials,
+  options?: Partial<grpc.ClientOptions>,
+) => grpc.Client & {
+  echo(request: unknown, callback: (error: grpc.ServiceError | null, response: unknown) => void): void;
+};
+
+type Handler = (request: unknown, metadata: grpc.Metadata) => Promise<unknown>;
+const servers: GrpcServer[] = [];
+afterEach(async () => {
+  for (const server of servers.splice(0)) await server.close();
+});
+
+async function echoServer(handler: Handler, port = 0): Promise<GrpcServer> {
+  const server = await serve({
+    host: "127.0.0.1",
+    port,
+    services: [
+      {
+        definition: EchoService,
+        implementation: {
+          echo: unary(
+            (request, call) => handler(request, call.metadata),
+            (error) => ({ code: (error as { code?: grpc.status }).code ?? grpc.status.INTERNAL }),
+          ),
+        },
+      },
+    ],
+    health: true,
+    reflection: undefined,
+    graceMs: 500,
+  });
+  servers.push(server);
+  return server;
+}
+
+function echo(client: InstanceType<typeof EchoClient>, request: unknown): Promise<unknown> {
+  return new Promise((resolve, reject) =>
+    client.echo(request, (error, response) => (error ? reject(error) : resolve(response))),
+  );
+}
+
+const failing = (code: grpc.status) => Object.assign(new Error(grpc.status[code]), { code });
+
+describe("connect()", () => {
+  it("retries a call while the server is not there yet, and gets its answer", async () => {
+    const port = await freePort();
+    const client = connect(EchoClient, {
+      address: `127.0.0.1:${port}`,
+      retry: { maxAttempts: 10, initialBackoffMs: 50, maxBackoffMs: 200 },
+    });
+    const answer = echo(client, { say: "hello" });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await echoServer(async (request) => request, port);
+    expect(await answer).toEqual({ say: "hello" });
+    client.close();
+  });
+
+  it("retries UNAVAILABLE from the server, and nothing else", async () => {
+    let calls = 0;
+    const server = await echoServer(async (request) => {
+      calls += 1;
+      if (calls < 3) throw failing(grpc.status.UNAVAILABLE);
+      if ((request as { bad?: boolean }).bad) throw failing(grpc.status.INVALID_ARGUMENT);
+      return { calls };
+    });
+    const client = connect(EchoClient, { address: server.address, retry: { initialBackoffMs: 10 } });
+    expect(await echo(client, {})).toEqual({ calls: 3 });
+    await expect(echo(client, { bad: true })).rejects.toMatchObject({ code: grpc.status.INVALID_ARGUMENT });
+    expect(calls).toBe(4);
+    client.close();
+  });
+
+  it("gives up after its attempts, with the last status", async () => {
+    let calls = 0;
+    const server = await echoServer(async () => {
+      calls += 1;
+      throw failing(grpc.status.UNAVAILABLE);
+    });
+    const client = connect(EchoClient, {
+      address: server.address,
+      retry: { maxAttempts: 3, initialBackoffMs: 10 },
+    });
+    await expect(echo(client, {})).rejects.toMatchObject({ code: grpc.status.UNAVAILABLE });
+    expect(calls).toBe(3);
+    client.close();
+  });
+
+  it("puts a deadline on every call", async () => {
+    const server = await echoServer(() => new Promise(() => {}));
+    const client = connect(EchoClient, { address: server.address, deadlineMs: 200 });
+    await expect(echo(client, {})).rejects.toMatchObject({ code: grpc.status.DEADLINE_EXCEEDED });
+    client.close();
+  });
+
+  it("sends its metadata with every call", async () => {
+    const server = await echoServer(async (_request, metadata) => ({ auth: metadata.get("authorization") }));
+    const client = connect(EchoClient, { address: server.address, metadata: { authorization: "Bearer t" } });
+    expect(await echo(client, {})).toEqual({ auth: ["Bearer t"] });
+    client.close();
+  });
+});
+
+describe("serve()", () => {
+  it("reports the server and each service SERVING on grpc.health.v1", async () => {
+    const server = await echoServer(async (request) => request);
+    expect(await checkHealth(server.address)).toBe("SERVING");
+    expect(await checkHealth(server.address, "test.v1.Echo")).toBe("SERVING");
+  });
+
+  it("says which port it took when asked for any", async () => {
+    const server = await echoServer(async (request) => request);
+    expect(server.port).toBeGreaterThan(0);
+    expect(server.address).toBe(`127.0.0.1:${server.port}`);
+  });
+});

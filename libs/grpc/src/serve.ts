@@ -1,0 +1,100 @@
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { ReflectionService } from "@grpc/reflection";
+import { HealthImplementation, protoPath as healthProtoPath } from "grpc-health-check";
+import { GrpcBindError } from "./errors.js";
+
+/** One service the server offers: its definition (ts-proto's `…Service`) and its handlers. */
+export interface ServedService {
+  readonly definition: grpc.ServiceDefinition;
+  readonly implementation: grpc.UntypedServiceImplementation;
+}
+
+export interface ServeOptions {
+  host: string;
+  /** 0 picks a free port. */
+  port: number;
+  services: readonly ServedService[];
+  /**
+   * Serve `grpc.health.v1.Health`: the server as a whole ("") and each service by its full
+   * name, SERVING while the server runs and NOT_SERVING once it starts to close.
+   */
+  health: boolean;
+  /**
+   * Serve gRPC server reflection (`grpc.reflection.v1` and `v1alpha`, what `grpcurl list`
+   * and `describe` use) from this serialized FileDescriptorSet, which must hold every file
+   * the services are defined in, imports included; undefined for none.
+   */
+  reflection: Uint8Array | undefined;
+  /** Longest a close lets calls in flight finish before it cancels them (default 5 s). */
+  graceMs?: number;
+}
+
+export interface GrpcServer {
+  readonly host: string;
+  readonly port: number;
+  /** host:port, as a client dials it. */
+  readonly address: string;
+  /** Says NOT_SERVING, lets calls in flight finish within the grace, then cancels the rest. */
+  close(): Promise<void>;
+}
+
+/** The full name of a service from its definition ("/holdfast.v1.Control/GetRun" → "holdfast.v1.Control"). */
+export function serviceName(definition: grpc.ServiceDefinition): string {
+  const first = Object.values(definition)[0];
+  if (first === undefined) throw new TypeError("a gRPC service definition without methods");
+  return first.path.slice(1, first.path.lastIndexOf("/"));
+}
+
+/** Starts a grpc-js server (plaintext) with the given services, health and reflection. */
+export async function serve(options: ServeOptions): Promise<GrpcServer> {
+  const server = new grpc.Server({
+    // Clients may ping to keep idle connections through NATs and load balancers.
+    "grpc.keepalive_permit_without_calls": 1,
+  });
+  const names = options.services.map((s) => serviceName(s.definition));
+  for (const service of options.services) server.addService(service.definition, service.implementation);
+
+  let health: HealthImplementation | undefined;
+  if (options.health) {
+    health = new HealthImplementation(Object.fromEntries(["", ...names].map((name) => [name, "SERVING"])));
+    health.addToServer(server);
+  }
+  if (options.reflection !== undefined) {
+    const own = protoLoader.loadFileDescriptorSetFromBuffer(Buffer.from(options.reflection));
+    // Health is listed too, so a client can find it by reflection like any other service.
+    const listed = options.health ? { ...protoLoader.loadSync(healthProtoPath), ...own } : own;
+    // The set may describe more services than this server offers: only those it offers are listed.
+    const offered = options.health ? [...names, "grpc.health.v1.Health"] : names;
+    new ReflectionService(listed, { services: offered }).addToServer(server);
+  }
+
+  const host = options.host;
+  const target = host.includes(":") ? `[${host}]:${options.port}` : `${host}:${options.port}`;
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (error, bound) => {
+      if (error)
+        reject(new GrpcBindError(`gRPC cannot listen on ${target}: ${error.message}`, { cause: error }));
+      else resolve(bound);
+    });
+  });
+  const graceMs = options.graceMs ?? 5_000;
+  return {
+    host,
+    port,
+    address: host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`,
+    async close() {
+      for (const name of ["", ...names]) health?.setStatus(name, "NOT_SERVING");
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, graceMs);
+        server.tryShutdown(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    },
+  };
+}

@@ -1,0 +1,150 @@
+import type { Actor, Selector } from "@holdfast/events";
+import type { Logger } from "@holdfast/log";
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
+import type { Access, AccessPolicy } from "../access/tokens.js";
+import { asControlError, ControlError, errorBody, InvalidArgumentError, NotFoundError } from "../errors.js";
+import type { AffectedRun, ControlOperations, RuleView } from "../runs/operations.js";
+import { checkReason, listQuery, runAction, selectorAction } from "../runs/target.js";
+
+export interface ControlAppDeps {
+  operations: ControlOperations;
+  access: AccessPolicy;
+  log: Logger;
+  /** What `GET /holdfast/v1/health` reports besides "ok". */
+  health: () => Record<string, unknown>;
+}
+
+export const API_PREFIX = "/holdfast/v1";
+
+/**
+ * The control REST API under /holdfast/v1/. Every route but health needs a token when
+ * control.token is set; changes need the control token. Errors are `{"error": {"code",
+ * "message"}}` with the status errors.ts gives their class.
+ */
+export function buildApp(deps: ControlAppDeps): FastifyInstance {
+  const logger: FastifyBaseLogger = deps.log;
+  const app = Fastify({
+    loggerInstance: logger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: 64 * 1024,
+  });
+  const { operations } = deps;
+  const actors = new WeakMap<FastifyRequest, Actor>();
+  // Checked before the body is read: a caller without the right token learns nothing else.
+  const needs = (access: Access) => ({
+    onRequest: async (request: FastifyRequest) => {
+      actors.set(request, deps.access.authorize(request.headers.authorization, access));
+    },
+  });
+  const actorOf = (request: FastifyRequest): Actor => actors.get(request)!;
+
+  app.setErrorHandler((error, request, reply) => {
+    const status = (error as { statusCode?: number }).statusCode;
+    // fastify's own refusals of the request (bad JSON, a wrong content type, too large).
+    if (!(error instanceof ControlError) && status !== undefined && status >= 400 && status < 500) {
+      return reply.code(status).send(errorBody(new InvalidArgumentError((error as Error).message)));
+    }
+    const known = asControlError(error);
+    if (known.httpStatus >= 500) request.log.error({ err: error }, "control request failed");
+    return reply.code(known.httpStatus).send(errorBody(known));
+  });
+  app.setNotFoundHandler((request, reply) =>
+    reply
+      .code(404)
+      .send(errorBody(new NotFoundError(`no route ${request.method} ${request.url.split("?")[0]}`))),
+  );
+
+  app.get(`${API_PREFIX}/health`, async () => ({ status: "ok", ...deps.health() }));
+
+  app.get(`${API_PREFIX}/runs`, needs("read"), async (request) => ({
+    runs: await operations.listRuns(listQuery(request.query)),
+  }));
+
+  app.get<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id`, needs("read"), async (request) => ({
+    run: await operations.getRun(request.params.id),
+  }));
+
+  app.post<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id/hold`, needs("change"), async (request) =>
+    holdBody(await operations.hold(runAction(request.params.id, request.body, false), actorOf(request))),
+  );
+  app.post<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id/resume`, needs("change"), async (request) =>
+    resumeBody(await operations.resume(runAction(request.params.id, request.body, true), actorOf(request))),
+  );
+  app.post<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id/stop`, needs("change"), async (request) =>
+    stopBody(await operations.stop(runAction(request.params.id, request.body, false), actorOf(request))),
+  );
+
+  app.post(`${API_PREFIX}/hold`, needs("change"), async (request) =>
+    holdBody(await operations.hold(selectorAction(request.body, false), actorOf(request))),
+  );
+  app.post(`${API_PREFIX}/resume`, needs("change"), async (request) =>
+    resumeBody(await operations.resume(selectorAction(request.body, true), actorOf(request))),
+  );
+  app.post(`${API_PREFIX}/stop`, needs("change"), async (request) =>
+    stopBody(await operations.stop(selectorAction(request.body, false), actorOf(request))),
+  );
+
+  app.get(`${API_PREFIX}/rules`, needs("read"), async () => ({
+    rules: (await operations.listRules()).map(ruleBody),
+  }));
+
+  app.delete<{ Params: { id: string }; Querystring: { reason?: string } }>(
+    `${API_PREFIX}/rules/:id`,
+    needs("change"),
+    async (request) => {
+      const reason = checkReason(typeof request.query.reason === "string" ? request.query.reason : "");
+      return { rule: ruleBody(await operations.liftRule(request.params.id, reason, actorOf(request))) };
+    },
+  );
+
+  return app;
+}
+
+// Bodies are snake_case like the projector's rows; a run (`GET runs/:id`) is `holdfast show --json`.
+
+function runsBody(runs: AffectedRun[]) {
+  return runs.map((run) => ({ run_id: run.runId, changed: run.changed, status: run.status }));
+}
+
+export function selectorBody(selector: Selector) {
+  return {
+    run: selector.runGlob,
+    tag: selector.tag,
+    model: selector.modelPrefix,
+    prompt: selector.promptHash,
+    status: selector.status,
+    all: selector.all,
+  };
+}
+
+function ruleBody(rule: RuleView) {
+  return {
+    rule_id: rule.ruleId,
+    selector: selectorBody(rule.selector),
+    description: rule.description,
+    actor: rule.actor,
+    reason: rule.reason,
+    added_at: new Date(rule.addedMs).toISOString(),
+  };
+}
+
+function holdBody(result: Awaited<ReturnType<ControlOperations["hold"]>>) {
+  return {
+    runs: runsBody(result.runs),
+    rule: result.rule === null ? null : ruleBody(result.rule),
+    rule_created: result.ruleCreated,
+  };
+}
+
+function resumeBody(result: Awaited<ReturnType<ControlOperations["resume"]>>) {
+  return { runs: runsBody(result.runs), lifted_rules: result.liftedRules.map(ruleBody) };
+}
+
+function stopBody(result: Awaited<ReturnType<ControlOperations["stop"]>>) {
+  return { runs: runsBody(result.runs) };
+}

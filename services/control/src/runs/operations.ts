@@ -1,0 +1,287 @@
+import {
+  type Actor,
+  actorName,
+  describeRun,
+  describeSelector,
+  FLEET,
+  type FleetCommand,
+  type FleetState,
+  type HoldRule,
+  matches,
+  type RunCommand,
+  type RunState,
+  RunStatus,
+  type RunView,
+  type Selector,
+  sameSelector,
+  type WindowLimits,
+} from "@holdfast/events";
+import type { Ledger } from "@holdfast/runs";
+import { AnalyticsUnavailableError, InvalidArgumentError, NotFoundError } from "../errors.js";
+import type { LogRuns, ProjectedRun, Projection } from "./sources.js";
+import { type ActionRequest, checkRunId, MAX_LIST, ruleIdFor } from "./target.js";
+
+/** A run an action touched: `changed` is false when it already was as asked. */
+export interface AffectedRun {
+  runId: string;
+  changed: boolean;
+  status: string;
+}
+
+/** A standing hold rule as operators see it. */
+export interface RuleView {
+  ruleId: string;
+  selector: Selector;
+  /** The selector as typed: `--tag prod --model gpt-4o`. */
+  description: string;
+  actor: string;
+  reason: string;
+  addedMs: number;
+}
+
+export interface HoldResult {
+  runs: AffectedRun[];
+  /** By selector without a status: the standing rule for runs that have not called yet. */
+  rule: RuleView | null;
+  /** False when that rule was already in force. */
+  ruleCreated: boolean;
+}
+
+export interface ResumeResult {
+  runs: AffectedRun[];
+  /** By selector: the rules with exactly this selector, lifted. */
+  liftedRules: RuleView[];
+}
+
+export interface StopResult {
+  runs: AffectedRun[];
+}
+
+export interface ControlOperationsDeps {
+  runs: Ledger<RunState, RunCommand>;
+  fleet: Ledger<FleetState, FleetCommand>;
+  log: LogRuns;
+  /** The projector's runs; undefined when none is configured (runs are then listed from the log). */
+  projection: Projection | undefined;
+  /** Runs acted on at once when a selector matches many. */
+  concurrency?: number;
+}
+
+const NO_LABELS = { tag: "", tenant: "" };
+
+/**
+ * What the control API does, whichever transport asked (REST or gRPC). Every change is a
+ * command decided on the run (or the fleet) as the log has it, under its sequence check,
+ * so the service keeps no state of its own and two control services can run side by side.
+ */
+export class ControlOperations {
+  constructor(private readonly deps: ControlOperationsDeps) {}
+
+  /** Runs as the projection has them (it may trail the log by up to projector.linger_ms). */
+  async listRuns(options: { status?: string | undefined; limit: number }): Promise<ProjectedRun[]> {
+    if (this.deps.projection === undefined) {
+      throw new AnalyticsUnavailableError(
+        "listing runs needs the projector's analytics API: set control.analytics_url (holdfast up sets it)",
+      );
+    }
+    return this.deps.projection.runs(options);
+  }
+
+  /** One run folded from its events in the log, as `holdfast show` sees it. */
+  async getRun(runId: string): Promise<RunView> {
+    checkRunId(runId);
+    const events = await this.deps.log.events(runId);
+    if (events.length === 0) throw new NotFoundError(`no run named ${JSON.stringify(runId)}`);
+    return describeRun(runId, events);
+  }
+
+  /**
+   * By id: hold the run (one that has not called yet is held at its first call). By
+   * selector: a standing rule first (unless the selector names a status, which is about
+   * runs as they are now), so every matching run is held at its next call even if listing
+   * the current ones fails; then a hold on every run it matches now.
+   */
+  async hold(request: ActionRequest, actor: Actor): Promise<HoldResult> {
+    const { target, reason } = request;
+    if ("runId" in target) {
+      const run = await this.execute(target.runId, { type: "HoldRun", actor, reason });
+      return { runs: [run], rule: null, ruleCreated: false };
+    }
+    const selector = target.selector;
+    let rule: RuleView | null = null;
+    let ruleCreated = false;
+    if (selector.status === "") {
+      const ruleId = ruleIdFor(selector);
+      const added = await this.deps.fleet.execute(FLEET, NO_LABELS, {
+        type: "AddHoldRule",
+        ruleId,
+        selector,
+        actor,
+        reason,
+      });
+      ruleCreated = added.events.length > 0;
+      const inForce = added.state.rules.get(ruleId);
+      rule = inForce === undefined ? null : ruleView(inForce);
+    }
+    const runs = await this.eachMatching(selector, await this.currentRuns(selector), (runId) =>
+      this.execute(runId, { type: "HoldRun", actor, reason, selector }),
+    );
+    return { runs, rule, ruleCreated };
+  }
+
+  /**
+   * By id: a new window for the run, held or not, with the limits given. By selector:
+   * the standing rules with exactly this selector are lifted, and every run it matches
+   * that is held or stopped (as the log says now) is resumed.
+   */
+  async resume(request: ActionRequest, actor: Actor): Promise<ResumeResult> {
+    const { target, reason, limits } = request;
+    if ("runId" in target) {
+      const known = await this.deps.runs.current(checkRunId(target.runId));
+      if (known.lastSequence === 0) throw new NotFoundError(`no run named ${JSON.stringify(target.runId)}`);
+      const run = await this.execute(target.runId, resumeCommand(actor, reason, limits, undefined, false));
+      return { runs: [run], liftedRules: [] };
+    }
+    const selector = target.selector;
+    const before = await this.deps.fleet.current(FLEET);
+    const lifting = [...before.rules.values()].filter((rule) => sameSelector(rule.selector, selector));
+    const lifted = await this.deps.fleet.execute(FLEET, NO_LABELS, {
+      type: "LiftHoldRules",
+      selector,
+      actor,
+      reason,
+    });
+    const liftedIds = new Set(
+      lifted.events.flatMap((e) => (e.payload.$case === "holdRuleLifted" ? [e.payload.value.ruleId] : [])),
+    );
+    const runs = await this.eachMatching(selector, await this.deps.log.heldOrStopped(), (runId) =>
+      this.execute(runId, resumeCommand(actor, reason, limits, selector, true)),
+    );
+    return {
+      runs,
+      liftedRules: lifting.filter((rule) => liftedIds.has(rule.ruleId)).map(ruleView),
+    };
+  }
+
+  /** By id, or every run a selector matches now (a run that has not called yet is stopped at its first). */
+  async stop(request: ActionRequest, actor: Actor): Promise<StopResult> {
+    const { target, reason } = request;
+    if ("runId" in target) {
+      return { runs: [await this.execute(target.runId, { type: "StopRun", actor, reason })] };
+    }
+    const selector = target.selector;
+    const runs = await this.eachMatching(selector, await this.currentRuns(selector), (runId) =>
+      this.execute(runId, { type: "StopRun", actor, reason, selector }),
+    );
+    return { runs };
+  }
+
+  async listRules(): Promise<RuleView[]> {
+    const fleet = await this.deps.fleet.current(FLEET);
+    return [...fleet.rules.values()].sort((a, b) => a.addedMs - b.addedMs).map(ruleView);
+  }
+
+  async liftRule(ruleId: string, reason: string, actor: Actor): Promise<RuleView> {
+    if (ruleId === "") throw new InvalidArgumentError("give the id of the rule to lift");
+    const rule = (await this.deps.fleet.current(FLEET)).rules.get(ruleId);
+    if (rule === undefined) throw new NotFoundError(`no standing rule ${JSON.stringify(ruleId)} is in force`);
+    await this.deps.fleet.execute(FLEET, NO_LABELS, { type: "LiftHoldRules", ruleId, actor, reason });
+    return ruleView(rule);
+  }
+
+  private async execute(runId: string, command: RunCommand): Promise<AffectedRun> {
+    checkRunId(runId);
+    const state = await this.deps.runs.current(runId);
+    const done = await this.deps.runs.execute(runId, { tag: state.tag, tenant: state.tenant }, command);
+    return { runId, changed: done.events.length > 0, status: done.state.status };
+  }
+
+  /**
+   * Candidates for a hold or stop by selector: the projection's runs (or, without a
+   * projector, every run the log has), with the runs the log says are held or stopped. A
+   * run newer than the projection's linger can be missed; a hold's standing rule covers it.
+   */
+  private async currentRuns(selector: Selector): Promise<string[]> {
+    const held = await this.deps.log.heldOrStopped();
+    let listed: string[];
+    if (this.deps.projection === undefined) {
+      listed = await this.deps.log.started();
+    } else {
+      const rows = await this.deps.projection.runs({ limit: MAX_LIST });
+      // Only what never changes is judged from the projection; the rest from the log.
+      listed = rows
+        .filter((row) =>
+          matches({ ...selector, modelPrefix: "", promptHash: "", status: "" }, attributes(row)),
+        )
+        .map((row) => row.run_id);
+    }
+    return [...new Set([...listed, ...held])];
+  }
+
+  /**
+   * Applies `act` to every candidate the selector matches as the log has the run now
+   * (its tag, latest model, prompt hash and status), a few at a time, in candidate order.
+   */
+  private async eachMatching(
+    selector: Selector,
+    candidates: readonly string[],
+    act: (runId: string) => Promise<AffectedRun>,
+  ): Promise<AffectedRun[]> {
+    const results: (AffectedRun | undefined)[] = new Array(candidates.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < candidates.length) {
+        const index = next++;
+        const runId = candidates[index]!;
+        const state = await this.deps.runs.current(runId);
+        if (state.lastSequence === 0 || !matches(selector, runAttributes(state))) continue;
+        results[index] = await act(runId);
+      }
+    };
+    const workers = Math.max(1, Math.min(this.deps.concurrency ?? 8, candidates.length));
+    await Promise.all(Array.from({ length: workers }, worker));
+    return results.filter((r): r is AffectedRun => r !== undefined);
+  }
+}
+
+function resumeCommand(
+  actor: Actor,
+  reason: string,
+  limits: WindowLimits | undefined,
+  selector: Selector | undefined,
+  onlyIfHeld: boolean,
+): RunCommand {
+  return { type: "ResumeRun", actor, reason, limits, selector, onlyIfHeld };
+}
+
+/** What a selector sees of a run as the log has it; a run that has not called yet is idle. */
+function runAttributes(state: RunState) {
+  return {
+    runId: state.runId,
+    tag: state.tag,
+    model: state.model,
+    promptHash: state.promptHash,
+    status: state.status === RunStatus.New ? RunStatus.Idle : state.status,
+  };
+}
+
+function attributes(row: ProjectedRun) {
+  return { runId: row.run_id, tag: row.tag, model: row.model, promptHash: "", status: row.status };
+}
+
+function ruleView(rule: HoldRule): RuleView {
+  const actor = rule.actor;
+  return {
+    ruleId: rule.ruleId,
+    selector: rule.selector,
+    description: describeSelector(rule.selector),
+    actor:
+      actor === undefined
+        ? ""
+        : actor.name === ""
+          ? actorName(actor.kind)
+          : `${actorName(actor.kind)} (${actor.name})`,
+    reason: rule.reason,
+    addedMs: rule.addedMs,
+  };
+}

@@ -1,0 +1,101 @@
+import type { Bus } from "@holdfast/bus";
+import { isKnown, type StoredEnvelope } from "@holdfast/events";
+import { CONTROL_TYPES } from "@holdfast/runs";
+import { AnalyticsUnavailableError, InvalidArgumentError } from "../errors.js";
+
+/** A run as the projection has it (`GET /v1/runs` of the projector; `holdfast ls`). */
+export interface ProjectedRun {
+  run_id: string;
+  tag: string;
+  tenant: string;
+  model: string;
+  status: string;
+  hold_reason: string;
+  held_since: string | null;
+  parked_calls: number;
+  steps: number;
+  in_flight: number;
+  completed: number;
+  failed: number;
+  input_tokens: number;
+  output_tokens: number;
+  cached_input_tokens: number;
+  cost_usd: number;
+  unpriced_steps: number;
+  estimated_steps: number;
+  first_seen: string;
+  last_seen: string;
+}
+
+/**
+ * The projector's analytics API: the only reader of an embedded ClickHouse from another
+ * process. Its runs trail the log by up to projector.linger_ms.
+ */
+export class Projection {
+  constructor(
+    private readonly url: string,
+    private readonly timeoutMs = 10_000,
+  ) {}
+
+  async runs(options: { status?: string | undefined; limit: number }): Promise<ProjectedRun[]> {
+    const query = new URLSearchParams({ limit: String(options.limit) });
+    if (options.status !== undefined) query.set("status", options.status);
+    const target = `${this.url}/v1/runs?${query}`;
+    let response: Response;
+    try {
+      response = await fetch(target, { signal: AbortSignal.timeout(this.timeoutMs) });
+    } catch (error) {
+      throw new AnalyticsUnavailableError(
+        `cannot reach the projector at ${this.url}: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+    const body = (await response.json().catch(() => ({}))) as {
+      runs?: ProjectedRun[];
+      error?: { message?: string };
+    };
+    if (response.status === 400) throw new InvalidArgumentError(body.error?.message ?? "bad run listing");
+    if (!response.ok || body.runs === undefined) {
+      throw new AnalyticsUnavailableError(
+        `the projector answered ${response.status}: ${body.error?.message ?? "no runs"}`,
+      );
+    }
+    return body.runs;
+  }
+}
+
+/** What the log itself says of the fleet's runs, read directly from the stream. */
+export class LogRuns {
+  constructor(private readonly bus: Bus) {}
+
+  /** A run's events in order (none for a run that never was). */
+  async events(runId: string): Promise<StoredEnvelope[]> {
+    return (await this.bus.readRun(runId)).events.map((e) => e.envelope);
+  }
+
+  /**
+   * Every run that has started a call, from the stream's per-subject counts (no event is
+   * read): exact, but proportional to the number of runs ever seen. Used when no projector
+   * is configured.
+   */
+  async started(): Promise<string[]> {
+    return [...(await this.bus.countsByRun("StepStarted")).keys()];
+  }
+
+  /** Runs whose last hold, stop, trip or resume left them held or stopped: exact, from the log. */
+  async heldOrStopped(): Promise<string[]> {
+    const last = new Map<string, { seq: number; envelope: StoredEnvelope }>();
+    const filters = CONTROL_TYPES.map((type) => this.bus.subjects.ofType(type));
+    for (const { envelope, streamSequence } of await this.bus.lastOnSubjects(filters)) {
+      const known = last.get(envelope.runId);
+      if (known === undefined || known.seq < streamSequence) {
+        last.set(envelope.runId, { seq: streamSequence, envelope });
+      }
+    }
+    const held: string[] = [];
+    for (const [runId, { envelope }] of last) {
+      if (runId !== "" && isKnown(envelope) && envelope.payload.$case !== "runResumed") held.push(runId);
+    }
+    return held;
+  }
+}

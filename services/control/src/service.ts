@@ -1,0 +1,123 @@
+import { hostname } from "node:os";
+import { connectBus } from "@holdfast/bus";
+import type { Config } from "@holdfast/config";
+import {
+  createIdGenerator,
+  FLEET,
+  type FleetCommand,
+  type FleetState,
+  type RunCommand,
+  type RunState,
+} from "@holdfast/events";
+import { type GrpcServer, serve } from "@holdfast/grpc";
+import type { Logger } from "@holdfast/log";
+import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
+import { fleetAggregate, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
+import { AccessPolicy, bindingProblem } from "./access/tokens.js";
+import { InsecureBindError } from "./errors.js";
+import { controlGrpcService } from "./grpc/service.js";
+import { API_PREFIX, buildApp } from "./http/app.js";
+import { ControlOperations } from "./runs/operations.js";
+import { LogRuns, Projection } from "./runs/sources.js";
+
+export interface RunningControl {
+  /** Base of the REST API, e.g. http://127.0.0.1:4142/holdfast/v1. */
+  url: string;
+  port: number;
+  /** host:port of the gRPC API (holdfast.v1.Control, health, reflection). */
+  grpcAddress: string;
+  grpcPort: number;
+  /** Stops taking calls, lets those in flight finish, disconnects. */
+  close(): Promise<void>;
+}
+
+/**
+ * Wires the control service from configuration: the REST and gRPC APIs over one set of
+ * operations, which append to the log through the runs' and the fleet's ledgers.
+ * Refuses to start off loopback without a token unless control.insecure is set.
+ */
+export async function startControl(config: Config, log: Logger): Promise<RunningControl> {
+  const problem = bindingProblem(config.control);
+  if (problem !== undefined) throw new InsecureBindError(`The control API will not start: ${problem}`);
+  if (!config.nats.url)
+    throw new Error("nats.url is not set: the control service needs a NATS server (holdfast up sets it)");
+  const clock = Date.now;
+  const bus = await connectBus({
+    servers: config.nats.url,
+    prefix: config.nats.prefix,
+    name: `holdfast-control ${hostname()}-${process.pid}`,
+    replicas: config.nats.replicas,
+  });
+  const closers: (() => Promise<void>)[] = [() => bus.close()];
+  const closeAll = async () => {
+    for (const close of closers.reverse()) await close().catch(() => undefined);
+  };
+  try {
+    await bus.provision();
+    const newId = createIdGenerator(clock);
+    const runs = new Ledger<RunState, RunCommand>({ aggregate: runAggregate, bus, log, clock, newId });
+    const fleet = new Ledger<FleetState, FleetCommand>({ aggregate: fleetAggregate, bus, log, clock, newId });
+    // One watch, so runs and rules read once stay current with what gateways append.
+    const follower = new LogFollower(bus, [runs, fleet]);
+    await follower.start();
+    closers.push(() => follower.stop());
+    closers.push(async () => {
+      await runs.drain();
+      await fleet.drain();
+    });
+    await fleet.current(FLEET);
+
+    const analyticsUrl = config.control.analytics_url;
+    if (analyticsUrl === undefined) {
+      log.warn(
+        "control.analytics_url is not set: runs are listed from the log's subject counts, and GET runs is unavailable",
+      );
+    }
+    const operations = new ControlOperations({
+      runs,
+      fleet,
+      log: new LogRuns(bus),
+      projection: analyticsUrl === undefined ? undefined : new Projection(analyticsUrl),
+    });
+    const access = new AccessPolicy(config.control);
+    if (!access.required) {
+      log.warn({ host: config.control.host }, "the control API has no token: every caller may change runs");
+    }
+
+    const app = buildApp({
+      operations,
+      access,
+      log,
+      health: () => ({ nats: bus.connected ? "connected" : "disconnected", pid: process.pid }),
+    });
+    await app.listen({ host: config.control.host, port: config.control.port });
+    closers.push(() => app.close());
+    const address = app.server.address();
+    const port = typeof address === "object" && address ? address.port : config.control.port;
+
+    const grpc: GrpcServer = await serve({
+      host: config.control.host,
+      port: config.control.grpc_port,
+      services: [controlGrpcService({ operations, access })],
+      health: true,
+      reflection: Buffer.from(FILE_DESCRIPTOR_SET_BASE64, "base64"),
+    });
+    closers.push(() => grpc.close());
+
+    const host = reachable(config.control.host);
+    const url = `http://${host}:${port}${API_PREFIX}`;
+    const grpcAddress = `${host}:${grpc.port}`;
+    log.info({ url, grpc: grpcAddress, tokens: access.required }, "control listening");
+    return { url, port, grpcAddress, grpcPort: grpc.port, close: closeAll };
+  } catch (error) {
+    await closeAll();
+    throw error;
+  }
+}
+
+/** Where a client on this machine dials a server bound to `host`. */
+function reachable(host: string): string {
+  if (host === "0.0.0.0") return "127.0.0.1";
+  if (host === "::") return "[::1]";
+  return host.includes(":") ? `[${host}]` : host;
+}
