@@ -42,6 +42,7 @@ async function orphan(runId: string, step: number, previousStreamSeq: number): P
         estimatedInputTokens: 40,
         promptHash: "",
         reservedNanoUsd: 0,
+        budgetLeases: [],
         messageCount: 1,
         upstream: stack.provider.url,
         gateway: "gateway-that-died#0badc0",

@@ -1,5 +1,6 @@
 import { PassThrough } from "node:stream";
 import Anthropic from "@anthropic-ai/sdk";
+import { startBudget } from "@holdfast/budget";
 import { type Bus, connectBus } from "@holdfast/bus";
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
 import { describeRun, type RunView } from "@holdfast/events";
@@ -48,18 +49,21 @@ export async function startStack(
     provider?: FakeProviderOptions;
     /** Features the gateway runs at its pipeline's hooks. */
     features?: GatewayFeature[];
+    /** Where the event log lives (default: the harness's shared server, a fresh prefix). */
+    nats?: { url: string; replicas?: number; prefix?: string };
   } = {},
 ): Promise<Stack> {
+  const nats = options.nats ?? { url: natsUrl() };
   const dir = await makeTempDir("stack");
   const provider = await startFakeProvider(options.provider ?? {});
-  const prefix = uniqueNamespace("e2e");
+  const prefix = nats.prefix ?? uniqueNamespace("e2e");
   const config = loadConfig({
     env: {},
     overrides: {
       ...options.config,
       data_dir: dir.path,
       log_level: "debug",
-      nats: { url: natsUrl(), prefix },
+      nats: { ...nats, prefix },
       gateway: { port: 0, upstream: `${provider.url}/v1`, ...options.config?.gateway },
       // A short linger keeps tests that read ClickHouse quick; ack_wait stays above twice it.
       projector: {
@@ -74,6 +78,12 @@ export async function startStack(
   const captured: string[] = [];
   const destination = new PassThrough();
   destination.on("data", (chunk: Buffer) => captured.push(chunk.toString()));
+  // Budgets across runs need the budget service, which gateways find at budget.url.
+  const budget =
+    Object.keys(config.budgets).length === 0
+      ? undefined
+      : await startBudget(config, createLogger({ name: "budget", level: "trace", destination }));
+  if (budget !== undefined) config.budget.url = budget.address;
   const gateway = await startGateway(config, createLogger({ name: "gateway", level: "trace", destination }), {
     features: options.features,
   });
@@ -81,7 +91,7 @@ export async function startStack(
     config,
     createLogger({ name: "projector", level: "trace", destination }),
   );
-  const bus = await connectBus({ servers: natsUrl(), prefix, name: "e2e-reader" });
+  const bus = await connectBus({ servers: nats.url, prefix, name: "e2e-reader" });
   const extras: { close(): Promise<void> }[] = [];
   const clientFor = (baseURL: string, apiKey: string, headers?: Record<string, string>) =>
     new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 20_000, defaultHeaders: headers });
@@ -141,6 +151,7 @@ export async function startStack(
       await provider.close();
       for (const extra of extras) await extra.close();
       await gateway.close();
+      await budget?.close();
       await projector.close();
       await bus.close();
       await dir[Symbol.asyncDispose]();

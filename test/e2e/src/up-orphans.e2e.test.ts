@@ -114,13 +114,20 @@ describe("kill -9 of holdfast up", () => {
     const children = Object.fromEntries(
       (await pgrep("-P", String(first.up.pid))).map((pid) => {
         const command = commandOf(pid);
-        const name = ["nats-server", "projector", "gateway", "fake-provider"].find((n) =>
+        const name = ["nats-server", "projector", "gateway", "budget", "control", "fake-provider"].find((n) =>
           command.includes(n),
         );
         return [name ?? command, pid];
       }),
     );
-    expect(Object.keys(children).sort()).toEqual(["fake-provider", "gateway", "nats-server", "projector"]);
+    expect(Object.keys(children).sort()).toEqual([
+      "budget",
+      "control",
+      "fake-provider",
+      "gateway",
+      "nats-server",
+      "projector",
+    ]);
     started.push(...Object.values(children));
     expect(await natsOnStore()).toEqual([children["nats-server"]]);
 

@@ -1,0 +1,289 @@
+// pnpm bench:hold — holding at scale, and what limits and budgets cost a call.
+//
+// One run starts the fake provider and `holdfast up` (nats-server, projector, budget
+// service, gateway) with limits and a budget configured, plus a second gateway process on
+// the same log with neither. Then:
+//   1. N held calls (BENCH_HELD, default 10,000) through the first gateway: a standing
+//      hold on a tag, then N streaming calls of N new runs of that tag, each parked at its
+//      first call. Prints the time to park them all and the gateway's RSS per parked call.
+//   2. Resume all: every run resumed (and the rule lifted) by an operator; prints the time
+//      until every client has its whole answer.
+//   3. The latency a call pays for limits and budgets: the same load through the gateway
+//      with them and the one without, side by side, at 1 and 32 connections.
+// Linux only (RSS from /proc).
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { Agent, request } from "node:http";
+import { cpus, tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { connectBus } from "@holdfast/bus";
+import {
+  type Actor,
+  ActorKind,
+  createIdGenerator,
+  emptySelector,
+  FLEET,
+  type FleetCommand,
+  type FleetState,
+  type RunCommand,
+  type RunState,
+} from "@holdfast/events";
+import { createLogger } from "@holdfast/log";
+import { fleetAggregate, Ledger, runAggregate } from "@holdfast/runs";
+import { percentile, runPhase, SHAPE_LOADS, sleep } from "./load.js";
+
+const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+const HELD = Number(process.env.BENCH_HELD ?? 10_000);
+const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 4_000);
+const TAG = "bench-held";
+const operator: Actor = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "bench" };
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), "holdfast-bench-hold-"));
+  const children: ChildProcess[] = [];
+  try {
+    const provider = spawn(process.execPath, [join(ROOT, "test/fake-provider/dist/main.js"), "--port", "0"], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    children.push(provider);
+    const providerUrl = await firstMatch(provider, /listening on (http:\/\/\S+)/);
+    const configFile = join(dataDir, "holdfast.yaml");
+    writeFileSync(
+      configFile,
+      [
+        "limits: { max_cost_usd: 1000, max_steps: 1000000 }",
+        'budgets: { "*": { daily_usd: 100000 } }',
+        // Every held call may be released at once: enough connections to the provider,
+        // within the process's open-files limit (the clients' sockets count too).
+        "gateway: { upstream_connections: 2000 }",
+      ].join("\n"),
+    );
+    const up = spawn(
+      process.execPath,
+      [
+        join(ROOT, "libs/cli/dist/bin.js"),
+        "up",
+        "--data-dir",
+        dataDir,
+        "--port",
+        "0",
+        "--config",
+        configFile,
+        "--upstream",
+        `${providerUrl}/v1`,
+      ],
+      { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, HOLDFAST_LOG_LEVEL: "warn" } },
+    );
+    children.push(up);
+    await firstMatch(up, /(Ctrl-C stops everything)/);
+    const stack = JSON.parse(readFileSync(join(dataDir, "holdfast.json"), "utf8")) as {
+      gatewayUrl: string;
+      natsUrl: string;
+    };
+    const gatewayOrigin = new URL(stack.gatewayUrl).origin;
+    const gatewayPid = (await (await fetch(`${gatewayOrigin}/holdfast/health`)).json()) as { pid: number };
+
+    const bus = await connectBus({ servers: stack.natsUrl, prefix: "hf", name: "bench-operator" });
+    const common = {
+      bus,
+      log: createLogger({ name: "bench", level: "silent" }),
+      clock: Date.now,
+      newId: createIdGenerator(),
+    };
+    const runs = new Ledger<RunState, RunCommand>({ aggregate: runAggregate, ...common });
+    const fleet = new Ledger<FleetState, FleetCommand>({ aggregate: fleetAggregate, ...common });
+
+    console.log(
+      `Holdfast hold benchmark — ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), node ${process.version}\n`,
+    );
+
+    // 1. Park N calls.
+    const baseline = rssBytes(gatewayPid.pid);
+    await fleet.execute(
+      FLEET,
+      { tag: "", tenant: "" },
+      {
+        type: "AddHoldRule",
+        ruleId: "bench-rule",
+        selector: { ...emptySelector(), tag: TAG },
+        actor: operator,
+        reason: "bench",
+      },
+    );
+    await sleep(200);
+    const agent = new Agent({ keepAlive: false, maxSockets: Number.POSITIVE_INFINITY });
+    const parkedAt: number[] = [];
+    const answeredAt: number[] = [];
+    const failures: string[] = [];
+    const t0 = performance.now();
+    const calls = Array.from({ length: HELD }, (_, i) =>
+      heldCall(`${gatewayOrigin}/v1/chat/completions`, `held-${i}`, agent, {
+        parked: () => parkedAt.push(performance.now()),
+        answered: () => answeredAt.push(performance.now()),
+        failed: (why) => failures.push(why),
+      }),
+    );
+    while (parkedAt.length + failures.length < HELD) await sleep(100);
+    const parkMs = Math.max(...parkedAt) - t0;
+    await sleep(2_000);
+    const held = rssBytes(gatewayPid.pid);
+    console.log(`${HELD} calls parked (${failures.length} failed) in ${(parkMs / 1000).toFixed(2)} s`);
+    console.log(
+      `gateway RSS ${mb(baseline)} → ${mb(held)}: ${((held - baseline) / HELD / 1024).toFixed(1)} KiB per parked call`,
+    );
+
+    // 2. Resume all.
+    const t1 = performance.now();
+    await fleet.execute(
+      FLEET,
+      { tag: "", tenant: "" },
+      {
+        type: "LiftHoldRules",
+        ruleId: "bench-rule",
+        actor: operator,
+        reason: "bench done",
+      },
+    );
+    const queue = Array.from({ length: HELD }, (_, i) => `held-${i}`);
+    await Promise.all(
+      Array.from({ length: 64 }, async () => {
+        for (let id = queue.pop(); id !== undefined; id = queue.pop()) {
+          await runs.execute(
+            id,
+            { tag: TAG, tenant: "" },
+            { type: "ResumeRun", actor: operator, reason: "", onlyIfHeld: true },
+          );
+        }
+      }),
+    );
+    const resumedMs = performance.now() - t1;
+    await Promise.all(calls);
+    const deliveredMs = Math.max(...answeredAt) - t1;
+    console.log(
+      `resumed all ${HELD} runs in ${(resumedMs / 1000).toFixed(2)} s; every answer delivered ${(deliveredMs / 1000).toFixed(2)} s after the resume began (${answeredAt.length} answered, ${failures.length} failed${failures.length > 0 ? `: ${failures[0]}` : ""})`,
+    );
+    agent.destroy();
+
+    // 3. What limits and budgets cost a call: a second gateway on the same log without them.
+    const plainConfig = join(dataDir, "plain.yaml");
+    writeFileSync(plainConfig, "gateway: { port: 0 }\n");
+    const plain = spawn(process.execPath, [join(ROOT, "services/gateway/dist/main.js")], {
+      stdio: ["ignore", "pipe", "inherit"],
+      env: {
+        ...process.env,
+        HOLDFAST_CONFIG: plainConfig,
+        HOLDFAST_LOG_LEVEL: "info",
+        HOLDFAST_DATA_DIR: dataDir,
+        HOLDFAST_NATS__URL: stack.natsUrl,
+        HOLDFAST_GATEWAY__UPSTREAM: `${providerUrl}/v1`,
+        HOLDFAST_GATEWAY__INSTANCE_ID: "bench-plain",
+      },
+    });
+    children.push(plain);
+    const plainPort = await firstMatch(plain, /"port":(\d+)[^\n]*gateway listening/);
+    console.log("\nOne call's latency, limits and a budget on against off (chat, non-streaming):");
+    for (const concurrency of [1, 32]) {
+      const base = {
+        shape: SHAPE_LOADS[0]!,
+        stream: false,
+        concurrency,
+        warmupMs: 1_000,
+        measureMs: PHASE_MS,
+        runOf: (i: number) => `latency-${concurrency}-${i % 64}`,
+      };
+      const off = await runPhase({ ...base, origin: `http://127.0.0.1:${plainPort}` });
+      const on = await runPhase({ ...base, origin: gatewayOrigin });
+      const p = (r: typeof on, q: number) => percentile(r.latencies, q);
+      console.log(
+        `  c=${String(concurrency).padEnd(2)}  off p50 ${p(off, 50).toFixed(2)} ms p99 ${p(off, 99).toFixed(2)} ms ${(off.requests / off.seconds).toFixed(0)} req/s` +
+          `   on p50 ${p(on, 50).toFixed(2)} ms p99 ${p(on, 99).toFixed(2)} ms ${(on.requests / on.seconds).toFixed(0)} req/s` +
+          `   on − off p50 ${(p(on, 50) - p(off, 50)).toFixed(2)} ms (x${(p(on, 50) / p(off, 50)).toFixed(2)})` +
+          `   errors ${off.errors}/${on.errors}`,
+      );
+    }
+    await bus.close();
+  } finally {
+    for (const child of children.reverse()) child.kill("SIGINT");
+    await sleep(2_000);
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+/** A streaming call of a run tagged for holding: parked (its first keepalive), then answered. */
+function heldCall(
+  url: string,
+  runId: string,
+  agent: Agent,
+  on: { parked(): void; answered(): void; failed(why: string): void },
+): Promise<void> {
+  return new Promise((resolve) => {
+    const body = JSON.stringify({
+      model: "gpt-4o-mini",
+      stream: true,
+      messages: [{ role: "user", content: "go" }],
+    });
+    const req = request(
+      url,
+      {
+        method: "POST",
+        agent,
+        headers: {
+          "content-type": "application/json",
+          authorization: "Bearer sk-bench",
+          "x-holdfast-run": runId,
+          "x-holdfast-tag": TAG,
+        },
+      },
+      (res) => {
+        let parked = false;
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => {
+          if (!parked && chunk.startsWith(":")) {
+            parked = true;
+            on.parked();
+          }
+          text += chunk;
+        });
+        res.on("end", () => {
+          if (text.includes("[DONE]")) on.answered();
+          else on.failed(`${runId}: ${res.statusCode} ${text.slice(0, 200)}`);
+          resolve();
+        });
+        res.on("error", (error) => {
+          on.failed(`${runId}: ${error.message}`);
+          resolve();
+        });
+      },
+    );
+    req.on("error", (error) => {
+      on.failed(`${runId}: ${error.message}`);
+      resolve();
+    });
+    req.end(body);
+  });
+}
+
+function rssBytes(pid: number): number {
+  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
+  return Number(kb) * 1024;
+}
+
+const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(0)} MiB`;
+
+function firstMatch(child: ChildProcess, pattern: RegExp): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = "";
+    child.stdout?.on("data", (chunk: Buffer) => {
+      text += chunk.toString();
+      const match = pattern.exec(text);
+      if (match) resolve(match[1]!);
+    });
+    child.once("exit", (code) =>
+      reject(new Error(`process exited (${code}) before printing ${pattern}:\n${text}`)),
+    );
+  });
+}
+
+await main();

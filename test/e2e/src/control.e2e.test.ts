@@ -1,0 +1,197 @@
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { once } from "node:events";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { makeTempDir, waitFor } from "@holdfast/test-harness";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+// An operator's day through the built CLI: `holdfast init`, `holdfast up` with that file,
+// then hold, resume, stop and rules against the control API `up` started, while an agent's
+// call waits on the gateway.
+const BIN = fileURLToPath(new URL("../../../libs/cli/dist/bin.js", import.meta.url));
+const run = promisify(execFile);
+
+let dir: Awaited<ReturnType<typeof makeTempDir>>;
+let up: ChildProcess | undefined;
+let upOutput = "";
+
+function cleanEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const key of Object.keys(env))
+    if (key.startsWith("HOLDFAST_") && key !== "HOLDFAST_NATS_SERVER") delete env[key];
+  return { ...env, ...extra };
+}
+
+async function holdfast(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ stdout: string; stderr: string; code: number }> {
+  // init writes a file and knows no data dir; every other command is pointed at this one.
+  const where = args[0] === "init" ? [] : ["--data-dir", dir.path];
+  try {
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args, ...where], {
+      env: cleanEnv(env),
+      cwd: dir.path,
+      timeout: 60_000,
+    });
+    return { stdout, stderr, code: 0 };
+  } catch (error) {
+    const e = error as { stdout: string; stderr: string; code: number };
+    return { stdout: e.stdout, stderr: e.stderr, code: e.code };
+  }
+}
+
+function stack(): { gatewayUrl: string; controlUrl: string; controlGrpc: string } {
+  return JSON.parse(readFileSync(join(dir.path, "holdfast.json"), "utf8"));
+}
+
+async function shown(
+  runId: string,
+): Promise<{ status: string; parked: number; control: { what: string }[] }> {
+  const result = await holdfast(["show", runId, "--json"]);
+  expect(result.code, result.stderr).toBe(0);
+  return JSON.parse(result.stdout);
+}
+
+beforeAll(async () => {
+  dir = await makeTempDir("control-cli");
+  const init = await holdfast(["init", "--config", join(dir.path, "holdfast.yaml")]);
+  expect(init.code, init.stderr).toBe(0);
+  // The control API on free ports: other tests' stacks may hold 4142 and 4143.
+  up = spawn(
+    process.execPath,
+    [BIN, "up", "--config", join(dir.path, "holdfast.yaml"), "--data-dir", dir.path, "--port", "0", "--demo"],
+    { env: cleanEnv({ HOLDFAST_CONTROL__PORT: "0", HOLDFAST_CONTROL__GRPC_PORT: "0" }), cwd: dir.path },
+  );
+  up.stdout?.on("data", (chunk: Buffer) => {
+    upOutput += chunk.toString();
+  });
+  up.stderr?.on("data", (chunk: Buffer) => {
+    upOutput += chunk.toString();
+  });
+  await waitFor(() => upOutput.includes("Demo:"), {
+    timeoutMs: 90_000,
+    message: "holdfast up did not come up",
+  });
+}, 120_000);
+
+afterAll(async () => {
+  if (up && up.exitCode === null) {
+    const exited = once(up, "exit");
+    up.kill("SIGINT");
+    await exited;
+  }
+  await dir?.[Symbol.asyncDispose]();
+});
+
+describe("holdfast init", () => {
+  it("wrote tokens, said how to use the file and the SDK line, and keeps an existing file", async () => {
+    const file = readFileSync(join(dir.path, "holdfast.yaml"), "utf8");
+    expect(file).toMatch(/^ {2}token: [A-Za-z0-9_-]{43}$/m);
+    expect(file).toMatch(/^ {2}read_token: [A-Za-z0-9_-]{43}$/m);
+    const again = await holdfast(["init", "--config", join(dir.path, "holdfast.yaml")]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/exists; pass --force/);
+    expect(readFileSync(join(dir.path, "holdfast.yaml"), "utf8")).toBe(file);
+  });
+});
+
+describe("holdfast up", () => {
+  it("starts the control API, says where and with which tokens, and records it", () => {
+    expect(upOutput).toMatch(
+      /control {5}http:\/\/127\.0\.0\.1:\d+\/holdfast\/v1 {2}gRPC 127\.0\.0\.1:\d+ {2}\(control token \+ read-only token\)/,
+    );
+    expect(stack().controlUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  });
+
+  it("refuses to put the control API on 0.0.0.0 without a token", async () => {
+    const open = join(dir.path, "open.yaml");
+    writeFileSync(open, "control:\n  host: 0.0.0.0\n");
+    const result = await holdfast(["up", "--config", open]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/would listen on 0\.0\.0\.0 without a token/);
+    expect(result.stderr).toMatch(/--insecure/);
+  });
+});
+
+describe("hold, resume, stop from the CLI", () => {
+  it("holds a run; its next call waits until the run is resumed, then goes on", async () => {
+    const held = await holdfast(["hold", "demo-agent", "--reason", "looks stuck"]);
+    expect(held.code, held.stderr).toBe(0);
+    expect(held.stdout).toContain("Held run demo-agent (now held).");
+
+    const answer = fetch(`${stack().gatewayUrl}/chat/completions`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "x-holdfast-run": "demo-agent",
+        authorization: "Bearer sk-x",
+      },
+      body: JSON.stringify({ model: "gpt-4o-mini", messages: [{ role: "user", content: "still there?" }] }),
+    });
+    await waitFor(async () => ((await shown("demo-agent")).parked === 1 ? true : undefined), {
+      timeoutMs: 20_000,
+      message: "the call was not parked",
+    });
+    const listed = await holdfast(["ls", "--status", "held"]);
+    await waitFor(
+      async () => {
+        const result = await holdfast(["ls", "--status", "held"]);
+        return /demo-agent.*operator: looks stuck \(1 call parked\)/.test(result.stdout) ? true : undefined;
+      },
+      { timeoutMs: 20_000, message: `ls --status held did not show demo-agent:\n${listed.stdout}` },
+    );
+
+    const resumed = await holdfast(["resume", "demo-agent", "--steps", "10", "--reason", "fixed"]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toContain("Resumed run demo-agent (now idle).");
+    expect((await answer).status).toBe(200);
+
+    const text = await holdfast(["show", "demo-agent"]);
+    expect(text.stdout).toMatch(/held\s+operator \(control token\)\s+"looks stuck"/);
+    expect(text.stdout).toMatch(/resumed\s+operator \(control token\)\s+"fixed"; new window: 10 steps/);
+  });
+
+  it("holds by tag with a standing rule, lists it, and resume by the same tag lifts it", async () => {
+    const held = await holdfast(["hold", "--tag", "demo", "--reason", "incident", "--json"]);
+    expect(held.code, held.stderr).toBe(0);
+    const answer = JSON.parse(held.stdout) as { runs: { run_id: string }[]; rule: { rule_id: string } };
+    expect(answer.runs.map((r) => r.run_id)).toContain("demo-researcher");
+    const rules = await holdfast(["rules"]);
+    expect(rules.stdout).toMatch(new RegExp(`${answer.rule.rule_id}\\s+--tag demo\\s+incident`));
+
+    const resumed = await holdfast(["resume", "--tag", "demo"]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toContain(`Lifted standing rule ${answer.rule.rule_id} (--tag demo).`);
+    expect((await holdfast(["rules"])).stdout).toContain("No standing rules.");
+  });
+
+  it("stops a run, and a stopped run's calls are refused with 409", async () => {
+    const stopped = await holdfast(["stop", "demo-claude", "--reason", "enough"]);
+    expect(stopped.stdout).toContain("Stopped run demo-claude (now stopped).");
+    const response = await fetch(`${stack().gatewayUrl.replace(/\/v1$/, "")}/v1/messages`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "x-holdfast-run": "demo-claude",
+        "x-api-key": "sk-ant-x",
+        "anthropic-version": "2023-06-01",
+      },
+      body: JSON.stringify({
+        model: "claude-3-5-haiku-20241022",
+        max_tokens: 10,
+        messages: [{ role: "user", content: "hi" }],
+      }),
+    });
+    expect(response.status).toBe(409);
+  });
+
+  it("refuses a wrong token, saying where the token comes from", async () => {
+    const result = await holdfast(["hold", "demo-agent"], { HOLDFAST_CONTROL__TOKEN: "not-the-token" });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/not one this control API knows/);
+    expect(result.stderr).toMatch(/HOLDFAST_CONTROL__TOKEN/);
+  });
+});
