@@ -190,10 +190,19 @@ async function main(): Promise<void> {
         concurrency,
         warmupMs: 1_000,
         measureMs: PHASE_MS,
-        runOf: (i: number) => `latency-${concurrency}-${i % 64}`,
       };
-      const off = await runPhase({ ...base, origin: `http://127.0.0.1:${plainPort}` });
-      const on = await runPhase({ ...base, origin: gatewayOrigin });
+      // Runs of their own per side: a run both gateways wrote to would be shared, and a
+      // shared run's outcomes are appended at once rather than batched (see Ledger.shared).
+      const off = await runPhase({
+        ...base,
+        origin: `http://127.0.0.1:${plainPort}`,
+        runOf: (i: number) => `latency-off-${concurrency}-${i % 64}`,
+      });
+      const on = await runPhase({
+        ...base,
+        origin: gatewayOrigin,
+        runOf: (i: number) => `latency-on-${concurrency}-${i % 64}`,
+      });
       const p = (r: typeof on, q: number) => percentile(r.latencies, q);
       console.log(
         `  c=${String(concurrency).padEnd(2)}  off p50 ${p(off, 50).toFixed(2)} ms p99 ${p(off, 99).toFixed(2)} ms ${(off.requests / off.seconds).toFixed(0)} req/s` +
