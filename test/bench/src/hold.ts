@@ -79,6 +79,7 @@ async function main(): Promise<void> {
     await firstMatch(up, /(Ctrl-C stops everything)/);
     const stack = JSON.parse(readFileSync(join(dataDir, "holdfast.json"), "utf8")) as {
       gatewayUrl: string;
+      analyticsUrl: string;
       natsUrl: string;
     };
     const gatewayOrigin = new URL(stack.gatewayUrl).origin;
@@ -166,6 +167,11 @@ async function main(): Promise<void> {
     agent.destroy();
 
     // 3. What limits and budgets cost a call: a second gateway on the same log without them.
+    // Measured once the projector has caught up with the resumes' 30,000-odd events, so
+    // neither side shares the machine with that work.
+    const settleStart = performance.now();
+    await projectionCaughtUp(stack.analyticsUrl);
+    console.log(`(projection caught up ${((performance.now() - settleStart) / 1000).toFixed(1)} s later)`);
     const plainConfig = join(dataDir, "plain.yaml");
     writeFileSync(plainConfig, "gateway: { port: 0 }\n");
     const plain = spawn(process.execPath, [join(ROOT, "services/gateway/dist/main.js")], {
@@ -217,6 +223,18 @@ async function main(): Promise<void> {
     await sleep(2_000);
     rmSync(dataDir, { recursive: true, force: true });
   }
+}
+
+/** Resolves once the projector's health says everything in the stream is projected. */
+async function projectionCaughtUp(analyticsUrl: string): Promise<void> {
+  for (const deadline = Date.now() + 300_000; Date.now() < deadline; await sleep(250)) {
+    const health = (await (await fetch(`${analyticsUrl}/health`)).json().catch(() => ({}))) as {
+      stream_last_seq?: number;
+      projected_seq?: number;
+    };
+    if (health.projected_seq !== undefined && health.projected_seq >= (health.stream_last_seq ?? 0)) return;
+  }
+  throw new Error("the projection did not catch up within 5 minutes");
 }
 
 /** A streaming call of a run tagged for holding: parked (its first keepalive), then answered. */
