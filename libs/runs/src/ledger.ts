@@ -105,8 +105,11 @@ export class Ledger<State, Command> {
 
   /**
    * Like execute, but keeps retrying while the log is unreachable: for facts that already
-   * happened (a call's outcome), which must reach the log even if NATS blinks. The event
-   * ids are fixed across those retries, so one that had in fact landed is not written twice.
+   * happened (a call's outcome), which must reach the log even if NATS blinks. An append
+   * that had in fact landed is not written twice: the retry fails the sequence check, is
+   * recognised as our own (Bus.append) or reads the run, and the decider, idempotent by
+   * step, decides nothing more. Each attempt takes fresh event ids: reusing one for an
+   * event decided anew could let the dedupe window swallow a different event.
    *
    * Nobody waits on these: their appends may wait a few milliseconds to share a socket
    * write with the next urgent one (Bus.append's `defer`), unless the aggregate is shared.
@@ -208,7 +211,7 @@ export class Ledger<State, Command> {
     return turn;
   }
 
-  /** Event ids for one decision's events, fixed across its retries. */
+  /** Event ids for one command's events, one new id per event appended or attempted. */
   private idsFor(): () => string {
     const ids: string[] = [];
     let next = 0;
