@@ -285,6 +285,41 @@ describe("Chat Completions through the gateway with the openai SDK", () => {
     expect((await stack.bus.streamState()).lastSeq).toBe(before);
   });
 
+  it("carries the run's tenant on every event, and its usage and cost into ClickHouse", async () => {
+    const client = stack.client({
+      headers: { "X-Holdfast-Run": "tenant-call", "X-Holdfast-Tenant": "acme" },
+    });
+    const answer = await client.chat.completions.create({
+      model: "gpt-4o-mini",
+      messages: [{ role: "user", content: "Whose call is this?" }],
+    });
+    const run = await stack.settled("tenant-call", 1);
+    const events = (await stack.bus.readRun("tenant-call")).events.map((e) => e.envelope);
+    expect(events.map((e) => e.tenant)).toEqual(events.map(() => "acme"));
+    await expect
+      .poll(
+        async () =>
+          (
+            await stack.sql<Record<string, string | number>>(
+              "SELECT tenant, input_tokens, output_tokens, toString(cost_usd) AS cost FROM steps WHERE run_id = 'tenant-call'",
+            )
+          ).map((row) => ({
+            ...row,
+            input_tokens: Number(row.input_tokens),
+            output_tokens: Number(row.output_tokens),
+          })),
+        { timeout: 10_000 },
+      )
+      .toEqual([
+        {
+          tenant: "acme",
+          input_tokens: answer.usage?.prompt_tokens,
+          output_tokens: answer.usage?.completion_tokens,
+          cost: String(run.steps[0]!.costNanoUsd! / 1e9),
+        },
+      ]);
+  });
+
   it("makes every finished call exactly one row in ClickHouse", async () => {
     // Count outcome events in JetStream, independently of the projection.
     let outcomes = 0;

@@ -1,6 +1,6 @@
 import { request as httpRequest } from "node:http";
 import { connect } from "node:net";
-import { gzipSync } from "node:zlib";
+import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib";
 import { callDirective } from "@holdfast/fake-provider";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -327,15 +327,22 @@ describe("header bytes", () => {
 });
 
 describe("compressed request bodies", () => {
-  it("decodes a gzip body, meters the call and forwards it decoded", async () => {
+  it.each([
+    ["gzip", gzipSync],
+    ["deflate", deflateSync],
+    ["br", brotliCompressSync],
+  ] as const)("decodes a %s body, meters the call and forwards it decoded", async (encoding, encode) => {
+    const run = `${encoding}-body`;
     const answer = await send("/v1/chat/completions", {
-      headers: { "content-encoding": "gzip", "X-Holdfast-Run": "gzip-body" },
-      body: gzipSync(CHAT("compressed")),
+      headers: { "content-encoding": encoding, "X-Holdfast-Run": run },
+      body: encode(CHAT(`compressed with ${encoding}`)),
     });
     expect(answer.status).toBe(200);
-    expect(JSON.parse(answer.body).choices[0].message.content).toBe("Fake reply to: compressed");
+    expect(JSON.parse(answer.body).choices[0].message.content).toBe(
+      `Fake reply to: compressed with ${encoding}`,
+    );
     expect(stack.provider.requests.at(-1)?.headers["content-encoding"]).toBeUndefined();
-    expect((await stack.settled("gzip-body", 1)).completed).toBe(1);
+    expect((await stack.settled(run, 1)).completed).toBe(1);
   });
 
   it("refuses an encoding it cannot decode with a 415, a corrupt body with a 400 and a bomb with a 413", async () => {
