@@ -74,4 +74,78 @@ describe("ledger", () => {
     expect(here.cached("gap-c")).toBeUndefined();
     expect((await here.current("gap-c")).hold).toBeNull();
   });
+
+  it("after a conflict, reads the run from the last event it knew, not from the start", async () => {
+    const reads: { runId: string; after: number | undefined }[] = [];
+    const watched = new Proxy(bus, {
+      get(target, key, receiver) {
+        if (key === "readRun") {
+          return (runId: string, after?: number) => {
+            reads.push({ runId, after });
+            return target.readRun(runId, after);
+          };
+        }
+        const value = Reflect.get(target, key, receiver);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const here = new Ledger({
+      aggregate: runAggregate,
+      bus: watched,
+      log,
+      clock: Date.now,
+      newId: createIdGenerator(),
+    });
+    const elsewhere = runLedger();
+    for (let i = 0; i < 5; i++) {
+      await elsewhere.execute("conflict-a", labels, { type: "HoldRun", actor: operator, reason: `${i}` });
+      await elsewhere.execute("conflict-a", labels, {
+        type: "ResumeRun",
+        actor: operator,
+        reason: `${i}`,
+        onlyIfHeld: false,
+      });
+    }
+    await here.execute("conflict-a", labels, { type: "HoldRun", actor: operator, reason: "here" });
+    const known = (await bus.readRun("conflict-a")).lastStreamSequence;
+    reads.length = 0;
+
+    // Another process appends; this one, hearing nothing of it, decides on what it had
+    // (held) and its append fails the log's sequence check.
+    await elsewhere.execute("conflict-a", labels, {
+      type: "ResumeRun",
+      actor: operator,
+      reason: "x",
+      onlyIfHeld: false,
+    });
+    const { events } = await here.execute("conflict-a", labels, {
+      type: "ResumeRun",
+      actor: operator,
+      reason: "again",
+      onlyIfHeld: false,
+    });
+    expect(events.map((e) => e.type)).toEqual(["RunResumed"]);
+    expect(reads).toEqual([{ runId: "conflict-a", after: known }]);
+  });
+
+  it("keeps at most maxCached runs in memory, never one somebody waits on", async () => {
+    const here = new Ledger({
+      aggregate: runAggregate,
+      bus,
+      log,
+      clock: Date.now,
+      newId: createIdGenerator(),
+      maxCached: 3,
+    });
+    await here.execute("cache-0", labels, { type: "HoldRun", actor: operator, reason: "" });
+    const unsubscribe = here.subscribe("cache-0", () => undefined);
+    for (let i = 1; i < 8; i++) {
+      await here.execute(`cache-${i}`, labels, { type: "HoldRun", actor: operator, reason: "" });
+    }
+    expect(here.cachedCount).toBe(3);
+    expect(here.cached("cache-0")?.status).toBe(RunStatus.Held);
+    expect(here.cached("cache-7")?.status).toBe(RunStatus.Held);
+    expect(here.cached("cache-1")).toBeUndefined();
+    unsubscribe();
+  });
 });
