@@ -1,4 +1,5 @@
 import {
+  ActorKind,
   Api,
   createIdGenerator,
   type Envelope,
@@ -119,6 +120,39 @@ describe("event bus", () => {
     const history = await bus.readRun("long-run");
     expect(history.events).toHaveLength(1_200);
     expect(history.events.at(-1)?.envelope.sequence).toBe(1_200);
+  });
+
+  it("replays a run whose events are of many types, interleaved with other runs, from any point", async () => {
+    const held = (i: number): EventPayload => ({
+      $case: "runHeld",
+      value: {
+        actor: { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "t" },
+        reason: `${i}`,
+        selector: undefined,
+        ruleId: "",
+      },
+    });
+    let last = 0;
+    for (let i = 1; i <= 1_100; i++) {
+      last = (await bus.append(envelope("mixed-run", i, i % 3 === 0 ? held(i) : started(i)), last))
+        .streamSequence;
+      if (i % 100 === 0) await bus.append(envelope(`mixed-other-${i}`, 1), 0);
+    }
+    const all = await bus.readRun("mixed-run");
+    expect(all.events.map((e) => e.envelope.sequence)).toEqual(
+      Array.from({ length: 1_100 }, (_, i) => i + 1),
+    );
+    expect(all.events.map((e) => e.envelope.type).slice(0, 3)).toEqual([
+      "StepStarted",
+      "StepStarted",
+      "RunHeld",
+    ]);
+    expect(all.lastStreamSequence).toBe(last);
+    const from = all.events[700]!.streamSequence;
+    const rest = await bus.readRun("mixed-run", from);
+    expect(rest.events.map((e) => e.envelope.sequence)).toEqual(
+      Array.from({ length: 399 }, (_, i) => i + 702),
+    );
   });
 
   it("reads the last event of every matching subject, past the 1,024 a direct get allows", async () => {

@@ -302,28 +302,56 @@ export class Bus {
    * up to there is missing).
    */
   async readRun(runId: string, after = 0): Promise<RunHistory> {
-    const filter = this.subjects.run(runId);
+    // Not one read over the run's wildcard: for a wildcard, nats-server walks every message
+    // of each block from the run's first event on, tokenizing each subject (about 8 ms of
+    // server CPU per read on a stream of 70k events, which saturated it at 100 reads/s).
+    // Each subject's last sequence comes from the server's subject index, and each subject
+    // with something new is read by its literal name, which jumps to its own messages.
+    const lasts = new Map<string, number>();
+    try {
+      const latest = await this.jsm.direct.getLastMessagesFor(this.eventsStream, {
+        multi_last: [this.subjects.run(runId)],
+      });
+      for await (const message of latest) lasts.set(message.subject, message.seq);
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+    }
+    const parts = await Promise.all(
+      [...lasts]
+        .filter(([, last]) => last > after)
+        .map(([subject, last]) => this.readSubject(subject, after, last)),
+    );
+    // Each subject read up to its last sequence as the index had it: what was appended
+    // meanwhile is left out whole, so the history has no gap.
+    const events = parts.flat().sort((a, b) => a.streamSequence - b.streamSequence);
+    return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? after };
+  }
+
+  /** The events of one literal subject after stream sequence `after`, through `last`. */
+  private async readSubject(subject: string, after: number, last: number): Promise<StoredEvent[]> {
     const events: StoredEvent[] = [];
     let from = after + 1;
-    for (;;) {
+    while (from <= last) {
       let received = 0;
       try {
         const batch = await this.jsm.direct.getBatch(this.eventsStream, {
           seq: from,
-          next_by_subj: filter,
+          next_by_subj: subject,
           batch: READ_BATCH,
         });
         for await (const message of batch) {
           received += 1;
-          events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
           from = message.seq + 1;
+          if (message.seq <= last) {
+            events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+          }
         }
       } catch (error) {
         if (!isNotFound(error)) throw error;
       }
       if (received < READ_BATCH) break;
     }
-    return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? after };
+    return events;
   }
 
   /**
