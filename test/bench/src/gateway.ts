@@ -222,6 +222,9 @@ function formatRow(row: Row): string {
     ]),
   );
   const x = (a: number, b: number) => `x${(a / b).toFixed(2)}`;
+  // What the floor adds under load can be nothing or less (it queues fewer requests than
+  // the provider): a ratio to it means nothing then.
+  const xAdded = (q: number) => (added(f, q) < 0.05 ? "—" : x(Math.max(added(h, q), 0.001), added(f, q)));
   lines.push(
     cells([
       ...prefix,
@@ -229,8 +232,8 @@ function formatRow(row: Row): string {
       x(h.requests / h.seconds, f.requests / f.seconds),
       "",
       "",
-      x(Math.max(added(h, 50), 0.001), Math.max(added(f, 50), 0.001)),
-      x(Math.max(added(h, 99), 0.001), Math.max(added(f, 99), 0.001)),
+      xAdded(50),
+      xAdded(99),
       `+${ms(ttfb(h) - ttfb(f))}`,
       x(gwCpu, floorCpu),
       x(stackCpu, floorCpu),
