@@ -118,6 +118,8 @@ export interface DurableSpec {
 const STREAM_NAME_IN_USE = 10058;
 const DUPLICATE_WINDOW_MS = 2 * 60_000;
 const READ_BATCH = 512;
+/** How often a read retries a replica that has not caught up with what another one named. */
+const READ_CATCH_UP_ATTEMPTS = 20;
 
 /** Connects to NATS. The connection reconnects forever; callers see errors per operation. */
 export async function connectBus(options: BusOptions): Promise<Bus> {
@@ -327,29 +329,40 @@ export class Bus {
     return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? after };
   }
 
-  /** The events of one literal subject after stream sequence `after`, through `last`. */
+  /**
+   * The events of one literal subject after stream sequence `after`, through `last`. A
+   * direct get may be answered by a replica that is behind the one that named `last`:
+   * the read goes on until it reaches `last`, so the run's history has no hole.
+   */
   private async readSubject(subject: string, after: number, last: number): Promise<StoredEvent[]> {
     const events: StoredEvent[] = [];
     let from = after + 1;
-    while (from <= last) {
-      let received = 0;
-      try {
-        const batch = await this.jsm.direct.getBatch(this.eventsStream, {
-          seq: from,
-          next_by_subj: subject,
-          batch: READ_BATCH,
-        });
-        for await (const message of batch) {
-          received += 1;
-          from = message.seq + 1;
-          if (message.seq <= last) {
+    for (let attempt = 0; from <= last; attempt++) {
+      if (attempt > 0) {
+        if (attempt > READ_CATCH_UP_ATTEMPTS) {
+          throw new BusUnavailableError(`${subject}: no server had the stream through ${last} yet`);
+        }
+        await sleep(10 * attempt);
+      }
+      for (;;) {
+        let received = 0;
+        try {
+          const batch = await this.jsm.direct.getBatch(this.eventsStream, {
+            seq: from,
+            next_by_subj: subject,
+            batch: READ_BATCH,
+          });
+          for await (const message of batch) {
+            received += 1;
+            if (message.seq > last) break;
+            from = message.seq + 1;
             events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
           }
+        } catch (error) {
+          if (!isNotFound(error)) throw error;
         }
-      } catch (error) {
-        if (!isNotFound(error)) throw error;
+        if (received < READ_BATCH || from > last) break;
       }
-      if (received < READ_BATCH) break;
     }
     return events;
   }
@@ -414,6 +427,8 @@ export class Bus {
         try {
           current = await open();
           aliveMs = Date.now();
+          // Stopped while it was being opened: stop() closed the one before.
+          if (stopped) await current.close();
           return;
         } catch {
           await sleep(delay);

@@ -104,7 +104,8 @@ export class Ledger<State, Command> {
   }
 
   /**
-   * Like execute, but keeps retrying while the log is unreachable: for facts that already
+   * Like execute, but keeps retrying while the log is unreachable or other writers keep
+   * winning the race for the aggregate: for facts that already
    * happened (a call's outcome), which must reach the log even if NATS blinks. An append
    * that had in fact landed is not written twice: the retry fails the sequence check, is
    * recognised as our own (Bus.append) or reads the run, and the decider, idempotent by
@@ -122,9 +123,15 @@ export class Ledger<State, Command> {
         try {
           return await this.executeNow(id, labels, command, entry, ids, defer);
         } catch (error) {
-          if (!(error instanceof BusError) || !error.retryable || error instanceof ConcurrencyError)
-            throw error;
-          this.options.log.warn({ id, err: error }, "event log unreachable; will retry the append");
+          if (!(error instanceof BusError) || !error.retryable) throw error;
+          if (error instanceof ConcurrencyError) {
+            // Lost every race of one attempt (a cluster failing over, its replicas answering
+            // reads from behind): the fact still happened, so read the log again and go on.
+            entry.stale = true;
+            this.options.log.warn({ id, err: error }, "the run kept moving on; will read it and retry");
+          } else {
+            this.options.log.warn({ id, err: error }, "event log unreachable; will retry the append");
+          }
           await sleep(delay);
         }
       }
