@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import { COMMON_OPTIONS } from "./common.js";
-import { controlCall, controlEndpoint } from "./control.js";
+import { controlCall, controlEndpoint, type RuleBody } from "./control.js";
 import { CliError } from "./errors.js";
 import { table } from "./format.js";
 import { holdfastCommand } from "./invocation.js";
@@ -57,14 +57,6 @@ interface AffectedRun {
   run_id: string;
   changed: boolean;
   status: string;
-}
-
-interface RuleBody {
-  rule_id: string;
-  description: string;
-  reason: string;
-  actor: string;
-  added_at: string;
 }
 
 export interface ActionAnswer {

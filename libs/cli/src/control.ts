@@ -84,3 +84,12 @@ function reachable(host: string): string {
   if (host === "::") return "[::1]";
   return host.includes(":") ? `[${host}]` : host;
 }
+
+/** A standing hold rule, as the control API answers it. */
+export interface RuleBody {
+  rule_id: string;
+  description: string;
+  reason: string;
+  actor: string;
+  added_at: string;
+}

@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import { COMMON_OPTIONS } from "./common.js";
-import { controlCall, controlEndpoint } from "./control.js";
+import { controlCall, controlEndpoint, type RuleBody } from "./control.js";
 import { CliError } from "./errors.js";
 import { table } from "./format.js";
 
@@ -13,14 +13,6 @@ export const LIFT_USAGE = `holdfast lift <rule> [--reason R] [--json] [--data-di
 
 Lifts one standing hold rule by id (\`holdfast rules\` lists them). Runs it already held
 stay held: resume them with \`holdfast resume\`.`;
-
-interface RuleBody {
-  rule_id: string;
-  description: string;
-  reason: string;
-  actor: string;
-  added_at: string;
-}
 
 export async function rules(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON_OPTIONS });

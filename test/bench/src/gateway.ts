@@ -14,14 +14,13 @@
 //   BENCH_CONCURRENCY (1,32,256)   BENCH_SHAPES (chat,responses,messages)
 //   BENCH_STEPS (20000)            length of the long run
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { CpuMeter, childrenOf } from "./cpu.js";
 import { type PhaseResult, percentile, runPhase, SHAPE_LOADS, type ShapeLoad, sleep } from "./load.js";
+import { firstMatch, ROOT, startExtraGateway, startProvider, startUp } from "./processes.js";
 
-const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 4_000);
 const WARMUP_MS = 1_000;
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,32,256").split(",").map(Number);
@@ -424,37 +423,13 @@ class LagSampler {
 async function startStack(): Promise<Stack> {
   const dataDir = mkdtempSync(join(tmpdir(), "holdfast-bench-"));
   const children: ChildProcess[] = [];
-  const provider = spawn(process.execPath, [join(ROOT, "test/fake-provider/dist/main.js"), "--port", "0"], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  children.push(provider);
-  const providerUrl = await firstMatch(provider, /listening on (http:\/\/\S+)/);
+  const providerUrl = await startProvider(children);
   const floor = spawn(process.execPath, [join(ROOT, "test/bench/dist/floor.js"), "--upstream", providerUrl], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   children.push(floor);
   const floorUrl = await firstMatch(floor, /listening on (http:\/\/\S+)/);
-  const up = spawn(
-    process.execPath,
-    [
-      join(ROOT, "libs/cli/dist/bin.js"),
-      "up",
-      "--data-dir",
-      dataDir,
-      "--port",
-      "0",
-      "--upstream",
-      `${providerUrl}/v1`,
-    ],
-    { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, HOLDFAST_LOG_LEVEL: "warn" } },
-  );
-  children.push(up);
-  await firstMatch(up, /(Ctrl-C stops everything)/);
-  const file = JSON.parse(readFileSync(join(dataDir, "holdfast.json"), "utf8")) as {
-    gatewayUrl: string;
-    analyticsUrl: string;
-    natsUrl: string;
-  };
+  const { up, file } = await startUp({ dataDir, providerUrl }, children);
   const kids = childrenOf(up.pid!);
   const pidOf = (pattern: RegExp) => {
     const found = kids.find((k) => pattern.test(k.cmdline));
@@ -478,36 +453,16 @@ async function startStack(): Promise<Stack> {
   };
 }
 
-async function startSecondGateway(stack: Stack): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [join(ROOT, "services/gateway/dist/main.js")], {
-    stdio: ["ignore", "pipe", "inherit"],
-    env: {
-      ...process.env,
-      HOLDFAST_LOG_LEVEL: "info",
-      HOLDFAST_DATA_DIR: stack.dataDir,
-      HOLDFAST_NATS__URL: stack.natsUrl,
-      HOLDFAST_GATEWAY__PORT: "0",
-      HOLDFAST_GATEWAY__UPSTREAM: `${stack.providerUrl}/v1`,
-      HOLDFAST_GATEWAY__INSTANCE_ID: "bench-second",
+function startSecondGateway(stack: Stack): Promise<{ url: string; child: ChildProcess }> {
+  return startExtraGateway(
+    {
+      dataDir: stack.dataDir,
+      natsUrl: stack.natsUrl,
+      providerUrl: stack.providerUrl,
+      instanceId: "bench-second",
     },
-  });
-  stack.children.push(child);
-  const port = await firstMatch(child, /"port":(\d+)[^\n]*gateway listening/);
-  return { url: `http://127.0.0.1:${port}`, child };
-}
-
-function firstMatch(child: ChildProcess, pattern: RegExp): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let text = "";
-    child.stdout?.on("data", (chunk: Buffer) => {
-      text += chunk.toString();
-      const match = pattern.exec(text);
-      if (match) resolve(match[1]!);
-    });
-    child.once("exit", (code) =>
-      reject(new Error(`process exited (${code}) before printing ${pattern}:\n${text}`)),
-    );
-  });
+    stack.children,
+  );
 }
 
 const rate = (r: PhaseResult) => (r.requests / r.seconds).toFixed(0);

@@ -11,12 +11,11 @@
 //   3. The latency a call pays for limits and budgets: the same load through the gateway
 //      with them and the one without, side by side, at 1 and 32 connections.
 // Linux only (RSS from /proc).
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { connectBus } from "@holdfast/bus";
 import {
   type Actor,
@@ -32,8 +31,8 @@ import {
 import { createLogger } from "@holdfast/log";
 import { fleetAggregate, Ledger, runAggregate } from "@holdfast/runs";
 import { percentile, runPhase, SHAPE_LOADS, sleep } from "./load.js";
+import { startExtraGateway, startProvider, startUp } from "./processes.js";
 
-const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const HELD = Number(process.env.BENCH_HELD ?? 10_000);
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 4_000);
 const TAG = "bench-held";
@@ -43,11 +42,7 @@ async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "holdfast-bench-hold-"));
   const children: ChildProcess[] = [];
   try {
-    const provider = spawn(process.execPath, [join(ROOT, "test/fake-provider/dist/main.js"), "--port", "0"], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    children.push(provider);
-    const providerUrl = await firstMatch(provider, /listening on (http:\/\/\S+)/);
+    const providerUrl = await startProvider(children);
     const configFile = join(dataDir, "holdfast.yaml");
     writeFileSync(
       configFile,
@@ -60,29 +55,7 @@ async function main(): Promise<void> {
         "gateway: { upstream_connections: 256 }",
       ].join("\n"),
     );
-    const up = spawn(
-      process.execPath,
-      [
-        join(ROOT, "libs/cli/dist/bin.js"),
-        "up",
-        "--data-dir",
-        dataDir,
-        "--port",
-        "0",
-        "--config",
-        configFile,
-        "--upstream",
-        `${providerUrl}/v1`,
-      ],
-      { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, HOLDFAST_LOG_LEVEL: "warn" } },
-    );
-    children.push(up);
-    await firstMatch(up, /(Ctrl-C stops everything)/);
-    const stack = JSON.parse(readFileSync(join(dataDir, "holdfast.json"), "utf8")) as {
-      gatewayUrl: string;
-      analyticsUrl: string;
-      natsUrl: string;
-    };
+    const { file: stack } = await startUp({ dataDir, providerUrl, configFile }, children);
     const gatewayOrigin = new URL(stack.gatewayUrl).origin;
     const gatewayPid = (await (await fetch(`${gatewayOrigin}/holdfast/health`)).json()) as { pid: number };
 
@@ -173,22 +146,10 @@ async function main(): Promise<void> {
     const settleStart = performance.now();
     await projectionCaughtUp(stack.analyticsUrl);
     console.log(`(projection caught up ${((performance.now() - settleStart) / 1000).toFixed(1)} s later)`);
-    const plainConfig = join(dataDir, "plain.yaml");
-    writeFileSync(plainConfig, "gateway: { port: 0 }\n");
-    const plain = spawn(process.execPath, [join(ROOT, "services/gateway/dist/main.js")], {
-      stdio: ["ignore", "pipe", "inherit"],
-      env: {
-        ...process.env,
-        HOLDFAST_CONFIG: plainConfig,
-        HOLDFAST_LOG_LEVEL: "info",
-        HOLDFAST_DATA_DIR: dataDir,
-        HOLDFAST_NATS__URL: stack.natsUrl,
-        HOLDFAST_GATEWAY__UPSTREAM: `${providerUrl}/v1`,
-        HOLDFAST_GATEWAY__INSTANCE_ID: "bench-plain",
-      },
-    });
-    children.push(plain);
-    const plainPort = await firstMatch(plain, /"port":(\d+)[^\n]*gateway listening/);
+    const plain = await startExtraGateway(
+      { dataDir, natsUrl: stack.natsUrl, providerUrl, instanceId: "bench-plain" },
+      children,
+    );
     console.log("\nOne call's latency, limits and a budget on against off (chat, non-streaming):");
     for (const concurrency of [1, 32]) {
       const base = {
@@ -202,7 +163,7 @@ async function main(): Promise<void> {
       // shared run's outcomes are appended at once rather than batched (see Ledger.shared).
       const off = await runPhase({
         ...base,
-        origin: `http://127.0.0.1:${plainPort}`,
+        origin: plain.url,
         runOf: (i: number) => `latency-off-${concurrency}-${i % 64}`,
       });
       const on = await runPhase({
@@ -299,19 +260,5 @@ function rssBytes(pid: number): number {
 }
 
 const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(0)} MiB`;
-
-function firstMatch(child: ChildProcess, pattern: RegExp): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let text = "";
-    child.stdout?.on("data", (chunk: Buffer) => {
-      text += chunk.toString();
-      const match = pattern.exec(text);
-      if (match) resolve(match[1]!);
-    });
-    child.once("exit", (code) =>
-      reject(new Error(`process exited (${code}) before printing ${pattern}:\n${text}`)),
-    );
-  });
-}
 
 await main();

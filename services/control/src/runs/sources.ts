@@ -1,31 +1,11 @@
+import type { RunRow } from "@holdfast/analytics";
 import type { Bus } from "@holdfast/bus";
 import { isKnown, type StoredEnvelope } from "@holdfast/events";
 import { CONTROL_TYPES } from "@holdfast/runs";
 import { AnalyticsUnavailableError, InvalidArgumentError } from "../errors.js";
 
 /** A run as the projection has it (`GET /v1/runs` of the projector; `holdfast ls`). */
-export interface ProjectedRun {
-  run_id: string;
-  tag: string;
-  tenant: string;
-  model: string;
-  status: string;
-  hold_reason: string;
-  held_since: string | null;
-  parked_calls: number;
-  steps: number;
-  in_flight: number;
-  completed: number;
-  failed: number;
-  input_tokens: number;
-  output_tokens: number;
-  cached_input_tokens: number;
-  cost_usd: number;
-  unpriced_steps: number;
-  estimated_steps: number;
-  first_seen: string;
-  last_seen: string;
-}
+export type ProjectedRun = RunRow;
 
 /**
  * The projector's analytics API: the only reader of an embedded ClickHouse from another

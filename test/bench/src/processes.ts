@@ -1,0 +1,89 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+// The processes a benchmark starts, each as a deployment would run it, and what they print
+// when they are ready.
+
+export const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+
+/** What `holdfast up` records in its data dir once it is up. */
+export interface UpFile {
+  gatewayUrl: string;
+  analyticsUrl: string;
+  natsUrl: string;
+}
+
+/** Resolves with the first capture of `pattern` in the child's stdout; rejects if it exits first. */
+export function firstMatch(child: ChildProcess, pattern: RegExp): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = "";
+    child.stdout?.on("data", (chunk: Buffer) => {
+      text += chunk.toString();
+      const match = pattern.exec(text);
+      if (match) resolve(match[1]!);
+    });
+    child.once("exit", (code) =>
+      reject(new Error(`process exited (${code}) before printing ${pattern}:\n${text}`)),
+    );
+  });
+}
+
+/** The fake provider on a free port; its base URL (without /v1). */
+export async function startProvider(children: ChildProcess[]): Promise<string> {
+  const provider = spawn(process.execPath, [join(ROOT, "test/fake-provider/dist/main.js"), "--port", "0"], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  children.push(provider);
+  return firstMatch(provider, /listening on (http:\/\/\S+)/);
+}
+
+/** `holdfast up` on free ports in `dataDir`, in front of the provider, with an optional config file. */
+export async function startUp(
+  options: { dataDir: string; providerUrl: string; configFile?: string },
+  children: ChildProcess[],
+): Promise<{ up: ChildProcess; file: UpFile }> {
+  const up = spawn(
+    process.execPath,
+    [
+      join(ROOT, "libs/cli/dist/bin.js"),
+      "up",
+      "--data-dir",
+      options.dataDir,
+      "--port",
+      "0",
+      ...(options.configFile === undefined ? [] : ["--config", options.configFile]),
+      "--upstream",
+      `${options.providerUrl}/v1`,
+    ],
+    { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, HOLDFAST_LOG_LEVEL: "warn" } },
+  );
+  children.push(up);
+  await firstMatch(up, /(Ctrl-C stops everything)/);
+  const file = JSON.parse(readFileSync(join(options.dataDir, "holdfast.json"), "utf8")) as UpFile;
+  return { up, file };
+}
+
+/** Another gateway process on the same event log, on a free port; its origin. */
+export async function startExtraGateway(
+  options: { dataDir: string; natsUrl: string; providerUrl: string; instanceId: string; configFile?: string },
+  children: ChildProcess[],
+): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, [join(ROOT, "services/gateway/dist/main.js")], {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: {
+      ...process.env,
+      ...(options.configFile === undefined ? {} : { HOLDFAST_CONFIG: options.configFile }),
+      HOLDFAST_LOG_LEVEL: "info",
+      HOLDFAST_DATA_DIR: options.dataDir,
+      HOLDFAST_NATS__URL: options.natsUrl,
+      HOLDFAST_GATEWAY__PORT: "0",
+      HOLDFAST_GATEWAY__UPSTREAM: `${options.providerUrl}/v1`,
+      HOLDFAST_GATEWAY__INSTANCE_ID: options.instanceId,
+    },
+  });
+  children.push(child);
+  const port = await firstMatch(child, /"port":(\d+)[^\n]*gateway listening/);
+  return { url: `http://127.0.0.1:${port}`, child };
+}
