@@ -33,11 +33,16 @@ interface LocalLease {
 const CALLS_PER_SLICE = 20;
 // A slice is given up this long before the service would expire it (its clock may run ahead).
 const EXPIRY_MARGIN_MS = 2_000;
+// A slice with less than this share of a full slice left, or this close to its end, is
+// renewed in the background, so calls rarely wait for the budget service.
+const REFRESH_BELOW_SHARE = 0.25;
+const REFRESH_BEFORE_END_MS = 5_000;
 
 /**
  * Budgets across runs at the gateway: each call's reservation comes out of a slice of
  * every budget its run spends from, leased from the budget service and spent locally; the
- * gateway asks again only when a slice runs low or expires. A budget that cannot cover
+ * gateway renews a slice in the background when it runs low or nears its end, and a call
+ * waits for the service only when its slice cannot cover it. A budget that cannot cover
  * the call trips the run before the call (held or stopped as `on_trip` says; its figures
  * are the service's). A run an operator resumed with limits of its own is exempt for that
  * window. While the budget service cannot be reached, calls that need a new slice are
@@ -71,6 +76,17 @@ export function budgetFeature(options: BudgetFeatureOptions): {
         pending.delete(key);
       }
     }
+  };
+
+  /** Starts renewing a slice that runs low or ends soon, nobody waiting; a failure leaves it to the next call. */
+  const refreshIfLow = (key: string, slice: LocalLease, need: number): void => {
+    if (pending.has(key)) return;
+    const low = slice.grantedNanoUsd - slice.usedNanoUsd < need * CALLS_PER_SLICE * REFRESH_BELOW_SHARE;
+    const ending = slice.validUntilMs - options.clock() < REFRESH_BEFORE_END_MS;
+    if (!low && !ending) return;
+    const asking = renew(key, need, slice);
+    pending.set(key, asking);
+    void asking.catch(() => undefined).finally(() => pending.delete(key));
   };
 
   const renew = async (
@@ -122,6 +138,7 @@ export function budgetFeature(options: BudgetFeatureOptions): {
         }
         slice.usedNanoUsd += need;
         taken.push(slice);
+        refreshIfLow(key, slice, need);
       }
       byCall.set(call, taken);
       for (const lease of taken) call.budgetLeases.push(lease.leaseId);
