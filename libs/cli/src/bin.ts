@@ -2,6 +2,7 @@
 import { ConfigError } from "@holdfast/config";
 import { actionCommand, HOLD_USAGE, RESUME_USAGE, STOP_USAGE } from "./act.js";
 import { CliError } from "./errors.js";
+import { APPROVE_USAGE, DENY_USAGE, gateCommand } from "./gate.js";
 import { INIT_USAGE, init } from "./init.js";
 import { LS_USAGE, ls } from "./ls.js";
 import { QUERY_USAGE, query } from "./query.js";
@@ -18,6 +19,8 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: 
   hold: { run: actionCommand("hold"), usage: HOLD_USAGE },
   resume: { run: actionCommand("resume"), usage: RESUME_USAGE },
   stop: { run: actionCommand("stop"), usage: STOP_USAGE },
+  approve: { run: gateCommand("approve"), usage: APPROVE_USAGE },
+  deny: { run: gateCommand("deny"), usage: DENY_USAGE },
   rules: { run: rules, usage: RULES_USAGE },
   lift: { run: lift, usage: LIFT_USAGE },
 };

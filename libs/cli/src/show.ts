@@ -16,7 +16,8 @@ export const SHOW_USAGE = `holdfast show <run> [--json] [--data-dir DIR] [--conf
 
 Shows one run as folded from its events in JetStream (the projector need not be running):
 its steps, why it is held or stopped (the limit and the figures, or who and why), its
-calls parked now, and its trips, holds, resumes and stops in order.`;
+calls parked now, the answers the tool-call gate held (what the model asked for: tool,
+arguments, the rule that matched), and its trips, holds, resumes and stops in order.`;
 
 export async function show(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON_OPTIONS });
@@ -91,8 +92,9 @@ export function renderRun(s: RunView, now = Date.now()): string {
           : step.finishReason,
     ]),
   );
+  const gates = s.gates.length === 0 ? "" : `\n\n${gateLines(s).join("\n")}`;
   const control = s.control.length === 0 ? "" : `\n\n${controlTable(s)}`;
-  return `${head.join("\n")}\n\n${steps}${control}`;
+  return `${head.join("\n")}\n\n${steps}${gates}${control}`;
 }
 
 function holdLines(s: RunView, now: number): string[] {
@@ -111,6 +113,36 @@ function holdLines(s: RunView, now: number): string[] {
     lines.push(
       `parked      ${s.parked} call${s.parked === 1 ? "" : "s"} parked, waiting for a resume or a stop`,
     );
+  return lines;
+}
+
+// Arguments shown per held answer; the whole (redacted) text is in --json.
+const SHOWN_ARGUMENTS = 400;
+
+/** The answers the gate held: what the model asked for, the rule, what became of it. */
+function gateLines(s: RunView): string[] {
+  const lines = ["tool-call gate"];
+  for (const gate of s.gates) {
+    const args =
+      gate.arguments.length > SHOWN_ARGUMENTS
+        ? `${gate.arguments.slice(0, SHOWN_ARGUMENTS)}…`
+        : gate.arguments;
+    const fate =
+      gate.status === "pending"
+        ? `PENDING (${gate.action === "stop" ? "run stopped" : "run held"}): holdfast approve ${s.runId} | holdfast deny ${s.runId}`
+        : `${gate.status} by ${gate.decidedBy || "-"}${gate.decisionReason ? `: "${gate.decisionReason}"` : ""}`;
+    lines.push(
+      `  step ${gate.step}  ${gate.kind === "loop" ? "loop" : "gated"}  ${fate}`,
+      `    tool       ${gate.tool}`,
+      `    arguments  ${args || "-"}`,
+      `    rule       ${gate.rule}: ${gate.ruleText}`,
+    );
+    const others = gate.toolCalls.filter(
+      (call) => call.name !== gate.tool || call.arguments !== gate.arguments,
+    );
+    if (others.length > 0) lines.push(`    also asked ${others.map((call) => call.name).join(", ")}`);
+    lines.push(`    gate id    ${gate.gateId}`);
+  }
   return lines;
 }
 
@@ -148,6 +180,10 @@ function controlDetail(c: ControlView, s: RunView): string {
       break;
     case "unparked":
       parts.push(`call ${c.parkId}: ${c.how}`);
+      break;
+    case "gated":
+    case "loop":
+      parts.push(c.reason, `rule ${c.ruleId}`, c.action === "stop" ? "run stopped" : "run held");
       break;
     default:
       if (c.reason) parts.push(`"${c.reason}"`);

@@ -47,4 +47,9 @@ const childOf = (value: unknown, key: string): unknown =>
     : undefined;
 
 /** What a record's keys are, as the README names them. */
-const PLACEHOLDER: Record<string, string> = { prices: "<model>", limits_by_tag: "<tag>", budgets: "<tag>" };
+const PLACEHOLDER: Record<string, string> = {
+  prices: "<model>",
+  limits_by_tag: "<tag>",
+  budgets: "<tag>",
+  tool_gate_by_tag: "<tag>",
+};

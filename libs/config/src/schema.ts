@@ -120,6 +120,48 @@ const budget = z.strictObject(
   { error: "expected a mapping with daily_usd and/or monthly_usd" },
 );
 
+// Tool-call gate patterns are JavaScript regular expressions with the `u` flag, checked
+// when the configuration loads so a bad one names its key instead of failing a call.
+export const GATE_REGEX_FLAGS = "u";
+
+const regex = (what: string) =>
+  text(what).superRefine((value, context) => {
+    try {
+      new RegExp(value, GATE_REGEX_FLAGS);
+    } catch (error) {
+      context.addIssue({
+        code: "custom",
+        message: `expected ${what}: ${(error as Error).message.replace(/^Invalid regular expression: /, "")}`,
+      });
+    }
+  });
+
+// A rule is a tool name glob, or {name: glob, args: regex}; a bare glob is {name: glob}.
+const gateRule = z.preprocess(
+  (value) => (typeof value === "string" ? { name: value } : value),
+  z.strictObject(
+    {
+      name: text("a glob over tool names")
+        .default("*")
+        .describe('Glob over the tool\'s name ("delete_*", "*").'),
+      args: regex("a regular expression over the tool call's JSON arguments")
+        .optional()
+        .describe("Regular expression searched in the tool call's arguments, as the model sent them (JSON)."),
+    },
+    { error: "expected a tool name glob, or a mapping with name (a glob) and args (a regular expression)" },
+  ),
+);
+
+const onMatch = z
+  .enum(["hold", "stop"], { error: "expected hold or stop" })
+  .describe(
+    "What a matched tool call does to the run while its answer waits: hold the run, or stop it (409 for its other calls).",
+  );
+
+const gateRules = list(gateRule, "tool name globs or {name, args} rules").describe(
+  "Tool calls whose answers are held for an operator's approval.",
+);
+
 const price = z.strictObject(
   {
     input_per_mtok: usdPerMillionTokens().describe("USD per million input (prompt) tokens."),
@@ -374,6 +416,41 @@ export const configSchema = z
       .describe(
         'Spend across runs per UTC day and month, per tag ("*": all runs); a spent budget trips its runs.',
       ),
+    tool_gate: z
+      .strictObject({ on_match: onMatch.default("hold"), deny: gateRules.default([]) }, mapping)
+      .prefault({})
+      .describe(
+        "The tool-call gate: an answer asking for a tool a rule names is held before the agent sees it, until approved or denied.",
+      ),
+    tool_gate_by_tag: z
+      .record(
+        text("a tag"),
+        z.strictObject(
+          { on_match: onMatch.optional(), deny: gateRules.optional() },
+          { error: "expected a mapping with on_match and/or deny" },
+        ),
+        { error: "expected a mapping of tags to tool-gate rules" },
+      )
+      .default({})
+      .describe("Tool-gate rules for runs with this tag, added to tool_gate's; on_match replaces its."),
+    max_repeated_tool_calls: count()
+      .default(0)
+      .describe(
+        "Loop detection: hold the run when an answer asks for the same tool calls (same arguments) this many times in a row; 0 is off.",
+      ),
+    redact: z
+      .strictObject(
+        {
+          patterns: list(regex("a regular expression"), "regular expressions")
+            .default([])
+            .describe(
+              "Regular expressions whose matches are replaced by [redacted] in tool arguments recorded in events (credentials always are).",
+            ),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("What is redacted from content recorded in events."),
     on_trip: z
       .enum(["hold", "stop"], { error: "expected hold or stop" })
       .default("hold")

@@ -16,6 +16,10 @@ const TYPE_OF_CASE = {
   callUnparked: "CallUnparked",
   holdRuleAdded: "HoldRuleAdded",
   holdRuleLifted: "HoldRuleLifted",
+  toolCallGated: "ToolCallGated",
+  loopDetected: "LoopDetected",
+  toolCallApproved: "ToolCallApproved",
+  toolCallDenied: "ToolCallDenied",
 } as const satisfies Record<PayloadCase, string>;
 
 /** Past-tense event type names, as they appear in subjects and the envelope. */
@@ -39,6 +43,10 @@ export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
   CallUnparked: 1,
   HoldRuleAdded: 1,
   HoldRuleLifted: 1,
+  ToolCallGated: 1,
+  LoopDetected: 1,
+  ToolCallApproved: 1,
+  ToolCallDenied: 1,
 };
 
 export function eventTypeOf(payload: EventPayload): EventType {

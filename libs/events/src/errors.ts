@@ -58,3 +58,35 @@ export class RunBusyError extends EventsError {
     super(`run ${JSON.stringify(runId)} must finish a call in flight before this one can start`);
   }
 }
+
+/** An approval or denial for a run with no held answer (or none by that gate id). */
+export class NothingGatedError extends EventsError {
+  override readonly name = "NothingGatedError";
+  readonly code = "HOLDFAST_NOTHING_GATED";
+  readonly retryable = false;
+  constructor(
+    readonly runId: string,
+    gateId?: string,
+  ) {
+    super(
+      gateId === undefined
+        ? `run ${JSON.stringify(runId)} has no answer held by the tool-call gate`
+        : `run ${JSON.stringify(runId)} has no held answer ${JSON.stringify(gateId)}`,
+    );
+  }
+}
+
+/**
+ * A resume of a run whose answer the tool-call gate holds: an operator approves or denies
+ * that answer instead (a resume would leave the agent waiting on it).
+ */
+export class RunGatedError extends EventsError {
+  override readonly name = "RunGatedError";
+  readonly code = "HOLDFAST_RUN_GATED";
+  readonly retryable = false;
+  constructor(readonly runId: string) {
+    super(
+      `run ${JSON.stringify(runId)} has an answer held by the tool-call gate: approve or deny it (holdfast approve|deny)`,
+    );
+  }
+}

@@ -44,6 +44,7 @@ const ANTHROPIC_TYPE: Record<string, string> = {
   not_found_error: "not_found_error",
   rate_limit_error: "rate_limit_error",
   overloaded_error: "overloaded_error",
+  tool_call_denied: "permission_error",
 };
 
 /** The same error in Anthropic's envelope; it has no `code` or `param`, so the message carries them. */

@@ -3,7 +3,16 @@ import { decodeEnvelope, isKnown, RunAction, type StoredEnvelope } from "@holdfa
 import type { LogSink } from "./follower.js";
 
 /** The events that hold, stop or release a run. */
-export const CONTROL_TYPES = ["RunTripped", "RunHeld", "RunStopped", "RunResumed"] as const;
+export const CONTROL_TYPES = [
+  "RunTripped",
+  "RunHeld",
+  "RunStopped",
+  "RunResumed",
+  "ToolCallGated",
+  "LoopDetected",
+  "ToolCallApproved",
+  "ToolCallDenied",
+] as const;
 
 export type HeldStatus = "held" | "stopped";
 
@@ -72,6 +81,16 @@ function statusAfter(envelope: StoredEnvelope, before: HeldStatus | undefined): 
       return "stopped";
     case "runResumed":
       return undefined;
+    case "toolCallGated":
+    case "loopDetected":
+      if (before === "stopped") return "stopped";
+      return payload.value.action === RunAction.RUN_ACTION_STOP ? "stopped" : "held";
+    case "toolCallApproved":
+      // The run goes on once its last held answer is decided; with more than one held, its
+      // own fold (read when this gateway parks a call) has the last word.
+      return undefined;
+    case "toolCallDenied":
+      return payload.value.runStopped ? "stopped" : undefined;
     default:
       return before;
   }

@@ -1,5 +1,5 @@
 import { BusError, ConcurrencyError } from "@holdfast/bus";
-import { InvalidRunIdError } from "@holdfast/events";
+import { InvalidRunIdError, NothingGatedError, RunGatedError } from "@holdfast/events";
 import { GrpcStatus } from "@holdfast/grpc";
 
 /**
@@ -77,6 +77,18 @@ export class AnalyticsUnavailableError extends ControlError {
   readonly grpcStatus = GrpcStatus.UNAVAILABLE;
 }
 
+/**
+ * The run is not in a state the action applies to: an approval or denial for a run with no
+ * answer held by the tool-call gate, or a resume of a run whose answer it holds.
+ */
+export class FailedPreconditionError extends ControlError {
+  override readonly name = "FailedPreconditionError";
+  readonly code = "failed_precondition";
+  readonly retryable = false;
+  readonly httpStatus = 409;
+  readonly grpcStatus = GrpcStatus.FAILED_PRECONDITION;
+}
+
 /** The control service itself failed. */
 export class InternalError extends ControlError {
   override readonly name = "InternalError";
@@ -100,6 +112,9 @@ export class InsecureBindError extends Error {
 export function asControlError(error: unknown): ControlError {
   if (error instanceof ControlError) return error;
   if (error instanceof InvalidRunIdError) return new InvalidArgumentError(error.message, { cause: error });
+  if (error instanceof NothingGatedError || error instanceof RunGatedError) {
+    return new FailedPreconditionError(error.message, { cause: error });
+  }
   if (error instanceof ConcurrencyError) {
     return new ConflictError(
       `${error.message}; the action changed nothing it had not already done: try again`,

@@ -97,3 +97,28 @@ export class BudgetUnavailableError extends GatewayError {
   readonly type = "server_error";
   readonly retryable = true;
 }
+
+/**
+ * An operator denied the answer the tool-call gate held: the agent gets this instead. A
+ * 403, which the OpenAI and Anthropic SDKs raise at once (PermissionDeniedError) without
+ * retrying: asking the model again would cost another answer that the gate would hold too.
+ */
+export class ToolCallDeniedError extends GatewayError {
+  override readonly name = "ToolCallDeniedError";
+  readonly code = "tool_call_denied";
+  readonly status = 403;
+  readonly type = "tool_call_denied";
+  readonly retryable = false;
+}
+
+/**
+ * An answer the tool-call gate must hold could not be recorded as held (the event log is
+ * unreachable), so it is not delivered: an operator could not see it to approve it.
+ */
+export class GateUnavailableError extends GatewayError {
+  override readonly name = "GateUnavailableError";
+  readonly code = "holdfast_gate_unavailable";
+  readonly status = 503;
+  readonly type = "server_error";
+  readonly retryable = true;
+}

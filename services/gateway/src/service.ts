@@ -9,6 +9,7 @@ import {
   type RunCommand,
   type RunState,
 } from "@holdfast/events";
+import { ArgumentRedactor, ToolGateRules } from "@holdfast/gate";
 import { connect } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
 import {
@@ -21,6 +22,7 @@ import { createPricer } from "@holdfast/providers";
 import { fleetAggregate, HeldRuns, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
 import { buildApp } from "./app.js";
 import { budgetFeature } from "./budget/feature.js";
+import { gateFeature } from "./gate/feature.js";
 import { Admission } from "./hold/admission.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
@@ -133,6 +135,22 @@ export async function startGateway(
   const budgetKeys = Object.keys(config.budgets);
   const budgets =
     budgetKeys.length === 0 ? undefined : budgetFeatureFor(config, gatewayId, ledger, clock, budgetKeys);
+  // The tool-call gate, when any rule or loop detection is configured.
+  const toolGate = new ToolGateRules(config);
+  const gate =
+    toolGate.empty && config.max_repeated_tool_calls === 0
+      ? undefined
+      : gateFeature({
+          rules: toolGate,
+          maxRepeats: config.max_repeated_tool_calls,
+          redactor: new ArgumentRedactor(config.redact.patterns),
+          ledger,
+          newId,
+          gateway: gatewayId,
+          keepaliveMs: config.hold.keepalive_ms,
+          keepalive1xx: config.hold.keepalive_1xx,
+          shutdown: shutdown.signal,
+        });
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
@@ -151,7 +169,11 @@ export async function startGateway(
       runs_cached: ledger.cachedCount,
       runs_held: held.count,
     }),
-    features: [...(budgets === undefined ? [] : [budgets.feature]), ...(options.features ?? [])],
+    features: [
+      ...(budgets === undefined ? [] : [budgets.feature]),
+      ...(gate === undefined ? [] : [gate]),
+      ...(options.features ?? []),
+    ],
   });
   await app.listen({ host: config.gateway.host, port: config.gateway.port });
   const address = app.server.address();

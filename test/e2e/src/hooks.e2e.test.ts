@@ -23,7 +23,7 @@ const refuseByRun: GatewayFeature = async (app) => {
       : CONTINUE,
   );
   app.pipeline.beforeDeliver.push((call, answer) =>
-    call.run.runId.startsWith("withhold-") && answer.usage.reported
+    call.run.runId.startsWith("withhold-") && answer.summary.usage.reported
       ? { kind: "refuse", error: new Refused("A feature withheld this answer.") }
       : CONTINUE,
   );

@@ -34,6 +34,8 @@ export interface FakeRequest {
   readonly state: FakeRequestState;
   /** Stream events written so far (`[DONE]` and Anthropic's `ping` count). */
   readonly chunksSent: number;
+  /** The response body as sent so far: the JSON, or the stream's events as written. */
+  readonly responseBody: string;
   /** Settles when the response ended in any way, with how it ended. */
   readonly done: Promise<FakeRequestState>;
   /** Lets a stream held by `x-fake-pause-after` go on. */
@@ -51,6 +53,7 @@ export class Exchange implements FakeRequest {
   status: number | undefined = undefined;
   state: FakeRequestState = "open";
   chunksSent = 0;
+  responseBody = "";
   readonly done: Promise<FakeRequestState>;
   readonly startedAt = performance.now();
 

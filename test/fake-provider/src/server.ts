@@ -234,6 +234,7 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
       if (exchange.signal.aborted) return;
       // Each event is its own write, flushed before the next, as a real provider's tokens are.
       const flushed = write(res, event, exchange.signal);
+      exchange.responseBody += event;
       exchange.chunkSent();
       if (await holdOrBreak(flushed)) return;
     }
@@ -249,6 +250,7 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
     headers: Record<string, string>,
   ): void {
     exchange.status = status;
+    exchange.responseBody = body;
     res.writeHead(status, {
       ...headers,
       "content-type": "application/json",

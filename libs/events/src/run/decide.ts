@@ -4,6 +4,7 @@ import {
   type Api,
   type Cost,
   type FailureReason,
+  type GatedToolCall,
   LimitKind,
   RunAction,
   type RunIdentity,
@@ -17,9 +18,16 @@ import {
   type WindowLimits,
 } from "@holdfast/proto";
 import type { EventPayload } from "../envelope.js";
-import { RunBusyError, RunHeldError, RunStoppedError } from "../errors.js";
+import { NothingGatedError, RunBusyError, RunGatedError, RunHeldError, RunStoppedError } from "../errors.js";
 import { type HoldRule, rulesHolding } from "../fleet/rules.js";
-import { type RunState, RunStatus, reservedNanoUsd, tokensInLastMinute } from "./state.js";
+import {
+  LOOP_RULE,
+  type PendingGate,
+  type RunState,
+  RunStatus,
+  reservedNanoUsd,
+  tokensInLastMinute,
+} from "./state.js";
 
 /**
  * Per-run limits as configured for the run's tag (`limits`, `limits_by_tag`); 0 is no
@@ -87,6 +95,8 @@ export interface CompleteStep {
   readonly outcome: ObservedOutcome;
   readonly finishReason: string;
   readonly toolCalls: readonly string[];
+  /** The answer's tool calls as one signature (loop detection); empty when it asked for none. */
+  readonly toolCallsSignature: string;
 }
 
 /** Record that a call in flight failed (or was lost). */
@@ -154,6 +164,57 @@ export interface UnparkCall {
   readonly parkedMs: number;
 }
 
+/**
+ * Hold an answer before the agent sees it: a tool_gate rule matched one of its tool calls
+ * (`gate`), or the same tool calls came max_repeated_tool_calls times in a row (`loop`).
+ * The answer's outcome is recorded before this.
+ */
+export interface GateAnswer {
+  readonly type: "GateAnswer";
+  readonly gateId: string;
+  readonly stepId: string;
+  readonly step: number;
+  readonly api: Api;
+  readonly model: string;
+  readonly stream: boolean;
+  readonly toolCalls: readonly GatedToolCall[];
+  readonly match:
+    | {
+        readonly kind: "gate";
+        readonly toolCall: GatedToolCall;
+        /** The rule's key and what it says. */
+        readonly rule: string;
+        readonly ruleText: string;
+      }
+    | {
+        readonly kind: "loop";
+        readonly repeats: number;
+        readonly maxRepeats: number;
+        readonly signature: string;
+      };
+  readonly action: "hold" | "stop";
+  readonly requestHash: string;
+  readonly answerHash: string;
+  readonly promptHash: string;
+  readonly gateway: string;
+}
+
+/** Let held answers through: one by its gate id, or every one the run has. */
+export interface ApproveAnswer {
+  readonly type: "ApproveAnswer";
+  readonly actor: Actor;
+  readonly reason: string;
+  readonly gateId?: string;
+}
+
+/** Refuse held answers: one by its gate id, or every one the run has. */
+export interface DenyAnswer {
+  readonly type: "DenyAnswer";
+  readonly actor: Actor;
+  readonly reason: string;
+  readonly gateId?: string;
+}
+
 export type RunCommand =
   | StartStep
   | CompleteStep
@@ -163,7 +224,10 @@ export type RunCommand =
   | StopRun
   | TripRun
   | ParkCall
-  | UnparkCall;
+  | UnparkCall
+  | GateAnswer
+  | ApproveAnswer
+  | DenyAnswer;
 
 /**
  * What a command makes of the run as it stands: the events to append, in order, or none
@@ -203,6 +267,7 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
               outcome,
               finishReason: command.finishReason,
               toolCalls: [...command.toolCalls],
+              toolCallsSignature: command.toolCallsSignature,
             }),
           },
         ];
@@ -236,6 +301,12 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
     case "ResumeRun": {
       const held = state.status === RunStatus.Held || state.status === RunStatus.Stopped;
       if (command.onlyIfHeld && !held) return [];
+      // An answer the gate holds is approved or denied, not resumed past: by selector the
+      // run is left as it is, by id the operator is told.
+      if (state.gates.size > 0) {
+        if (command.onlyIfHeld) return [];
+        throw new RunGatedError(state.runId);
+      }
       const limits = command.limits;
       const overrides =
         limits !== undefined &&
@@ -256,14 +327,37 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
         },
       ];
     }
-    case "StopRun":
-      if (state.status === RunStatus.Stopped) return [];
+    case "StopRun": {
+      // A stop refuses the answers the gate holds: their agents get the error, not the answer.
+      const denials = denyAll(state, command.actor, command.reason, true);
+      if (state.status === RunStatus.Stopped && denials.length === 0) return [];
       return [
+        ...denials,
         {
           $case: "runStopped",
           value: { actor: command.actor, reason: command.reason, selector: command.selector },
         },
       ];
+    }
+    case "GateAnswer":
+      return decideGate(command, state);
+    case "ApproveAnswer": {
+      const gates = gatesNamed(state, command.gateId);
+      return gates.map((gate) => ({
+        $case: "toolCallApproved" as const,
+        value: {
+          gateId: gate.gateId,
+          stepId: gate.stepId,
+          step: gate.step,
+          actor: command.actor,
+          reason: command.reason,
+        },
+      }));
+    }
+    case "DenyAnswer":
+      return gatesNamed(state, command.gateId).map((gate) =>
+        denial(gate, command.actor, command.reason, gate.action === "stop"),
+      );
     case "TripRun":
       if (state.status === RunStatus.Held || state.status === RunStatus.Stopped) return [];
       return [{ $case: "runTripped", value: { trip: command.trip, action: actionOf(command.action) } }];
@@ -291,6 +385,79 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
         },
       ];
   }
+}
+
+function decideGate(command: GateAnswer, state: RunState): EventPayload[] {
+  // Gated already (a retried append), or even decided since: nothing more.
+  if (state.gates.has(command.gateId) || state.gateDecisions.has(command.gateId)) return [];
+  const common = {
+    gateId: command.gateId,
+    stepId: command.stepId,
+    step: command.step,
+    api: command.api,
+    model: command.model,
+    stream: command.stream,
+    action: actionOf(command.action),
+    requestHash: command.requestHash,
+    answerHash: command.answerHash,
+    promptHash: command.promptHash,
+    gateway: command.gateway,
+  };
+  const match = command.match;
+  if (match.kind === "gate") {
+    return [
+      {
+        $case: "toolCallGated",
+        value: {
+          ...common,
+          toolCall: match.toolCall,
+          toolCalls: [...command.toolCalls],
+          rule: match.rule,
+          ruleText: match.ruleText,
+          actor: { kind: ActorKind.ACTOR_KIND_GATE, name: match.rule },
+        },
+      },
+    ];
+  }
+  return [
+    {
+      $case: "loopDetected",
+      value: {
+        ...common,
+        toolCalls: [...command.toolCalls],
+        repeats: match.repeats,
+        maxRepeats: match.maxRepeats,
+        toolCallsSignature: match.signature,
+        actor: { kind: ActorKind.ACTOR_KIND_GATE, name: LOOP_RULE },
+      },
+    },
+  ];
+}
+
+/** The held answers an approval or denial is about; none is an error the operator sees. */
+function gatesNamed(state: RunState, gateId: string | undefined): PendingGate[] {
+  if (gateId === undefined || gateId === "") {
+    if (state.gates.size === 0) throw new NothingGatedError(state.runId);
+    return [...state.gates.values()];
+  }
+  const gate = state.gates.get(gateId);
+  if (gate === undefined) {
+    // Decided already (a retry): nothing more to do.
+    if (state.gateDecisions.has(gateId)) return [];
+    throw new NothingGatedError(state.runId, gateId);
+  }
+  return [gate];
+}
+
+function denyAll(state: RunState, actor: Actor, reason: string, runStopped: boolean): EventPayload[] {
+  return [...state.gates.values()].map((gate) => denial(gate, actor, reason, runStopped));
+}
+
+function denial(gate: PendingGate, actor: Actor, reason: string, runStopped: boolean): EventPayload {
+  return {
+    $case: "toolCallDenied",
+    value: { gateId: gate.gateId, stepId: gate.stepId, step: gate.step, actor, reason, runStopped },
+  };
 }
 
 function decideStart(command: StartStep, state: RunState, nowMs: number): EventPayload[] {

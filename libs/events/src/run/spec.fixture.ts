@@ -103,6 +103,7 @@ export const complete = (stepId: string, outcome = observed([10, 5], 700)): Comp
   outcome,
   finishReason: "stop",
   toolCalls: [],
+  toolCallsSignature: "",
 });
 
 export const fail = (stepId: string, outcome = observed([0, 0], 0)): FailStep => ({

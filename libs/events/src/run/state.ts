@@ -78,9 +78,41 @@ export interface RunWindow {
   readonly lastFinishedStepId: string;
 }
 
+/** An answer the tool-call gate holds until an operator approves or denies it. */
+export interface PendingGate {
+  readonly gateId: string;
+  readonly stepId: string;
+  readonly step: number;
+  /** A tool_gate rule matched, or the same tool calls came max_repeated_tool_calls times in a row. */
+  readonly kind: "gate" | "loop";
+  /** The tool (the first one, for a loop) and the rule's key. */
+  readonly tool: string;
+  readonly rule: string;
+  /** What the gate did to the run: held it, or stopped it (on_match: stop). */
+  readonly action: "hold" | "stop";
+  readonly sinceMs: number;
+  readonly gateway: string;
+}
+
+/** What became of a held answer. */
+export interface GateDecision {
+  readonly gateId: string;
+  readonly approved: boolean;
+  readonly reason: string;
+}
+
+/** The answers in a row that asked for the same tool calls (loop detection). */
+export interface ToolRepeat {
+  /** Signature of those calls; empty when the last answer asked for none (or after a decision). */
+  readonly signature: string;
+  readonly count: number;
+  /** The step whose outcome was counted last. */
+  readonly stepId: string;
+}
+
 /** Why a run is held or stopped, while it is. */
 export interface RunHold {
-  readonly kind: "trip" | "operator" | "rule";
+  readonly kind: "trip" | "operator" | "rule" | "gate" | "loop";
   readonly action: "hold" | "stop";
   readonly sinceMs: number;
   readonly actor: Actor | undefined;
@@ -129,6 +161,12 @@ export interface RunState {
   readonly hold: RunHold | null;
   /** When the run was last resumed: standing rules added before then do not hold it. */
   readonly lastResumedMs: number | null;
+  /** Answers the tool-call gate holds, by gate id. */
+  readonly gates: ReadonlyMap<string, PendingGate>;
+  /** The latest decisions on held answers, by gate id (the last few only). */
+  readonly gateDecisions: ReadonlyMap<string, GateDecision>;
+  /** Answers in a row with the same tool calls. */
+  readonly repeat: ToolRepeat;
   /** Tokens of steps finished in the last minute, oldest first (for max_tokens_per_minute). */
   readonly recentTokens: readonly { readonly ms: number; readonly tokens: number }[];
   /** Events of types or versions this code does not know, skipped. */
@@ -148,6 +186,14 @@ const NO_TOTALS: RunTotals = Object.freeze({
 
 const NOTHING_OPEN: ReadonlyMap<string, OpenStep> = new Map();
 const NOTHING_PARKED: ReadonlyMap<string, ParkedCall> = new Map();
+const NOTHING_GATED: ReadonlyMap<string, PendingGate> = new Map();
+const NO_DECISIONS: ReadonlyMap<string, GateDecision> = new Map();
+const NO_REPEAT: ToolRepeat = Object.freeze({ signature: "", count: 0, stepId: "" });
+// Decisions on held answers kept in a run's state: enough for a gateway to learn the fate
+// of the answer it holds, and for a retried gate to be recognised.
+const DECISIONS_KEPT = 16;
+/** The rule a loop hold names: the setting that bounds repeated tool calls. */
+export const LOOP_RULE = "max_repeated_tool_calls";
 const MINUTE_MS = 60_000;
 
 export function initialState(runId: string): RunState {
@@ -179,6 +225,9 @@ export function initialState(runId: string): RunState {
     },
     hold: null,
     lastResumedMs: null,
+    gates: NOTHING_GATED,
+    gateDecisions: NO_DECISIONS,
+    repeat: NO_REPEAT,
     recentTokens: [],
     unknownEvents: 0,
   };
@@ -248,6 +297,9 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
       const open = new Map(state.open);
       open.delete(outcome.stepId);
       const completed = payload.$case === "stepCompleted";
+      const repeat = completed
+        ? repeatAfter(state.repeat, payload.value.toolCallsSignature, outcome.stepId)
+        : state.repeat;
       const cost = outcome.cost?.known === true ? outcome.cost.nanoUsd : 0;
       const tokens = (outcome.usage?.inputTokens ?? 0) + (outcome.usage?.outputTokens ?? 0);
       return withActivity({
@@ -264,6 +316,7 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         },
         recentTokens:
           tokens > 0 ? lastMinute([...state.recentTokens, { ms: at, tokens }], at) : state.recentTokens,
+        repeat,
       });
     }
     case "runTripped": {
@@ -325,7 +378,72 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
           lastFinishedStepId: "",
         },
         recentTokens: [],
+        repeat: NO_REPEAT,
       });
+    }
+    case "toolCallGated":
+    case "loopDetected": {
+      const e = payload.value;
+      const kind = payload.$case === "toolCallGated" ? "gate" : "loop";
+      const action = e.action === RunAction.RUN_ACTION_STOP ? "stop" : "hold";
+      const tool =
+        payload.$case === "toolCallGated"
+          ? (payload.value.toolCall?.name ?? "")
+          : (payload.value.toolCalls[0]?.name ?? "");
+      const rule = payload.$case === "toolCallGated" ? payload.value.rule : LOOP_RULE;
+      const gates = new Map(state.gates);
+      gates.set(e.gateId, {
+        gateId: e.gateId,
+        stepId: e.stepId,
+        step: e.step,
+        kind,
+        tool,
+        rule,
+        action,
+        sinceMs: at,
+        gateway: e.gateway,
+      });
+      // A run already stopped stays as it is; one held by someone else too, unless the gate stops it.
+      const takesOver =
+        state.status !== RunStatus.Stopped && (state.status !== RunStatus.Held || action === "stop");
+      if (!takesOver) return { ...seen, gates };
+      const reason =
+        payload.$case === "toolCallGated"
+          ? `${tool}: ${payload.value.ruleText}`
+          : `${tool}: the same tool calls ${payload.value.repeats} times in a row`;
+      return {
+        ...seen,
+        gates,
+        status: action === "stop" ? RunStatus.Stopped : RunStatus.Held,
+        hold: {
+          kind,
+          action,
+          sinceMs: at,
+          actor: e.actor,
+          reason,
+          trip: undefined,
+          ruleId: rule,
+        },
+      };
+    }
+    case "toolCallApproved":
+    case "toolCallDenied": {
+      const e = payload.value;
+      if (!state.gates.has(e.gateId)) return seen;
+      const gates = new Map(state.gates);
+      gates.delete(e.gateId);
+      const approved = payload.$case === "toolCallApproved";
+      const gateDecisions = new Map(state.gateDecisions);
+      gateDecisions.set(e.gateId, { gateId: e.gateId, approved, reason: e.reason });
+      if (gateDecisions.size > DECISIONS_KEPT) gateDecisions.delete(gateDecisions.keys().next().value!);
+      const decided: RunState = { ...seen, gates, gateDecisions, repeat: NO_REPEAT };
+      const gateHold = state.hold?.kind === "gate" || state.hold?.kind === "loop";
+      if (gates.size > 0 || !gateHold) return decided;
+      if (!approved && payload.value.runStopped) {
+        return { ...decided, status: RunStatus.Stopped, hold: { ...state.hold!, action: "stop" } };
+      }
+      // The last held answer is decided: the run goes on.
+      return withActivity({ ...decided, status: RunStatus.Idle, hold: null });
     }
     case "callParked": {
       const e = payload.value;
@@ -354,6 +472,12 @@ function lastMinute(
   let first = 0;
   while (first < entries.length && entries[first]!.ms <= now - MINUTE_MS) first += 1;
   return first === 0 ? entries : entries.slice(first);
+}
+
+/** The answers in a row asking for the same tool calls, after one more answer. */
+function repeatAfter(repeat: ToolRepeat, signature: string, stepId: string): ToolRepeat {
+  if (signature === "") return { signature: "", count: 0, stepId };
+  return { signature, count: signature === repeat.signature ? repeat.count + 1 : 1, stepId };
 }
 
 /** Tokens of the steps that finished in the minute before `nowMs`. */

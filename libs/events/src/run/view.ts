@@ -1,4 +1,4 @@
-import type { Actor, Selector, Trip, WindowLimits } from "@holdfast/proto";
+import type { Actor, GatedToolCall, Selector, Trip, WindowLimits } from "@holdfast/proto";
 import { isKnown, type StoredEnvelope } from "../envelope.js";
 import { describeSelector } from "../fleet/selector.js";
 import { actorName, apiName, failureReasonName, limitName, runSourceName, unparkName } from "../names.js";
@@ -53,7 +53,17 @@ export interface TripView {
 export interface ControlView {
   sequence: number;
   atMs: number;
-  what: "tripped" | "held" | "resumed" | "stopped" | "parked" | "unparked";
+  what:
+    | "tripped"
+    | "held"
+    | "resumed"
+    | "stopped"
+    | "parked"
+    | "unparked"
+    | "gated"
+    | "loop"
+    | "approved"
+    | "denied";
   /** For trips and stops by a limit: "hold" or "stop". */
   action: string;
   actor: string;
@@ -68,6 +78,32 @@ export interface ControlView {
   /** For unparked calls: released, stopped, client_gone, gateway_lost. */
   how: string;
   gateway: string;
+}
+
+/** An answer the tool-call gate held, and what became of it. */
+export interface GateView {
+  gateId: string;
+  stepId: string;
+  step: number;
+  /** "gate": a tool_gate rule matched; "loop": the same tool calls max_repeated_tool_calls times in a row. */
+  kind: "gate" | "loop";
+  status: "pending" | "approved" | "denied";
+  /** What the model asked for: the tool the rule matched (the first, for a loop), with its arguments (redacted). */
+  tool: string;
+  arguments: string;
+  /** Every tool call of the answer. */
+  toolCalls: { id: string; name: string; arguments: string }[];
+  /** The rule's key ("tool_gate.deny[0]", "max_repeated_tool_calls") and what it says. */
+  rule: string;
+  ruleText: string;
+  /** What the gate did to the run: "hold" or "stop". */
+  action: string;
+  gatedMs: number;
+  decidedMs: number | null;
+  decidedBy: string;
+  decisionReason: string;
+  requestHash: string;
+  answerHash: string;
 }
 
 /** A run as people see it: its state and every step, in order. */
@@ -96,6 +132,8 @@ export interface RunView {
   parked: number;
   /** Trips, holds, resumes, stops and parked calls, in order. */
   control: ControlView[];
+  /** Answers the tool-call gate held (pending ones too), in order. */
+  gates: GateView[];
   tag: string;
   tenant: string;
   identifiedBy: { source: string; key: string; fingerprint: string; generation: number } | null;
@@ -120,6 +158,8 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
   let state: RunState = initialState(runId);
   const steps: StepView[] = [];
   const control: ControlView[] = [];
+  const gates: GateView[] = [];
+  const gateById = new Map<string, GateView>();
   const byId = new Map<string, StepView>();
   for (const event of events) {
     const before = state.lastSequence;
@@ -184,6 +224,64 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
       case "holdRuleAdded":
       case "holdRuleLifted":
         continue;
+      case "toolCallGated":
+      case "loopDetected": {
+        const e = payload.value;
+        const gated = payload.$case === "toolCallGated" ? payload.value : undefined;
+        const loop = payload.$case === "loopDetected" ? payload.value : undefined;
+        const calls = e.toolCalls.map(toolCallView);
+        const matched = gated?.toolCall === undefined ? calls[0] : toolCallView(gated.toolCall);
+        const view: GateView = {
+          gateId: e.gateId,
+          stepId: e.stepId,
+          step: e.step,
+          kind: gated === undefined ? "loop" : "gate",
+          status: "pending",
+          tool: matched?.name ?? "",
+          arguments: matched?.arguments ?? "",
+          toolCalls: calls,
+          rule: gated?.rule ?? "max_repeated_tool_calls",
+          ruleText:
+            gated?.ruleText ??
+            `the same tool calls ${loop?.repeats ?? 0} times in a row (max_repeated_tool_calls: ${loop?.maxRepeats ?? 0})`,
+          action: e.action === 2 ? "stop" : "hold",
+          gatedMs: event.timestampMs,
+          decidedMs: null,
+          decidedBy: "",
+          decisionReason: "",
+          requestHash: e.requestHash,
+          answerHash: e.answerHash,
+        };
+        gates.push(view);
+        gateById.set(e.gateId, view);
+        entry(gated === undefined ? "loop" : "gated", {
+          action: view.action,
+          actor: actorLabel(e.actor),
+          reason: `${view.tool}: ${view.ruleText}`,
+          ruleId: view.rule,
+          gateway: e.gateway,
+        });
+        continue;
+      }
+      case "toolCallApproved":
+      case "toolCallDenied": {
+        const e = payload.value;
+        const approved = payload.$case === "toolCallApproved";
+        const view = gateById.get(e.gateId);
+        if (view !== undefined && view.status === "pending") {
+          view.status = approved ? "approved" : "denied";
+          view.decidedMs = event.timestampMs;
+          view.decidedBy = actorLabel(e.actor);
+          view.decisionReason = e.reason;
+        }
+        entry(approved ? "approved" : "denied", {
+          actor: actorLabel(e.actor),
+          reason: e.reason,
+          ruleId: view?.rule ?? "",
+          action: !approved && payload.value.runStopped ? "stop" : "",
+        });
+        continue;
+      }
       case "stepCompleted":
       case "stepFailed":
       case "stepStarted":
@@ -282,6 +380,7 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
     },
     parked: state.parked.size,
     control,
+    gates,
     tag: state.tag,
     tenant: state.tenant,
     identifiedBy: id === null ? null : { ...id, source: runSourceName(id.source) },
@@ -296,6 +395,10 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
     totals: state.totals,
     unknownEvents: state.unknownEvents,
   };
+}
+
+function toolCallView(call: GatedToolCall): { id: string; name: string; arguments: string } {
+  return { id: call.id, name: call.name, arguments: call.arguments };
 }
 
 function tripView(trip: Trip | undefined): TripView | null {

@@ -13,13 +13,15 @@ import {
   ControlRunView,
   type ControlServer,
   ControlService,
+  type GateDecisionRequest,
+  GateDecisionResponse,
   type Target as ProtoTarget,
 } from "@holdfast/proto";
 import type { Access, AccessPolicy } from "../access/tokens.js";
 import { asControlError, InvalidArgumentError } from "../errors.js";
-import type { ControlOperations, RuleView } from "../runs/operations.js";
+import type { ControlOperations, GateRequest, GateResult, RuleView } from "../runs/operations.js";
 import type { ProjectedRun } from "../runs/sources.js";
-import { type ActionRequest, checkReason, checkSelector, listQuery } from "../runs/target.js";
+import { type ActionRequest, checkReason, checkRunId, checkSelector, listQuery } from "../runs/target.js";
 
 export interface ControlGrpcDeps {
   operations: ControlOperations;
@@ -83,6 +85,14 @@ export function controlGrpcService(deps: ControlGrpcDeps): ServedService {
       authorize(call, "read");
       return { rules: (await operations.listRules()).map(holdRule) };
     }, toStatus),
+    approve: unary(async (request, call) => {
+      const actor = authorize(call, "change");
+      return gateResponse(await operations.approve(gateRequest(request), actor));
+    }, toStatus),
+    deny: unary(async (request, call) => {
+      const actor = authorize(call, "change");
+      return gateResponse(await operations.deny(gateRequest(request), actor));
+    }, toStatus),
     liftRule: unary(async (request, call) => {
       const actor = authorize(call, "change");
       return {
@@ -104,6 +114,21 @@ function action(target: ProtoTarget | undefined, limits: WindowLimits | undefine
     reason: checkReason(target?.reason ?? ""),
     limits: windowLimits(limits),
   };
+}
+
+function gateRequest(request: GateDecisionRequest): GateRequest {
+  return {
+    runId: checkRunId(request.runId),
+    gateId: request.gateId === "" ? undefined : request.gateId,
+    reason: checkReason(request.reason),
+  };
+}
+
+function gateResponse(result: GateResult): GateDecisionResponse {
+  return GateDecisionResponse.fromPartial({
+    run: AffectedRun.fromPartial(result.run),
+    gates: result.gates,
+  });
 }
 
 function windowLimits(limits: WindowLimits | undefined): WindowLimits | undefined {
@@ -191,5 +216,6 @@ function runView(view: RunView): ControlRunView {
     unpricedSteps: view.totals.unpricedSteps,
     firstSeenMs: view.firstSeenMs ?? 0,
     lastSeenMs: view.lastSeenMs ?? 0,
+    gates: view.gates.map((gate) => ({ ...gate, decidedMs: gate.decidedMs ?? 0 })),
   });
 }

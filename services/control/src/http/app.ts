@@ -9,7 +9,7 @@ import Fastify, {
 import type { Access, AccessPolicy } from "../access/tokens.js";
 import { asControlError, ControlError, errorBody, InvalidArgumentError, NotFoundError } from "../errors.js";
 import type { AffectedRun, ControlOperations, RuleView } from "../runs/operations.js";
-import { checkReason, listQuery, runAction, selectorAction } from "../runs/target.js";
+import { checkReason, gateAction, listQuery, runAction, selectorAction } from "../runs/target.js";
 
 export interface ControlAppDeps {
   operations: ControlOperations;
@@ -79,6 +79,13 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
     stopBody(await operations.stop(runAction(request.params.id, request.body, false), actorOf(request))),
   );
 
+  app.post<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id/approve`, needs("change"), async (request) =>
+    gateBody(await operations.approve(gateAction(request.params.id, request.body), actorOf(request))),
+  );
+  app.post<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id/deny`, needs("change"), async (request) =>
+    gateBody(await operations.deny(gateAction(request.params.id, request.body), actorOf(request))),
+  );
+
   app.post(`${API_PREFIX}/hold`, needs("change"), async (request) =>
     holdBody(await operations.hold(selectorAction(request.body, false), actorOf(request))),
   );
@@ -143,6 +150,21 @@ function holdBody(result: Awaited<ReturnType<ControlOperations["hold"]>>) {
 
 function resumeBody(result: Awaited<ReturnType<ControlOperations["resume"]>>) {
   return { runs: runsBody(result.runs), lifted_rules: result.liftedRules.map(ruleBody) };
+}
+
+function gateBody(result: Awaited<ReturnType<ControlOperations["approve"]>>) {
+  return {
+    run: runsBody([result.run])[0],
+    gates: result.gates.map((gate) => ({
+      gate_id: gate.gateId,
+      step_id: gate.stepId,
+      step: gate.step,
+      kind: gate.kind,
+      tool: gate.tool,
+      rule: gate.rule,
+      decision: gate.decision,
+    })),
+  };
 }
 
 function stopBody(result: Awaited<ReturnType<ControlOperations["stop"]>>) {

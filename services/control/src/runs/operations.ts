@@ -57,6 +57,31 @@ export interface StopResult {
   runs: AffectedRun[];
 }
 
+/** A held answer an approval or denial decided. */
+export interface DecidedGate {
+  gateId: string;
+  stepId: string;
+  step: number;
+  /** "gate" (a tool_gate rule) or "loop" (max_repeated_tool_calls). */
+  kind: string;
+  tool: string;
+  rule: string;
+  /** "approved" or "denied". */
+  decision: string;
+}
+
+export interface GateResult {
+  run: AffectedRun;
+  gates: DecidedGate[];
+}
+
+/** Which held answers an approval or denial is about: one by gate id, or all the run's. */
+export interface GateRequest {
+  runId: string;
+  gateId: string | undefined;
+  reason: string;
+}
+
 export interface ControlOperationsDeps {
   runs: Ledger<RunState, RunCommand>;
   fleet: Ledger<FleetState, FleetCommand>;
@@ -174,6 +199,55 @@ export class ControlOperations {
       this.execute(runId, { type: "StopRun", actor, reason, selector }),
     );
     return { runs };
+  }
+
+  /** Lets the run's held answers through (all, or the one named): each is delivered unchanged. */
+  async approve(request: GateRequest, actor: Actor): Promise<GateResult> {
+    return this.decideGates(request, {
+      type: "ApproveAnswer",
+      actor,
+      reason: request.reason,
+      gateId: request.gateId,
+    });
+  }
+
+  /**
+   * Refuses the run's held answers (all, or the one named): each agent gets an error in its
+   * API's shape; the run goes on, or stays stopped when the gate stopped it (on_match: stop).
+   */
+  async deny(request: GateRequest, actor: Actor): Promise<GateResult> {
+    return this.decideGates(request, {
+      type: "DenyAnswer",
+      actor,
+      reason: request.reason,
+      gateId: request.gateId,
+    });
+  }
+
+  private async decideGates(request: GateRequest, command: RunCommand): Promise<GateResult> {
+    const runId = checkRunId(request.runId);
+    const state = await this.deps.runs.current(runId);
+    if (state.lastSequence === 0) throw new NotFoundError(`no run named ${JSON.stringify(runId)}`);
+    const done = await this.deps.runs.execute(runId, { tag: state.tag, tenant: state.tenant }, command);
+    const gates: DecidedGate[] = [];
+    for (const event of done.events) {
+      const payload = event.payload;
+      if (payload.$case !== "toolCallApproved" && payload.$case !== "toolCallDenied") continue;
+      const gate = state.gates.get(payload.value.gateId);
+      gates.push({
+        gateId: payload.value.gateId,
+        stepId: payload.value.stepId,
+        step: payload.value.step,
+        kind: gate?.kind ?? "",
+        tool: gate?.tool ?? "",
+        rule: gate?.rule ?? "",
+        decision: payload.$case === "toolCallApproved" ? "approved" : "denied",
+      });
+    }
+    return {
+      run: { runId, changed: done.events.length > 0, status: done.state.status },
+      gates,
+    };
   }
 
   async listRules(): Promise<RuleView[]> {

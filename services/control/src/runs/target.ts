@@ -117,6 +117,20 @@ export function runAction(runId: string, body: unknown, withLimits: boolean): Ac
   };
 }
 
+/** `POST runs/:id/approve|deny`: the run from the path, the gate and the reason from the body. */
+export function gateAction(
+  runId: string,
+  body: unknown,
+): { runId: string; gateId: string | undefined; reason: string } {
+  const fields = bodyFields(body, ["reason", "gate_id"]);
+  const gateId = text(fields, "gate_id");
+  return {
+    runId: checkRunId(runId),
+    gateId: gateId === "" ? undefined : gateId,
+    reason: checkReason(text(fields, "reason")),
+  };
+}
+
 /** `POST <action>`: a selector, the reason (and limits) from the body. */
 export function selectorAction(body: unknown, withLimits: boolean): ActionRequest {
   const fields = bodyFields(body, [...SELECTOR_FIELDS, "reason", ...(withLimits ? LIMIT_FIELDS : [])]);

@@ -121,7 +121,7 @@ function released(
 }
 
 /** Keeps the waiting client from timing out; returns the function that stops it. */
-function startKeepalive(
+export function startKeepalive(
   call: Call,
   options: Pick<ParkingOptions, "keepaliveMs" | "keepalive1xx">,
 ): () => void {

@@ -11,6 +11,7 @@ import {
   RunStoppedError,
   type StartStep,
 } from "@holdfast/events";
+import { toolCallsSignature } from "@holdfast/gate";
 import {
   type AnswerSummary,
   type ApiShape,
@@ -48,7 +49,7 @@ import {
   type Upstream,
   type Upstreams,
 } from "../upstream/upstream.js";
-import type { Call, PipelineHooks } from "./hooks.js";
+import type { Answer, Call, PipelineHooks } from "./hooks.js";
 import { ResponseWriter } from "./writer.js";
 
 export interface PipelineDeps {
@@ -69,7 +70,7 @@ export interface PipelineDeps {
 
 /** How a call ended, before it is made an event. */
 type Ending =
-  | { kind: "completed"; status: number; summary: AnswerSummary }
+  | { kind: "completed"; status: number; answer: Answer }
   | {
       kind: "failed";
       reason: FailureReason;
@@ -125,9 +126,12 @@ export async function handleCall(
     estimatedInputTokens,
     reservedNanoUsd: deps.admission.reserve(run.runId, view, upstream, estimatedInputTokens),
     budgetLeases: [],
+    secrets,
+    upstreamBody: upstreamBodyOf(shape, body, view, raw),
+    step: 0,
   };
+  const upstreamBody = call.upstreamBody;
   const labels: RunLabels = { tag: run.tag, tenant: run.tenant };
-  const upstreamBody = upstreamBodyOf(shape, body, view, raw);
   // From here the gateway writes the answer itself (a held call gets keepalives before
   // anything else), so every error is answered here too, in the call's API's shape.
   reply.hijack();
@@ -214,8 +218,9 @@ export async function handleCall(
     }
     const summary = shape.summarize(safeJson(text));
     nameResponse(summary);
-    const delivery = await hooks.deliver(call, summary);
-    record({ kind: "completed", status: response.statusCode, summary });
+    const answer = answerOf(summary);
+    record({ kind: "completed", status: response.statusCode, answer });
+    const delivery = await hooks.deliver(call, answer);
     if (delivery.kind === "refuse") return answerError(call, delivery.error);
     if (deps.ledger.shared(run.runId)) await outcomeOnItsWay();
     call.writer.send(response.statusCode, headers, bytes);
@@ -332,7 +337,7 @@ async function admit(
     }
     if (!deps.logConnected()) throw logUnavailable();
     const command = startCommand(call, upstream, deps, labels, secrets);
-    const started = startResult(deps.ledger.execute(call.run.runId, labels, command));
+    const started = startResult(call, deps.ledger.execute(call.run.runId, labels, command));
     // A near limit, a matching standing rule, or a hook's say: no forwarding on a guess.
     if (gate === "confirm" || verdict.kind === "confirm") {
       const result = await started;
@@ -351,13 +356,18 @@ async function admit(
 const CHARS_PER_TOKEN = 4;
 
 /** The start's fate; the log's own failure stays a rejection (the call cannot be recorded). */
-function startResult(execution: Promise<Executed<RunState>>): Promise<StartResult> {
+function startResult(call: Call, execution: Promise<Executed<RunState>>): Promise<StartResult> {
   return execution.then(
     ({ events, state }) => {
-      if (events.some((event) => event.payload.$case === "stepStarted")) return "started";
+      for (const event of events) {
+        if (event.payload.$case !== "stepStarted") continue;
+        call.step = event.payload.value.step;
+        return "started";
+      }
       if (state.status === RunStatus.Stopped) return "stopped";
       if (state.status === RunStatus.Held) return "held";
       // The step was already started (a retried decision): it stands.
+      call.step = state.open.get(call.stepId)?.step ?? call.step;
       return "started";
     },
     (error: unknown) => {
@@ -516,8 +526,9 @@ async function relayStream(
     writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
     return;
   }
-  const delivery = await hooks.deliver(call, summary);
-  record({ kind: "completed", status: response.statusCode, summary });
+  const answer = answerOf(summary);
+  record({ kind: "completed", status: response.statusCode, answer });
+  const delivery = await hooks.deliver(call, answer);
   if (delivery.kind === "refuse") {
     writer.end(shape.streamErrorEvent(delivery.error.message, delivery.error));
     return;
@@ -601,7 +612,7 @@ function outcomeCommand(
   pricer: Pricer,
 ): Extract<RunCommand, { type: "CompleteStep" | "FailStep" }> {
   if (ending.kind === "completed") {
-    const { summary } = ending;
+    const { summary, toolCallsSignature } = ending.answer;
     const model = summary.model ?? call.view.model;
     return {
       type: "CompleteStep",
@@ -618,6 +629,7 @@ function outcomeCommand(
       },
       finishReason: summary.finishReason ?? "",
       toolCalls: summary.toolCalls.map((toolCall) => toolCall.name),
+      toolCallsSignature,
     };
   }
   const model = ending.model ?? call.view.model;
@@ -703,6 +715,11 @@ function logUnavailable(cause?: unknown): GatewayError {
     "Holdfast could not record this call in its event log, so it was not sent to the provider. Retry shortly.",
     { cause },
   );
+}
+
+/** An answer as the hooks before delivery and its outcome see it. */
+function answerOf(summary: AnswerSummary): Answer {
+  return { summary, toolCallsSignature: toolCallsSignature(summary.toolCalls) };
 }
 
 /** The body to forward: the client's bytes, unless the shape must change it (usage opt-in). */

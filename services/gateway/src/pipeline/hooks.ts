@@ -23,6 +23,19 @@ export interface Call {
   readonly reservedNanoUsd: number;
   /** Budget leases this call's reservation was taken from (a budget feature fills it). */
   readonly budgetLeases: string[];
+  /** The call's credentials (its API key), kept out of everything recorded about it. */
+  readonly secrets: readonly string[];
+  /** The body as forwarded to the provider. */
+  readonly upstreamBody: Buffer;
+  /** The step's number in its run, once the log has started it (0 before). */
+  step: number;
+}
+
+/** An answer as the hooks before delivery see it: metered, its outcome on its way to the log. */
+export interface Answer {
+  readonly summary: AnswerSummary;
+  /** The answer's tool calls as one signature ("" when it asks for none), as its outcome records it. */
+  readonly toolCallsSignature: string;
 }
 
 /**
@@ -44,11 +57,12 @@ export const CONFIRM: Verdict = Object.freeze({ kind: "confirm" });
 /** Decides before the call is recorded and forwarded (limits, holds, waits, routing). */
 export type BeforeForward = (call: Call) => Verdict | Promise<Verdict>;
 /**
- * Decides before the end of the answer reaches the client: after the provider answered and
- * the answer was metered, before a buffered body is sent or a stream's terminal event is
- * released (the tool-call gate).
+ * Decides before the end of the answer reaches the client: after the provider answered, the
+ * answer was metered and its outcome handed to the log (an append the hook's own appends
+ * for the run queue behind), before a buffered body is sent or a stream's terminal event
+ * is released (the tool-call gate).
  */
-export type BeforeDeliver = (call: Call, answer: AnswerSummary) => Verdict | Promise<Verdict>;
+export type BeforeDeliver = (call: Call, answer: Answer) => Verdict | Promise<Verdict>;
 
 /**
  * Told what a started step cost once its outcome is known (after the answer, off the
@@ -76,7 +90,7 @@ export class PipelineHooks {
     for (const hook of this.afterOutcome) hook(call, cost);
   }
 
-  async deliver(call: Call, answer: AnswerSummary): Promise<Verdict> {
+  async deliver(call: Call, answer: Answer): Promise<Verdict> {
     for (const hook of this.beforeDeliver) {
       const verdict = await hook(call, answer);
       if (verdict.kind !== "continue") return verdict;

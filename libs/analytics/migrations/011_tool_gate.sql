@@ -1,0 +1,166 @@
+-- The tool-call gate holds a run's answer (ToolCallGated, LoopDetected) until an operator
+-- approves or denies it (ToolCallApproved, ToolCallDenied): those are control events too,
+-- so `holdfast ls` shows a gated run as held (or stopped, by on_match: stop) and why.
+CREATE VIEW IF NOT EXISTS runs_v5 AS
+SELECT
+    e.run_id                                           AS run_id,
+    e.last_tag                                         AS tag,
+    e.last_tenant                                      AS tenant,
+    if(s.last_model != '', s.last_model, e.requested)  AS model,
+    multiIf(
+        c.last_type = 'RunStopped'
+            OR (c.last_type IN ('RunTripped', 'ToolCallGated', 'LoopDetected')
+                AND JSONExtractString(c.last_payload, 'action') = 'RUN_ACTION_STOP')
+            OR (c.last_type = 'ToolCallDenied' AND JSONExtractBool(c.last_payload, 'runStopped')),
+        'stopped',
+        c.last_type IN ('RunHeld', 'RunTripped', 'ToolCallGated', 'LoopDetected'), 'held',
+        e.started > e.finished, 'running',
+        'idle')                                        AS status,
+    multiIf(
+        c.last_type = 'RunTripped',
+        concat('limit: ', lower(replaceOne(JSONExtractString(c.last_payload, 'trip', 'limit'), 'LIMIT_KIND_', ''))),
+        c.last_type = 'ToolCallGated',
+        concat('gate ', JSONExtractString(c.last_payload, 'rule'), ': ',
+               JSONExtractString(c.last_payload, 'toolCall', 'name')),
+        c.last_type = 'LoopDetected',
+        concat('loop: ', JSONExtractString(c.last_payload, 'toolCalls', 1, 'name'), ' ',
+               toString(JSONExtractUInt(c.last_payload, 'repeats')), ' times in a row'),
+        c.last_type = 'ToolCallDenied' AND JSONExtractBool(c.last_payload, 'runStopped'),
+        concat('gate: denied', if(JSONExtractString(c.last_payload, 'reason') != '',
+                                  concat(': ', JSONExtractString(c.last_payload, 'reason')), '')),
+        c.last_type IN ('RunHeld', 'RunStopped'),
+        concat(
+            if(JSONExtractString(c.last_payload, 'ruleId') != '',
+               concat('rule ', JSONExtractString(c.last_payload, 'ruleId')),
+               'operator'),
+            if(JSONExtractString(c.last_payload, 'reason') != '',
+               concat(': ', JSONExtractString(c.last_payload, 'reason')),
+               '')),
+        '')                                            AS hold_reason,
+    if(c.last_type IN ('RunHeld', 'RunTripped', 'RunStopped', 'ToolCallGated', 'LoopDetected')
+           OR (c.last_type = 'ToolCallDenied' AND JSONExtractBool(c.last_payload, 'runStopped')),
+       c.last_ts, NULL)                                AS held_since,
+    e.parked                                           AS parked_calls,
+    e.started                                          AS steps,
+    e.started - e.finished                             AS in_flight,
+    s.n_completed                                      AS completed,
+    s.n_failed                                         AS failed,
+    s.sum_input                                        AS input_tokens,
+    s.sum_output                                       AS output_tokens,
+    s.sum_cached                                       AS cached_input_tokens,
+    s.sum_cache_write                                  AS cache_write_tokens,
+    s.sum_reasoning                                    AS reasoning_tokens,
+    s.sum_cost                                         AS cost_usd,
+    s.n_unpriced                                       AS unpriced_steps,
+    s.n_estimated                                      AS estimated_steps,
+    e.first_ts                                         AS first_seen,
+    e.last_ts                                          AS last_seen
+FROM
+(
+    SELECT
+        run_id,
+        argMaxIf(tag, ts, tag != '')                                             AS last_tag,
+        argMaxIf(tenant, ts, tenant != '')                                       AS last_tenant,
+        argMaxIf(JSONExtractString(payload, 'model'), ts, type = 'StepStarted')  AS requested,
+        countIf(type = 'StepStarted')                                            AS started,
+        countIf(type IN ('StepCompleted', 'StepFailed'))                         AS finished,
+        countIf(type = 'CallParked') - countIf(type = 'CallUnparked')            AS parked,
+        min(ts)                                                                  AS first_ts,
+        max(ts)                                                                  AS last_ts
+    FROM raw_events_v2 FINAL
+    WHERE run_id != ''
+    GROUP BY run_id
+) AS e
+LEFT JOIN
+(
+    SELECT
+        run_id,
+        argMax(type, run_seq)     AS last_type,
+        argMax(payload, run_seq)  AS last_payload,
+        argMax(ts, run_seq)       AS last_ts
+    FROM raw_events_v2 FINAL
+    WHERE type IN ('RunTripped', 'RunHeld', 'RunStopped', 'RunResumed',
+                   'ToolCallGated', 'LoopDetected', 'ToolCallApproved', 'ToolCallDenied')
+    GROUP BY run_id
+) AS c ON c.run_id = e.run_id
+LEFT JOIN
+(
+    SELECT
+        run_id,
+        argMax(model, finished_at)          AS last_model,
+        countIf(status = 'completed')       AS n_completed,
+        countIf(status = 'failed')          AS n_failed,
+        sum(input_tokens)                   AS sum_input,
+        sum(output_tokens)                  AS sum_output,
+        sum(cached_input_tokens)            AS sum_cached,
+        sum(cache_write_tokens)             AS sum_cache_write,
+        sum(reasoning_tokens)               AS sum_reasoning,
+        sum(ifNull(cost_usd, 0))            AS sum_cost,
+        countIf(isNull(cost_usd))           AS n_unpriced,
+        countIf(estimated)                  AS n_estimated
+    FROM steps_v2 FINAL
+    GROUP BY run_id
+) AS s ON s.run_id = e.run_id;
+
+CREATE OR REPLACE VIEW runs AS SELECT * FROM runs_v5;
+
+-- Every answer the gate held, with what became of it: the operator decisions that evals
+-- will be built from (one row per held answer; decision 'pending' until one is made).
+CREATE VIEW IF NOT EXISTS tool_gate_v1 AS
+SELECT
+    g.run_id                                           AS run_id,
+    g.tenant                                           AS tenant,
+    g.tag                                              AS tag,
+    g.gate_id                                          AS gate_id,
+    g.kind                                             AS kind,
+    g.step                                             AS step,
+    g.step_id                                          AS step_id,
+    g.model                                            AS model,
+    g.tool                                             AS tool,
+    g.arguments                                        AS arguments,
+    g.rule                                             AS rule,
+    g.action                                           AS action,
+    g.request_hash                                     AS request_hash,
+    g.answer_hash                                      AS answer_hash,
+    g.gated_at                                         AS gated_at,
+    if(d.decision = '', 'pending', d.decision)         AS decision,
+    if(d.decision = '', NULL, d.decided_at)            AS decided_at,
+    d.decided_by                                       AS decided_by,
+    d.reason                                           AS reason
+FROM
+(
+    SELECT
+        run_id,
+        tenant,
+        tag,
+        JSONExtractString(payload, 'gateId')                                          AS gate_id,
+        if(type = 'ToolCallGated', 'gate', 'loop')                                    AS kind,
+        JSONExtractUInt(payload, 'step')                                              AS step,
+        JSONExtractString(payload, 'stepId')                                          AS step_id,
+        JSONExtractString(payload, 'model')                                           AS model,
+        if(type = 'ToolCallGated', JSONExtractString(payload, 'toolCall', 'name'),
+           JSONExtractString(payload, 'toolCalls', 1, 'name'))                        AS tool,
+        if(type = 'ToolCallGated', JSONExtractString(payload, 'toolCall', 'arguments'),
+           JSONExtractString(payload, 'toolCalls', 1, 'arguments'))                   AS arguments,
+        if(type = 'ToolCallGated', JSONExtractString(payload, 'rule'), 'max_repeated_tool_calls') AS rule,
+        lower(replaceOne(JSONExtractString(payload, 'action'), 'RUN_ACTION_', ''))    AS action,
+        JSONExtractString(payload, 'requestHash')                                     AS request_hash,
+        JSONExtractString(payload, 'answerHash')                                      AS answer_hash,
+        ts                                                                            AS gated_at
+    FROM raw_events_v2 FINAL
+    WHERE type IN ('ToolCallGated', 'LoopDetected')
+) AS g
+LEFT JOIN
+(
+    SELECT
+        run_id,
+        JSONExtractString(payload, 'gateId')                          AS gate_id,
+        if(type = 'ToolCallApproved', 'approved', 'denied')           AS decision,
+        ts                                                            AS decided_at,
+        JSONExtractString(payload, 'actor', 'name')                   AS decided_by,
+        JSONExtractString(payload, 'reason')                          AS reason
+    FROM raw_events_v2 FINAL
+    WHERE type IN ('ToolCallApproved', 'ToolCallDenied')
+) AS d ON d.run_id = g.run_id AND d.gate_id = g.gate_id;
+
+CREATE OR REPLACE VIEW tool_gate AS SELECT * FROM tool_gate_v1;

@@ -1,0 +1,3 @@
+export { ArgumentRedactor, MAX_RECORDED_ARGUMENTS } from "./redact.js";
+export { type GateConfig, type GateMatch, type OnMatch, ToolGateRules } from "./rules.js";
+export { contentHash, toolCallsSignature } from "./signature.js";

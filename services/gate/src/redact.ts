@@ -1,0 +1,33 @@
+import { GATE_REGEX_FLAGS } from "@holdfast/config";
+import type { GatedToolCall } from "@holdfast/events";
+import { scrubSecrets, type ToolCall } from "@holdfast/providers";
+
+// Arguments are recorded up to this many characters: events stay small (large content
+// belongs to the snapshot store), and an operator still sees what the model asked for.
+export const MAX_RECORDED_ARGUMENTS = 4_096;
+const REDACTED = "[redacted]";
+
+/**
+ * Tool calls as they are recorded in gate events: arguments scrubbed of credentials (the
+ * request's own and anything shaped like one) and of every match of `redact.patterns`,
+ * then cut to a bounded length.
+ */
+export class ArgumentRedactor {
+  private readonly patterns: readonly RegExp[];
+
+  constructor(patterns: readonly string[]) {
+    this.patterns = patterns.map((pattern) => new RegExp(pattern, `g${GATE_REGEX_FLAGS}`));
+  }
+
+  redact(call: ToolCall, secrets: readonly string[]): GatedToolCall {
+    let text = scrubSecrets(call.arguments, secrets);
+    for (const pattern of this.patterns) text = text.replace(pattern, REDACTED);
+    const truncated = text.length > MAX_RECORDED_ARGUMENTS;
+    return {
+      id: call.id,
+      name: scrubSecrets(call.name, secrets),
+      arguments: truncated ? text.slice(0, MAX_RECORDED_ARGUMENTS) : text,
+      argumentsTruncated: truncated,
+    };
+  }
+}

@@ -1,0 +1,112 @@
+import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
+import { describe, expect, it } from "vitest";
+import { ArgumentRedactor } from "./redact.js";
+import { ToolGateRules } from "./rules.js";
+import { toolCallsSignature } from "./signature.js";
+
+const call = (name: string, args: unknown = {}, id = "call_1") => ({
+  id,
+  name,
+  arguments: typeof args === "string" ? args : JSON.stringify(args),
+});
+
+// A bare glob is a rule too: the configuration file's own spelling, before it is parsed.
+type GateOverrides = DeepPartial<Omit<Config, "tool_gate" | "tool_gate_by_tag">> & Record<string, unknown>;
+
+const rules = (config: GateOverrides) =>
+  new ToolGateRules(loadConfig({ env: {}, overrides: config as DeepPartial<Config> }));
+
+describe("tool-gate rules", () => {
+  it("match a tool's name by glob, and name the rule that matched", () => {
+    const gate = rules({ tool_gate: { deny: ["delete_*", "drop_table"] } });
+    expect(gate.match("", [call("read_file")])).toBeUndefined();
+    const matched = gate.match("", [call("read_file"), call("delete_repo", { name: "x" }, "call_2")]);
+    expect(matched).toMatchObject({
+      toolCall: { id: "call_2", name: "delete_repo" },
+      rule: "tool_gate.deny[0]",
+      ruleText: "delete_*",
+      onMatch: "hold",
+    });
+    expect(gate.match("", [call("drop_table")])?.rule).toBe("tool_gate.deny[1]");
+    expect(gate.match("", [call("drop_tables")])).toBeUndefined();
+  });
+
+  it('gate every tool with "*"', () => {
+    const gate = rules({ tool_gate: { deny: ["*"], on_match: "stop" } });
+    expect(gate.match("", [call("anything")])).toMatchObject({ rule: "tool_gate.deny[0]", onMatch: "stop" });
+    expect(gate.match("", [])).toBeUndefined();
+  });
+
+  it("gate one recipient and let another through with a regex over the arguments as sent", () => {
+    const gate = rules({
+      tool_gate: { deny: [{ name: "send_email", args: "@(?!example\\.com)" }] },
+    });
+    expect(gate.match("", [call("send_email", { to: "ops@example.com" })])).toBeUndefined();
+    const matched = gate.match("", [call("send_email", { to: "ceo@rival.io" })]);
+    expect(matched?.ruleText).toBe("send_email, args /@(?!example\\.com)/u");
+    // The regex reads the JSON text the model sent, spacing and all.
+    expect(gate.match("", [call("send_email", '{"to": "x@evil.org"}')])).toBeDefined();
+    expect(gate.match("", [call("post_email", { to: "ceo@rival.io" })])).toBeUndefined();
+  });
+
+  it("add a tag's rules to the fleet's, and let its on_match replace the fleet's", () => {
+    const gate = rules({
+      tool_gate: { deny: ["delete_*"] },
+      tool_gate_by_tag: { prod: { deny: ["deploy"], on_match: "stop" } },
+    });
+    expect(gate.match("", [call("deploy")])).toBeUndefined();
+    expect(gate.match("prod", [call("deploy")])).toMatchObject({
+      rule: "tool_gate_by_tag.prod.deny[0]",
+      onMatch: "stop",
+    });
+    expect(gate.match("prod", [call("delete_all")])).toMatchObject({
+      rule: "tool_gate.deny[0]",
+      onMatch: "stop",
+    });
+    expect(gate.match("staging", [call("delete_all")])?.onMatch).toBe("hold");
+  });
+
+  it("is empty when no rule is configured anywhere", () => {
+    expect(rules({}).empty).toBe(true);
+    expect(rules({ tool_gate_by_tag: { prod: { deny: ["x"] } } }).empty).toBe(false);
+  });
+
+  it("refuses a bad regex when the configuration loads, naming its key", () => {
+    const bad = { tool_gate: { deny: ["ok", { name: "send", args: "(unclosed" }] } };
+    expect(() => loadConfig({ env: {}, overrides: bad as DeepPartial<Config> })).toThrow(
+      /tool_gate\.deny\.1\.args: expected a regular expression.*Unterminated group/,
+    );
+    expect(() => loadConfig({ env: {}, overrides: { redact: { patterns: ["[a-"] } } })).toThrow(
+      /redact\.patterns\.0: expected a regular expression/,
+    );
+  });
+});
+
+describe("tool-call signatures", () => {
+  it("compare arguments as parsed JSON, key order and spacing ignored", () => {
+    const a = toolCallsSignature([call("search", '{"q":"x","page":{"n":1,"size":2}}')]);
+    const b = toolCallsSignature([call("search", '{ "page": {"size": 2, "n": 1}, "q": "x" }', "call_9")]);
+    expect(a).toBe(b);
+    expect(toolCallsSignature([call("search", { q: "y" })])).not.toBe(
+      toolCallsSignature([call("search", { q: "x" })]),
+    );
+    expect(toolCallsSignature([call("find", { q: "x" })])).not.toBe(
+      toolCallsSignature([call("search", { q: "x" })]),
+    );
+    expect(toolCallsSignature([])).toBe("");
+  });
+});
+
+describe("recorded arguments", () => {
+  it("are scrubbed of credentials and configured patterns, and cut to a bounded length", () => {
+    const redactor = new ArgumentRedactor(["\\b\\d{3}-\\d{2}-\\d{4}\\b"]);
+    const recorded = redactor.redact(
+      call("pay", { ssn: "123-45-6789", key: "sk-proj-abcdefghijklmnop1234", note: "hi" }),
+      [],
+    );
+    expect(recorded.arguments).toBe('{"ssn":"[redacted]","key":"[redacted]","note":"hi"}');
+    const long = redactor.redact(call("write", { text: "x".repeat(10_000) }), []);
+    expect(long.argumentsTruncated).toBe(true);
+    expect(long.arguments.length).toBe(4_096);
+  });
+});
