@@ -15,7 +15,7 @@ import {
 import { checkHealth, connect, GrpcStatus, listServices, type ServiceError } from "@holdfast/grpc";
 import { createLogger } from "@holdfast/log";
 import { startProjector } from "@holdfast/projector";
-import { ControlClient } from "@holdfast/proto";
+import { ControlClient, ControlService, RunAction } from "@holdfast/proto";
 import { Ledger } from "@holdfast/runs";
 import { makeTempDir, natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -386,7 +386,102 @@ const ROUTES: { method: string; path: string; body?: unknown; needs: "read" | "c
   { method: "POST", path: "/resume", body: { run: "matrix-*" }, needs: "change" },
   { method: "POST", path: "/stop", body: { run: "matrix-*" }, needs: "change" },
   { method: "DELETE", path: "/rules/rule-000000000000", needs: "change" },
+  { method: "POST", path: "/runs/matrix-1/approve", body: {}, needs: "change" },
+  { method: "POST", path: "/runs/matrix-1/deny", body: {}, needs: "change" },
 ];
+
+/** An answer of the run held by the tool-call gate, as a gateway records it after the step. */
+async function gatedCall(runId: string, gateId: string, tool: string): Promise<void> {
+  await call(runId);
+  const state = await gateway.current(runId);
+  const toolCall = { id: "call_1", name: tool, arguments: '{"to":"x@rival.io"}', argumentsTruncated: false };
+  await gateway.execute(runId, { tag: "", tenant: "" }, [
+    {
+      $case: "toolCallGated",
+      value: {
+        gateId,
+        stepId: `step-${steps}`,
+        step: state.started,
+        api: 1,
+        model: "gpt-4o-mini",
+        stream: false,
+        toolCall,
+        toolCalls: [toolCall],
+        rule: "tool_gate.deny[0]",
+        ruleText: "send_*",
+        actor: { kind: ActorKind.ACTOR_KIND_GATE, name: "tool_gate.deny[0]" },
+        action: RunAction.RUN_ACTION_HOLD,
+        requestHash: "r",
+        answerHash: "a",
+        promptHash: "p",
+        gateway: "gw#1",
+      },
+    },
+  ]);
+}
+
+describe("approving and denying answers the tool-call gate holds", () => {
+  const client = () =>
+    connect(ControlClient, {
+      address: control.grpcAddress,
+      metadata: { authorization: `Bearer ${CONTROL}` },
+      deadlineMs: 10_000,
+    });
+  const unary = <T>(run: (c: ControlClient, cb: (error: ServiceError | null, value: T) => void) => unknown) =>
+    new Promise<T>((resolve, reject) => {
+      const c = client();
+      run(c, (error, value) => {
+        c.close();
+        if (error === null) resolve(value);
+        else reject(error);
+      });
+    });
+
+  it("approves over gRPC, denies one by gate id over REST, and says what each decided", async () => {
+    await gatedCall("gate-a", "g-1", "send_email");
+    const approved = await unary<unknown>((c, cb) =>
+      c.approve({ runId: "gate-a", gateId: "", reason: "ok" }, cb),
+    );
+    expect(approved).toMatchObject({
+      run: { runId: "gate-a", changed: true, status: "idle" },
+      gates: [
+        { gateId: "g-1", tool: "send_email", rule: "tool_gate.deny[0]", decision: "approved", kind: "gate" },
+      ],
+    });
+    expect(await payloads("gate-a", "toolCallApproved")).toEqual([
+      expect.objectContaining({ gateId: "g-1", reason: "ok", actor: OPERATOR }),
+    ]);
+
+    await gatedCall("gate-a", "g-2", "send_sms");
+    await gatedCall("gate-a", "g-3", "send_fax");
+    const denied = await rest("POST", "/runs/gate-a/deny", { gate_id: "g-3", reason: "no faxes" });
+    expect(denied).toMatchObject({
+      status: 200,
+      body: { run: { status: "held" }, gates: [{ gate_id: "g-3", tool: "send_fax", decision: "denied" }] },
+    });
+    const view = await unary<{ run?: { gates: { gateId: string; status: string }[] } }>((c, cb) =>
+      c.getRun({ runId: "gate-a" }, cb),
+    );
+    expect(view.run?.gates.map((g) => [g.gateId, g.status])).toEqual([
+      ["g-1", "approved"],
+      ["g-2", "pending"],
+      ["g-3", "denied"],
+    ]);
+  });
+
+  it("refuses a decision with nothing held (FAILED_PRECONDITION, 409), and an unknown run (NOT_FOUND, 404)", async () => {
+    await call("gate-none");
+    await expect(
+      unary((c, cb) => c.deny({ runId: "gate-none", gateId: "", reason: "" }, cb)),
+    ).rejects.toMatchObject({ code: GrpcStatus.FAILED_PRECONDITION });
+    expect(await rest("POST", "/runs/gate-none/approve", {})).toMatchObject({
+      status: 409,
+      body: { error: { code: "failed_precondition" } },
+    });
+    expect((await rest("POST", "/runs/gate-never/approve", {})).status).toBe(404);
+    expect((await rest("POST", "/runs/gate-none/approve", { gate: "x" })).status).toBe(400);
+  });
+});
 
 describe("tokens on REST", () => {
   it("answers health without a token", async () => {
@@ -462,7 +557,25 @@ describe("the gRPC API", () => {
       needs: "change",
       call: (c, cb) => c.liftRule({ ruleId: "rule-none", reason: "" }, cb),
     },
+    {
+      name: "Approve",
+      needs: "change",
+      call: (c, cb) => c.approve({ runId: "grpc-1", gateId: "", reason: "" }, cb),
+    },
+    {
+      name: "Deny",
+      needs: "change",
+      call: (c, cb) => c.deny({ runId: "grpc-1", gateId: "", reason: "" }, cb),
+    },
   ];
+
+  it("checks every method of the service", () => {
+    expect(GRPC.map((m) => m.name).sort()).toEqual(
+      Object.values(ControlService)
+        .map((method) => method.path.split("/").at(-1))
+        .sort(),
+    );
+  });
   const outcome = (token: string | undefined, call: Call) =>
     new Promise<GrpcStatus>((resolve) => {
       const c = client(token);

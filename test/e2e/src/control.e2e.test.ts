@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -8,8 +8,8 @@ import { makeTempDir, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 // An operator's day through the built CLI: `holdfast init`, `holdfast up` with that file,
-// then hold, resume, stop and rules against the control API `up` started, while an agent's
-// call waits on the gateway.
+// then hold, resume, stop, rules, approve and deny against the control API `up` started,
+// while an agent's call waits on the gateway.
 const BIN = fileURLToPath(new URL("../../../libs/cli/dist/bin.js", import.meta.url));
 const run = promisify(execFile);
 
@@ -59,6 +59,8 @@ beforeAll(async () => {
   dir = await makeTempDir("control-cli");
   const init = await holdfast(["init", "--config", join(dir.path, "holdfast.yaml")]);
   expect(init.code, init.stderr).toBe(0);
+  // The tool-call gate, as an operator would add it to the file init wrote.
+  appendFileSync(join(dir.path, "holdfast.yaml"), '\ntool_gate:\n  deny:\n    - "delete_*"\n');
   // The control API on free ports: other tests' stacks may hold 4142 and 4143.
   up = spawn(
     process.execPath,
@@ -193,5 +195,65 @@ describe("hold, resume, stop from the CLI", () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/not one this control API knows/);
     expect(result.stderr).toMatch(/HOLDFAST_CONTROL__TOKEN/);
+  });
+});
+
+describe("approve and deny from the CLI", () => {
+  /** An agent's call whose answer asks for delete_branch: the gate holds it. */
+  const gatedCall = (runId: string) =>
+    fetch(`${stack().gatewayUrl}/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-holdfast-run": runId, authorization: "Bearer sk-x" },
+      body: JSON.stringify({
+        model: "gpt-4o-mini",
+        messages: [{ role: "user", content: '[[call:delete_branch {"branch":"main"}]]' }],
+        tools: [{ type: "function", function: { name: "delete_branch", parameters: { type: "object" } } }],
+      }),
+    });
+  const held = (runId: string) =>
+    waitFor(
+      async () => {
+        const result = await holdfast(["show", runId]);
+        return result.stdout.includes("PENDING") ? result.stdout : undefined;
+      },
+      { timeoutMs: 20_000, message: `no answer of ${runId} was held` },
+    );
+
+  it("show says what the model asked for and the rule; deny refuses the answer with the reason; approve delivers the next", async () => {
+    const denied = gatedCall("cli-gate");
+    const text = await held("cli-gate");
+    expect(text).toMatch(
+      /step 1 {2}gated {2}PENDING \(run held\): holdfast approve cli-gate \| holdfast deny cli-gate/,
+    );
+    expect(text).toMatch(/tool {7}delete_branch/);
+    expect(text).toMatch(/arguments {2}\{"branch":"main"\}/);
+    expect(text).toMatch(/rule {7}tool_gate\.deny\[0\]: delete_\*/);
+
+    const deny = await holdfast(["deny", "cli-gate", "--reason", "not main"]);
+    expect(deny.code, deny.stderr).toBe(0);
+    expect(deny.stdout).toContain(
+      "Denied step 1 (a call to delete_branch, tool_gate.deny[0]): its answer is refused.",
+    );
+    expect(deny.stdout).toContain("Run cli-gate is now idle.");
+    const refused = await denied;
+    expect(refused.status).toBe(403);
+    expect(JSON.stringify(await refused.json())).toContain("not main");
+
+    const approved = gatedCall("cli-gate");
+    await held("cli-gate");
+    const approve = await holdfast(["approve", "cli-gate", "--json"]);
+    expect(approve.code, approve.stderr).toBe(0);
+    expect(JSON.parse(approve.stdout)).toMatchObject({
+      run: { run_id: "cli-gate", status: "idle" },
+      gates: [{ step: 2, tool: "delete_branch", decision: "approved" }],
+    });
+    const answer = (await (await approved).json()) as {
+      choices: { message: { tool_calls: { function: { name: string } }[] } }[];
+    };
+    expect(answer.choices[0]!.message.tool_calls[0]!.function.name).toBe("delete_branch");
+
+    const again = await holdfast(["approve", "cli-gate"]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("has no answer held by the tool-call gate");
   });
 });
