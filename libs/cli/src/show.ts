@@ -106,7 +106,9 @@ function holdLines(s: RunView, now: number): string[] {
     const why =
       hold.kind === "trip" && hold.trip !== null
         ? `by a limit: ${tripFigures(hold.trip, s)}`
-        : `by ${hold.actor || hold.kind}${hold.ruleId ? `, standing rule ${hold.ruleId}` : ""}${hold.reason ? `: ${hold.reason}` : ""}`;
+        : hold.kind === "gate" || hold.kind === "loop"
+          ? `by the tool-call gate (${hold.ruleId}): ${hold.reason}`
+          : `by ${hold.actor || hold.kind}${hold.ruleId ? `, standing rule ${hold.ruleId}` : ""}${hold.reason ? `: ${hold.reason}` : ""}`;
     lines.push(`${what.padEnd(12)}${since} ${why}`);
   }
   if (s.parked > 0)

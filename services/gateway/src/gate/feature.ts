@@ -97,10 +97,13 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
       promptHash: call.run.promptHash,
       gateway: options.gateway,
     };
+    // The client is kept waiting from here: recording the hold may itself wait for the log.
+    const keepalive = startKeepalive(call, options);
     let after: RunState;
     try {
       after = (await ledger.execute(runId, { tag: call.run.tag, tenant: call.run.tenant }, command)).state;
     } catch (error) {
+      keepalive();
       call.request.log.error({ err: error, runId }, "could not record a held answer");
       return refuse(
         new GateUnavailableError(
@@ -110,7 +113,6 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
       );
     }
     call.request.log.info({ runId, gateId, kind: hold.kind }, "answer held by the tool-call gate");
-    const keepalive = startKeepalive(call, options);
     try {
       const decision = await decided(call, gateId, after);
       switch (decision.kind) {
