@@ -461,6 +461,71 @@ describe("loop detection", () => {
   });
 });
 
+describe("in ClickHouse", () => {
+  it("lists a gated run as held and why, and every held answer with its decision in the tool_gate view", async () => {
+    const runId = "gate-analytics";
+    const openai = client(runId);
+    const ask = () =>
+      openai.chat.completions.create({
+        model: "gpt-4o-mini",
+        messages: [{ role: "user", content: '[[call:send_email {"to":"x@rival.io"}]]' }],
+        tools: [chatTool("send_email")],
+      });
+    const first = ask();
+    await gated(runId);
+    const held = await waitFor(
+      async () => {
+        const [row] = await stack.sql<{ status: string; hold_reason: string }>(
+          `SELECT status, hold_reason FROM runs WHERE run_id = '${runId}'`,
+        );
+        return row?.status === "held" ? row : undefined;
+      },
+      { timeoutMs: 15_000, message: "the projection never showed the run held" },
+    );
+    expect(held.hold_reason).toBe("gate tool_gate.deny[1]: send_email");
+    await decide("deny", runId, { reason: "no" });
+    await first.catch(() => undefined);
+    const second = ask();
+    await gated(runId);
+    await decide("approve", runId, { reason: "fine" });
+    await second;
+    const rows = await waitFor(
+      async () => {
+        const found = await stack.sql<Record<string, unknown>>(
+          `SELECT step, kind, tool, arguments, rule, action, decision, decided_by, reason, length(request_hash) AS hash_length
+           FROM tool_gate WHERE run_id = '${runId}' ORDER BY step`,
+        );
+        return found.length === 2 && found.every((row) => row.decision !== "pending") ? found : undefined;
+      },
+      { timeoutMs: 15_000, message: "the tool_gate view never showed both decisions" },
+    );
+    expect(rows).toEqual([
+      {
+        step: 1,
+        kind: "gate",
+        tool: "send_email",
+        arguments: '{"to":"x@rival.io"}',
+        rule: "tool_gate.deny[1]",
+        action: "hold",
+        decision: "denied",
+        decided_by: "control token",
+        reason: "no",
+        hash_length: 64,
+      },
+      expect.objectContaining({ step: 2, decision: "approved", reason: "fine" }),
+    ]);
+    await waitFor(
+      async () => {
+        const [row] = await stack.sql<{ status: string }>(
+          `SELECT status FROM runs WHERE run_id = '${runId}'`,
+        );
+        return row?.status === "idle" ? true : undefined;
+      },
+      { timeoutMs: 15_000, message: "the projection never showed the run going on" },
+    );
+  });
+});
+
 describe("across gateways", () => {
   it("holds an answer on one gateway, parks the run's calls on another, and releases both on an approval made elsewhere", async () => {
     const runId = "gate-two-gateways";
