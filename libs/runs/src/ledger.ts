@@ -48,6 +48,8 @@ interface Entry<State> {
   lastStreamSequence: number;
   /** Tail of the appends: they run one after another, in call order. */
   tail: Promise<unknown>;
+  /** Commands queued or running on this aggregate. */
+  queued: number;
   /** Appends of this process in flight; what the watch brings meanwhile waits in `heard`. */
   appending: number;
   heard: WatchedEvent[];
@@ -57,6 +59,12 @@ interface Entry<State> {
   known: boolean;
   /** When another writer's event was last folded in (0: never): the aggregate is shared. */
   foreignMs: number;
+  /**
+   * When a command last had to queue behind this aggregate's own appends (0: never): its
+   * callers come back quickly (an agent's next call of its run), so a deferred append
+   * would only make them wait.
+   */
+  busyMs: number;
   /** Called whenever the watch moves the aggregate on (conflict handling waits on it). */
   advanced: (() => void) | undefined;
   /** Whoever waits for the state to change (a parked call): called after every change. */
@@ -99,7 +107,13 @@ export class Ledger<State, Command> {
   execute(id: string, labels: RunLabels, command: Command): Promise<Executed<State>> {
     // A deferrable append of this aggregate may be waiting to share a write (see
     // executeDurably): this command queues behind it, so it must not wait the deferral out.
-    this.options.bus.flushDeferred();
+    // Another aggregate's deferred appends go out with this command's own append, in the
+    // same socket write.
+    const entry = this.entries.get(id);
+    if (entry !== undefined && entry.queued > 0) {
+      entry.busyMs = this.options.clock();
+      this.options.bus.flushDeferred();
+    }
     return this.enqueue(id, (entry) => this.executeNow(id, labels, command, entry, this.idsFor(), false));
   }
 
@@ -113,12 +127,14 @@ export class Ledger<State, Command> {
    * event decided anew could let the dedupe window swallow a different event.
    *
    * Nobody waits on these: their appends may wait a few milliseconds to share a socket
-   * write with the next urgent one (Bus.append's `defer`), unless the aggregate is shared.
+   * write with the next urgent one (Bus.append's `defer`), unless the aggregate is shared,
+   * or its next command came while one was waiting (a run whose agent calls again as soon
+   * as it has its answer: its next start would queue behind the deferral, and wait).
    */
   executeDurably(id: string, labels: RunLabels, command: Command): Promise<Executed<State>> {
     return this.enqueue(id, async (entry) => {
       const ids = this.idsFor();
-      const defer = !this.shared(id);
+      const defer = !this.shared(id) && this.options.clock() - entry.busyMs >= SHARED_MS;
       for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
         try {
           return await this.executeNow(id, labels, command, entry, ids, defer);
@@ -210,7 +226,12 @@ export class Ledger<State, Command> {
     work: (entry: Entry<State>) => Promise<Executed<State>>,
   ): Promise<Executed<State>> {
     const entry = this.entry(id);
-    const turn = entry.tail.then(() => work(entry));
+    entry.queued += 1;
+    const turn = entry.tail
+      .then(() => work(entry))
+      .finally(() => {
+        entry.queued -= 1;
+      });
     entry.tail = turn.catch(() => undefined);
     const settled = turn.finally(() => this.pending.delete(settled));
     settled.catch(() => undefined);
@@ -382,11 +403,13 @@ export class Ledger<State, Command> {
         state: this.options.aggregate.initial(id),
         lastStreamSequence: 0,
         tail: Promise.resolve(),
+        queued: 0,
         appending: 0,
         heard: [],
         stale: false,
         known: false,
         foreignMs: 0,
+        busyMs: 0,
         advanced: undefined,
         listeners: new Set(),
       };
@@ -400,8 +423,9 @@ export class Ledger<State, Command> {
     const max = this.options.maxCached ?? 10_000;
     for (const [id, entry] of this.entries) {
       if (this.entries.size <= max) break;
-      // One with appends in flight or listeners waiting stays: it is needed.
-      if (entry.appending === 0 && entry.listeners.size === 0) this.entries.delete(id);
+      // One with commands queued or running, or listeners waiting, stays: it is needed (a
+      // second entry for the same aggregate would not queue behind the first's appends).
+      if (entry.queued === 0 && entry.appending === 0 && entry.listeners.size === 0) this.entries.delete(id);
     }
   }
 }
