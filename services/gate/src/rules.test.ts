@@ -1,5 +1,7 @@
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
+import { initialState } from "@holdfast/events";
 import { describe, expect, it } from "vitest";
+import { ToolGate } from "./gate.js";
 import { ArgumentRedactor } from "./redact.js";
 import { ToolGateRules } from "./rules.js";
 import { toolCallsSignature } from "./signature.js";
@@ -108,5 +110,77 @@ describe("recorded arguments", () => {
     const long = redactor.redact(call("write", { text: "x".repeat(10_000) }), []);
     expect(long.argumentsTruncated).toBe(true);
     expect(long.arguments.length).toBe(4_096);
+  });
+});
+
+describe("the gate's judgement of an answer", () => {
+  const gate = (overrides: GateOverrides) =>
+    new ToolGate(loadConfig({ env: {}, overrides: overrides as DeepPartial<Config> }));
+  const answer = (stepId: string, calls: ReturnType<typeof call>[]) => ({
+    runId: "r",
+    tag: "",
+    stepId,
+    toolCalls: calls,
+    signature: toolCallsSignature(calls),
+  });
+  const search = [call("search", { q: "x" })];
+
+  it("holds the Nth answer in a row with the same calls, counting its own answers before the log has them", () => {
+    const loops = gate({ max_repeated_tool_calls: 3 });
+    // The previous answers' outcomes are still on their way: their steps are open in the fold.
+    const state = (open: string[]) => ({
+      ...initialState("r"),
+      open: new Map(open.map((id) => [id, {} as never])),
+    });
+    expect(loops.judge(answer("s1", search), state(["s1"]))).toBeUndefined();
+    expect(loops.judge(answer("s2", search), state(["s1", "s2"]))).toBeUndefined();
+    expect(loops.judge(answer("s3", search), state(["s1", "s2", "s3"]))).toMatchObject({
+      kind: "loop",
+      repeats: 3,
+    });
+  });
+
+  it("reads the count from the log once it has the previous answer, and starts again after another call or none", () => {
+    const loops = gate({ max_repeated_tool_calls: 2 });
+    const signature = toolCallsSignature(search);
+    const folded = { ...initialState("r"), repeat: { signature, count: 1, stepId: "s1" } };
+    expect(loops.judge(answer("s2", search), folded)).toMatchObject({ kind: "loop", repeats: 2 });
+    // After a decision the log's count is empty: the next one is the first again.
+    const decided = { ...initialState("r"), repeat: { signature: "", count: 0, stepId: "" } };
+    expect(loops.judge(answer("s3", search), decided)).toBeUndefined();
+    expect(loops.judge(answer("s4", [call("fetch")]), undefined)).toBeUndefined();
+    expect(loops.judge(answer("s5", []), undefined)).toBeUndefined();
+  });
+
+  it("prefers a rule to a loop, and records the hold with arguments redacted and the request by its hash", () => {
+    const both = gate({
+      tool_gate: { deny: ["search"] },
+      max_repeated_tool_calls: 1,
+      redact: { patterns: ["x"] },
+    });
+    const judged = answer("s1", search);
+    const hold = both.judge(judged, undefined);
+    expect(hold).toMatchObject({ kind: "gate", match: { rule: "tool_gate.deny[0]" } });
+    const command = both.command(judged, hold!, {
+      gateId: "g1",
+      step: 4,
+      api: 1,
+      model: "m",
+      stream: true,
+      promptHash: "p",
+      requestBody: Buffer.from("{}"),
+      secrets: [],
+      gateway: "gw",
+    });
+    expect(command).toMatchObject({
+      type: "GateAnswer",
+      gateId: "g1",
+      stepId: "s1",
+      step: 4,
+      action: "hold",
+      match: { kind: "gate", toolCall: { name: "search", arguments: '{"q":"[redacted]"}' } },
+      requestHash: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+    });
+    expect(gate({}).off).toBe(true);
   });
 });

@@ -9,7 +9,7 @@ import {
   type RunCommand,
   type RunState,
 } from "@holdfast/events";
-import { ArgumentRedactor, ToolGateRules } from "@holdfast/gate";
+import { ToolGate } from "@holdfast/gate";
 import { connect } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
 import {
@@ -136,21 +136,18 @@ export async function startGateway(
   const budgets =
     budgetKeys.length === 0 ? undefined : budgetFeatureFor(config, gatewayId, ledger, clock, budgetKeys);
   // The tool-call gate, when any rule or loop detection is configured.
-  const toolGate = new ToolGateRules(config);
-  const gate =
-    toolGate.empty && config.max_repeated_tool_calls === 0
-      ? undefined
-      : gateFeature({
-          rules: toolGate,
-          maxRepeats: config.max_repeated_tool_calls,
-          redactor: new ArgumentRedactor(config.redact.patterns),
-          ledger,
-          newId,
-          gateway: gatewayId,
-          keepaliveMs: config.hold.keepalive_ms,
-          keepalive1xx: config.hold.keepalive_1xx,
-          shutdown: shutdown.signal,
-        });
+  const toolGate = new ToolGate(config);
+  const gate = toolGate.off
+    ? undefined
+    : gateFeature({
+        gate: toolGate,
+        ledger,
+        newId,
+        gateway: gatewayId,
+        keepaliveMs: config.hold.keepalive_ms,
+        keepalive1xx: config.hold.keepalive_1xx,
+        shutdown: shutdown.signal,
+      });
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,

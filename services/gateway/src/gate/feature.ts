@@ -1,6 +1,5 @@
-import type { GateAnswer, RunCommand, RunState, ToolRepeat } from "@holdfast/events";
-import { type ArgumentRedactor, contentHash, type GateMatch, type ToolGateRules } from "@holdfast/gate";
-import type { ToolCall } from "@holdfast/providers";
+import type { RunCommand, RunState } from "@holdfast/events";
+import { type GatedAnswer, type Hold, heldTool, type ToolGate } from "@holdfast/gate";
 import type { Ledger } from "@holdfast/runs";
 import {
   GateUnavailableError,
@@ -12,10 +11,7 @@ import { startKeepalive } from "../hold/park.js";
 import { type Answer, type Call, CONTINUE, type GatewayFeature, type Verdict } from "../pipeline/hooks.js";
 
 export interface GateFeatureOptions {
-  rules: ToolGateRules;
-  /** max_repeated_tool_calls: 0 is off. */
-  maxRepeats: number;
-  redactor: ArgumentRedactor;
+  gate: ToolGate;
   ledger: Ledger<RunState, RunCommand>;
   newId: () => string;
   /** This gateway process, as the gate's events name it. */
@@ -26,77 +22,46 @@ export interface GateFeatureOptions {
   shutdown: AbortSignal;
 }
 
-/** Why an answer is held: a rule matched one of its tool calls, or the run is looping. */
-type Hold = { kind: "gate"; match: GateMatch } | { kind: "loop"; repeats: number; signature: string };
-
-// Runs whose latest answers this gateway counted itself, for loop detection between an
-// answer and the moment its outcome is back from the log. Oldest forgotten first.
-const LOCAL_REPEATS_KEPT = 10_000;
-
 /**
- * The tool-call gate at the pipeline's hook before delivery. An answer that asks for no
- * tool, or for none a rule names, is decided from local state only (compiled rules, the
- * run's repeat count as the gateway follows it): no round trip. An answer that matches is
- * held: its outcome is already on its way to the log (the gate's event queues behind it),
- * the gate's event records what the model asked for and the rule, and the answer waits,
- * with the keepalives a held call gets, until an operator approves it (delivered
- * unchanged) or denies it (the agent gets an error in its API's shape), from any gateway
- * or control service: the decision is an event this gateway sees in the run's state.
+ * The tool-call gate at the pipeline's hook before delivery: the gate (services/gate)
+ * judges each answer from local state (no round trip); an answer it holds is recorded on
+ * the run (its outcome is already on its way to the log, and the gate's event queues
+ * behind it), then waits, with the keepalives a held call gets, until an operator approves
+ * it (delivered unchanged) or denies it (the agent gets an error in its API's shape), from
+ * any control service: the decision is an event this gateway sees in the run's state.
  */
 export function gateFeature(options: GateFeatureOptions): GatewayFeature {
-  const { rules, maxRepeats, ledger } = options;
-  const counted = new Map<string, ToolRepeat>();
+  const { gate, ledger } = options;
 
-  const hook = async (call: Call, answer: Answer): Promise<Verdict> => {
-    const runId = call.run.runId;
-    const toolCalls = answer.summary.toolCalls;
-    if (toolCalls.length === 0) {
-      if (counted.size > 0) counted.delete(runId);
-      return CONTINUE;
-    }
-    const state = ledger.cached(runId);
-    const match = rules.match(state?.tag || call.run.tag, toolCalls);
-    let hold: Hold | undefined = match === undefined ? undefined : { kind: "gate", match };
-    if (maxRepeats > 0) {
-      const repeats = repeatsWith(state, counted.get(runId), call.stepId, answer.toolCallsSignature);
-      remember(counted, runId, { signature: answer.toolCallsSignature, count: repeats, stepId: call.stepId });
-      if (hold === undefined && repeats >= maxRepeats) {
-        hold = { kind: "loop", repeats, signature: answer.toolCallsSignature };
-      }
-    }
-    if (hold === undefined) return CONTINUE;
-    return held(call, toolCalls, hold);
+  const hook = (call: Call, answer: Answer): Verdict | Promise<Verdict> => {
+    if (answer.summary.toolCalls.length === 0 && gate.maxRepeats === 0) return CONTINUE;
+    const state = ledger.cached(call.run.runId);
+    const judged: GatedAnswer = {
+      runId: call.run.runId,
+      tag: state?.tag || call.run.tag,
+      stepId: call.stepId,
+      toolCalls: answer.summary.toolCalls,
+      signature: answer.toolCallsSignature,
+    };
+    const hold = gate.judge(judged, state);
+    return hold === undefined ? CONTINUE : held(call, judged, hold);
   };
 
   /** Records the hold, then waits for the operator's word (or the client, or shutdown). */
-  const held = async (call: Call, toolCalls: readonly ToolCall[], hold: Hold): Promise<Verdict> => {
+  const held = async (call: Call, answer: GatedAnswer, hold: Hold): Promise<Verdict> => {
     const runId = call.run.runId;
-    const recorded = toolCalls.map((toolCall) => options.redactor.redact(toolCall, call.secrets));
     const gateId = options.newId();
-    const command: GateAnswer = {
-      type: "GateAnswer",
+    const command = gate.command(answer, hold, {
       gateId,
-      stepId: call.stepId,
       step: call.step,
       api: call.api,
       model: call.view.model,
       stream: call.view.stream,
-      toolCalls: recorded,
-      match:
-        hold.kind === "gate"
-          ? {
-              kind: "gate",
-              toolCall: recorded[toolCalls.indexOf(hold.match.toolCall)] ?? recorded[0]!,
-              rule: hold.match.rule,
-              ruleText: hold.match.ruleText,
-            }
-          : { kind: "loop", repeats: hold.repeats, maxRepeats, signature: hold.signature },
-      action: hold.kind === "gate" ? hold.match.onMatch : "hold",
-      requestHash: contentHash(call.upstreamBody),
-      answerHash: contentHash(JSON.stringify(toolCalls)),
       promptHash: call.run.promptHash,
+      requestBody: call.upstreamBody,
+      secrets: call.secrets,
       gateway: options.gateway,
-    };
+    });
     // The client is kept waiting from here: recording the hold may itself wait for the log.
     const keepalive = startKeepalive(call, options);
     let after: RunState;
@@ -119,7 +84,7 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
         case "approved":
           return CONTINUE;
         case "denied": {
-          const tool = hold.kind === "gate" ? hold.match.toolCall.name : (toolCalls[0]?.name ?? "");
+          const tool = heldTool(hold, answer.toolCalls);
           const why = decision.reason === "" ? "" : `: ${decision.reason}`;
           return refuse(
             new ToolCallDeniedError(
@@ -179,27 +144,3 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
 }
 
 const refuse = (error: GatewayError): Verdict => ({ kind: "refuse", error });
-
-/**
- * How many answers in a row, this one included, asked for exactly these tool calls: from
- * the run's count as the log has it, or from this gateway's own count of the run's
- * previous answer while that answer's outcome is still on its way to the log.
- */
-function repeatsWith(
-  state: RunState | undefined,
-  local: ToolRepeat | undefined,
-  stepId: string,
-  signature: string,
-): number {
-  // This answer's own outcome is folded in already.
-  if (state?.repeat.stepId === stepId) return state.repeat.count;
-  const localIsNewer = local !== undefined && (state === undefined || state.open.has(local.stepId));
-  const before = localIsNewer ? local : state?.repeat;
-  return before !== undefined && before.signature === signature ? before.count + 1 : 1;
-}
-
-function remember(counted: Map<string, ToolRepeat>, runId: string, repeat: ToolRepeat): void {
-  counted.delete(runId);
-  counted.set(runId, repeat);
-  if (counted.size > LOCAL_REPEATS_KEPT) counted.delete(counted.keys().next().value!);
-}
