@@ -381,6 +381,62 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
     );
   });
 
+  it("covers the other halves: deny on a Chat Completions stream and an Anthropic message, approve on a Responses answer and an Anthropic stream", async () => {
+    const chatRun = "gate-deny-chat-stream";
+    const chatEvents: string[] = [];
+    const chatStream = (async () => {
+      const stream = await client(chatRun).chat.completions.create({
+        model: "gpt-4o-mini",
+        stream: true,
+        messages: [{ role: "user", content: "[[call:delete_repo]]" }],
+        tools: [chatTool("delete_repo")],
+      });
+      for await (const chunk of stream) chatEvents.push(chunk.choices[0]?.finish_reason ?? "delta");
+    })();
+    await gated(chatRun);
+    await decide("deny", chatRun, { reason: "no" });
+    await expect(chatStream).rejects.toThrow(/denied the model's call to "delete_repo": no/);
+    expect(chatEvents).toContain("tool_calls");
+
+    const claudeRun = "gate-deny-messages";
+    const claude = anthropic(claudeRun).messages.create({
+      model: "claude-sonnet-4-5",
+      max_tokens: 256,
+      messages: [{ role: "user", content: "[[call:delete_repo]]" }],
+      tools: [anthropicTool("delete_repo")],
+    });
+    await gated(claudeRun);
+    await decide("deny", claudeRun, { reason: "no" });
+    await expect(claude).rejects.toBeInstanceOf(Anthropic.PermissionDeniedError);
+
+    const responsesRun = "gate-approve-responses-plain";
+    const response = client(responsesRun).responses.create({
+      model: "gpt-4o-mini",
+      input: `${responsesRun} [[call:delete_repo {"name":"e"}]]`,
+      tools: [responsesTool("delete_repo")],
+    });
+    await gated(responsesRun);
+    await decide("approve", responsesRun);
+    expect(JSON.parse(JSON.stringify(await response))).toMatchObject(
+      JSON.parse((await lastProviderExchange(responsesRun)).responseBody),
+    );
+
+    const claudeStreamRun = "gate-approve-messages-stream";
+    const final = anthropic(claudeStreamRun)
+      .messages.stream({
+        model: "claude-sonnet-4-5",
+        max_tokens: 256,
+        messages: [{ role: "user", content: '[[call:delete_repo {"name":"f"}]]' }],
+        tools: [anthropicTool("delete_repo")],
+      })
+      .finalMessage();
+    await gated(claudeStreamRun);
+    await decide("approve", claudeStreamRun);
+    expect((await final).content).toEqual([
+      expect.objectContaining({ type: "tool_use", name: "delete_repo", input: { name: "f" } }),
+    ]);
+  });
+
   it("on_match: stop stops the run at once: its other calls get 409 while the answer waits, and it stays stopped after a deny", async () => {
     const runId = "gate-strict";
     const openai = client(runId, { defaultHeaders: { "X-Holdfast-Run": runId, "X-Holdfast-Tag": STRICT } });
