@@ -1,6 +1,7 @@
 import { GATE_REGEX_FLAGS } from "@holdfast/config";
 import type { GatedToolCall } from "@holdfast/events";
 import { scrubSecrets, type ToolCall } from "@holdfast/providers";
+import { canonicalJson } from "./rules.js";
 
 // Arguments are recorded up to this many characters: events stay small (large content
 // belongs to the snapshot store), and an operator still sees what the model asked for.
@@ -8,9 +9,10 @@ export const MAX_RECORDED_ARGUMENTS = 4_096;
 const REDACTED = "[redacted]";
 
 /**
- * Tool calls as they are recorded in gate events: arguments scrubbed of credentials (the
- * request's own and anything shaped like one) and of every match of `redact.patterns`,
- * then cut to a bounded length.
+ * Tool calls as they are recorded in gate events: arguments as JSON writes them back
+ * (escapes undone; free text as it came), scrubbed of credentials (the request's own and
+ * anything shaped like one) and of every match of `redact.patterns`, then cut to a
+ * bounded length.
  */
 export class ArgumentRedactor {
   private readonly patterns: readonly RegExp[];
@@ -20,7 +22,8 @@ export class ArgumentRedactor {
   }
 
   redact(call: ToolCall, secrets: readonly string[]): GatedToolCall {
-    let text = scrubSecrets(call.arguments, secrets);
+    // As JSON writes them back: an escape ("\u002d") cannot hide a value from a pattern.
+    let text = scrubSecrets(canonicalJson(call.arguments), secrets);
     for (const pattern of this.patterns) text = text.replace(pattern, REDACTED);
     const truncated = text.length > MAX_RECORDED_ARGUMENTS;
     return {

@@ -184,3 +184,16 @@ describe("the gate's judgement of an answer", () => {
     expect(gate({}).off).toBe(true);
   });
 });
+
+describe("arguments spelled with JSON escapes", () => {
+  it("do not hide a value from a rule's regex or from redaction", () => {
+    const gate = rules({ tool_gate: { deny: [{ name: "send_email", args: '@(?!example\\.com")' }] } });
+    expect(gate.match("", [call("send_email", '{"to":"ceo\\u0040rival.io"}')])).toBeDefined();
+    expect(gate.match("", [call("send_email", '{"to":"ops\\u0040example.com"}')])).toBeUndefined();
+    expect(gate.match("", [call("send_email", { to: "ceo@example.com.evil.io" })])).toBeDefined();
+    const redactor = new ArgumentRedactor(["\\b\\d{3}-\\d{2}-\\d{4}\\b"]);
+    expect(redactor.redact(call("pay", '{"ssn":"123\\u002d45\\u002d6789"}'), []).arguments).toBe(
+      '{"ssn":"[redacted]"}',
+    );
+  });
+});

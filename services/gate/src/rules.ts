@@ -34,7 +34,9 @@ export type GateConfig = Pick<Config, "tool_gate" | "tool_gate_by_tag">;
  * `tool_gate_by_tag.<tag>.deny` for its runs (a tag's rules add to the fleet's; its
  * `on_match` replaces the fleet's). A rule matches a tool call when its glob matches the
  * tool's name and its regular expression, if any, is found in the arguments as the model
- * sent them (JSON text). Pure and local: an answer that asks for no gated tool costs a few
+ * sent them (JSON text), or in them as JSON writes them back (so an escape such as
+ * "\u0040" does not hide an "@" from it). The answer's first tool call that a rule matches
+ * holds it, with the first rule that matches that call. Pure and local: an answer that asks for no gated tool costs a few
  * string comparisons, no round trip.
  */
 export class ToolGateRules {
@@ -69,13 +71,28 @@ export class ToolGateRules {
     const set = this.byTag.get(tag) ?? this.fleet;
     if (set.rules.length === 0) return undefined;
     for (const toolCall of toolCalls) {
+      let canonical: string | undefined;
       for (const rule of set.rules) {
         if (!rule.name(toolCall.name)) continue;
-        if (rule.args !== undefined && !rule.args.test(toolCall.arguments)) continue;
+        if (rule.args !== undefined && !rule.args.test(toolCall.arguments)) {
+          // JSON may spell a character as an escape ("\u0040" for "@"): the regex also
+          // reads the arguments as JSON writes them back, escapes undone.
+          canonical ??= canonicalJson(toolCall.arguments);
+          if (canonical === toolCall.arguments || !rule.args.test(canonical)) continue;
+        }
         return { toolCall, rule: rule.key, ruleText: rule.text, onMatch: set.onMatch };
       }
     }
     return undefined;
+  }
+}
+
+/** JSON text as JSON.stringify writes it back (escapes of ordinary characters undone); itself if not JSON. */
+export function canonicalJson(text: string): string {
+  try {
+    return JSON.stringify(JSON.parse(text));
+  } catch {
+    return text;
   }
 }
 

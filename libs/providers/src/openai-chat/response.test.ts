@@ -165,7 +165,7 @@ describe("ChatStreamMeter", () => {
     ]);
   });
 
-  it("given tool calls on a second choice, then they are not counted", () => {
+  it("given tool calls on a second choice, then they count (the gate must see them) but its finish reason does not", () => {
     const meter = new ChatStreamMeter();
     meter.observe(
       JSON.stringify({
@@ -178,7 +178,10 @@ describe("ChatStreamMeter", () => {
         ],
       }),
     );
-    expect(meter.summary()).toMatchObject({ toolCalls: [], finishReason: undefined });
+    expect(meter.summary()).toMatchObject({
+      toolCalls: [{ id: "", name: "other", arguments: "" }],
+      finishReason: undefined,
+    });
   });
 
   it("given Groq's usage under x_groq in the last chunk, then usage is read from there", () => {
@@ -321,5 +324,55 @@ describe("readChatUsage", () => {
       inputTokens: 0,
       outputTokens: 0,
     });
+  });
+});
+
+describe("tool calls in every choice, and custom tools", () => {
+  const fn = (id: string, name: string, args: string) => ({
+    id,
+    type: "function",
+    function: { name, arguments: args },
+  });
+  it("reads every choice's tool calls, custom ones too, from a whole completion", () => {
+    const summary = summarizeChatCompletion({
+      id: "chatcmpl-1",
+      choices: [
+        { index: 0, finish_reason: "stop", message: { role: "assistant", content: "hi" } },
+        {
+          index: 1,
+          finish_reason: "tool_calls",
+          message: {
+            role: "assistant",
+            tool_calls: [
+              fn("call_a", "delete_repo", '{"name":"x"}'),
+              { id: "call_b", type: "custom", custom: { name: "shell", input: "rm -rf /" } },
+            ],
+          },
+        },
+      ],
+    });
+    expect(summary.finishReason).toBe("stop");
+    expect(summary.toolCalls).toEqual([
+      { id: "call_a", name: "delete_repo", arguments: '{"name":"x"}' },
+      { id: "call_b", name: "shell", arguments: "rm -rf /" },
+    ]);
+  });
+
+  it("folds streamed tool calls of every choice apart, by choice and index", () => {
+    const meter = new ChatStreamMeter();
+    const chunk = (index: number, calls: unknown[]) =>
+      JSON.stringify({ id: "c", choices: [{ index, delta: { tool_calls: calls } }] });
+    meter.observe(chunk(0, [{ index: 0, id: "call_1", function: { name: "read", arguments: '{"p":' } }]));
+    meter.observe(chunk(1, [{ index: 0, id: "call_2", function: { name: "delete_repo", arguments: "{" } }]));
+    meter.observe(chunk(0, [{ index: 0, function: { arguments: '"a"}' } }]));
+    meter.observe(chunk(1, [{ index: 0, function: { arguments: "}" } }]));
+    meter.observe(
+      chunk(1, [{ index: 1, id: "call_3", type: "custom", custom: { name: "shell", input: "ls" } }]),
+    );
+    expect(meter.summary().toolCalls).toEqual([
+      { id: "call_1", name: "read", arguments: '{"p":"a"}' },
+      { id: "call_2", name: "delete_repo", arguments: "{}" },
+      { id: "call_3", name: "shell", arguments: "ls" },
+    ]);
   });
 });

@@ -4,8 +4,9 @@ import { NO_USAGE, type UsageReport } from "../usage.js";
 import { readChatUsage } from "./usage.js";
 
 /**
- * Reads a non-streamed `chat.completion` response. With `n > 1` only the first choice
- * counts: it is the one an agent continues from.
+ * Reads a non-streamed `chat.completion` response. With `n > 1` the finish reason is the
+ * first choice's (the one an agent usually continues from), and the tool calls are every
+ * choice's, in choice order: an agent may act on any of them, so the gate sees them all.
  */
 export function summarizeChatCompletion(json: unknown): AnswerSummary {
   if (!isRecord(json)) {
@@ -20,16 +21,15 @@ export function summarizeChatCompletion(json: unknown): AnswerSummary {
   const choice = firstChoice(json.choices);
   const toolCalls: ToolCall[] = [];
   let finishReason: string | undefined;
-  if (choice !== undefined) {
-    if (typeof choice.finish_reason === "string") finishReason = choice.finish_reason;
-    const message = choice.message;
-    if (isRecord(message) && Array.isArray(message.tool_calls)) {
-      for (const call of message.tool_calls) {
-        const name = functionName(call);
-        if (name === undefined || !isRecord(call)) continue;
-        const args = isRecord(call.function) ? call.function.arguments : undefined;
-        toolCalls.push({ id: stringOr(call.id), name, arguments: stringOr(args) });
-      }
+  if (choice !== undefined && typeof choice.finish_reason === "string") finishReason = choice.finish_reason;
+  for (const each of Array.isArray(json.choices) ? json.choices : []) {
+    const message = isRecord(each) ? each.message : undefined;
+    if (!isRecord(message) || !Array.isArray(message.tool_calls)) continue;
+    for (const call of message.tool_calls) {
+      const body = callBody(call);
+      const name = nonEmptyString(body?.name);
+      if (body === undefined || name === undefined || !isRecord(call)) continue;
+      toolCalls.push({ id: stringOr(call.id), name, arguments: stringOr(body.arguments ?? body.input) });
     }
   }
   return {
@@ -62,8 +62,8 @@ export class ChatStreamMeter {
   #usage: UsageReport = NO_USAGE;
   #finishReason: string | undefined;
   #responseId: string | undefined;
-  // Keyed by the delta's `index`, which later argument fragments repeat without the name.
-  readonly #toolCalls = new Map<number | string, { id: string; name: string; arguments: string }>();
+  // Keyed by choice and the delta's `index`, which later argument fragments repeat without the name.
+  readonly #toolCalls = new Map<string, { id: string; name: string; arguments: string }>();
   #errorEvent: string | undefined;
 
   /**
@@ -99,10 +99,11 @@ export class ChatStreamMeter {
     if (!Array.isArray(choices)) return NOT_USAGE_ONLY;
     if (choices.length === 0) return isRecord(chunk.usage) ? USAGE_ONLY : NOT_USAGE_ONLY;
     for (const choice of choices) {
-      if (!isRecord(choice) || (choice.index !== undefined && choice.index !== 0)) continue;
-      if (typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
+      if (!isRecord(choice)) continue;
+      const index = typeof choice.index === "number" ? choice.index : 0;
+      if (index === 0 && typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
       const delta = choice.delta;
-      if (isRecord(delta) && Array.isArray(delta.tool_calls)) this.#observeToolCalls(delta.tool_calls);
+      if (isRecord(delta) && Array.isArray(delta.tool_calls)) this.#observeToolCalls(index, delta.tool_calls);
     }
     return NOT_USAGE_ONLY;
   }
@@ -117,29 +118,36 @@ export class ChatStreamMeter {
       model: this.#model,
       usage: this.#usage,
       finishReason: this.#finishReason,
-      toolCalls: [...this.#toolCalls.values()].map((call) => ({ ...call })),
+      toolCalls: [...this.#toolCalls.entries()]
+        .sort(([a], [b]) => a.localeCompare(b, "en", { numeric: true }))
+        .map(([, call]) => ({ ...call })),
       responseId: this.#responseId,
     };
   }
 
-  #observeToolCalls(calls: unknown[]): void {
+  #observeToolCalls(choice: number, calls: unknown[]): void {
     for (const call of calls) {
       if (!isRecord(call)) continue;
       // OpenAI names a call once, in its first fragment, and streams its arguments in the
       // fragments after it under the same index; providers that repeat the whole call in
       // later chunks must not count it twice. Without an index, the id tells calls apart.
       const key =
-        typeof call.index === "number" ? call.index : typeof call.id === "string" ? call.id : undefined;
-      const fragment = isRecord(call.function) ? stringOr(call.function.arguments) : "";
+        typeof call.index === "number"
+          ? `${choice}:${call.index}`
+          : typeof call.id === "string"
+            ? `${choice}:${call.id}`
+            : undefined;
+      const body = callBody(call);
+      const fragment = stringOr(body?.arguments ?? body?.input);
       const known = key === undefined ? undefined : this.#toolCalls.get(key);
       if (known !== undefined) {
         // A provider that repeats whole calls repeats their arguments too.
         if (typeof call.index === "number") known.arguments += fragment;
         continue;
       }
-      const name = functionName(call);
+      const name = nonEmptyString(body?.name);
       if (name === undefined) continue;
-      this.#toolCalls.set(key ?? `#${this.#toolCalls.size}`, {
+      this.#toolCalls.set(key ?? `${choice}:#${this.#toolCalls.size}`, {
         id: stringOr(call.id),
         name,
         arguments: fragment,
@@ -162,8 +170,13 @@ function firstChoice(choices: unknown): Record<string, unknown> | undefined {
   return isRecord(choice) ? choice : undefined;
 }
 
-function functionName(call: unknown): string | undefined {
-  if (!isRecord(call) || !isRecord(call.function)) return undefined;
-  const name = call.function.name;
-  return typeof name === "string" && name.length > 0 ? name : undefined;
+/**
+ * What a tool call says: `function` ({name, arguments}) or, for custom tools, `custom`
+ * ({name, input}: free text, not JSON).
+ */
+function callBody(call: unknown): Record<string, unknown> | undefined {
+  if (!isRecord(call)) return undefined;
+  if (isRecord(call.function)) return call.function;
+  if (isRecord(call.custom)) return call.custom;
+  return undefined;
 }

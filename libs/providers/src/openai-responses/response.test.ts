@@ -520,3 +520,26 @@ describe("readResponsesUsage", () => {
     });
   });
 });
+
+describe("output items that ask the agent to act", () => {
+  it("are tool calls: functions, custom tools, and the built-in tools the client runs", () => {
+    const summary = summarizeResponse({
+      id: "resp_1",
+      status: "completed",
+      output: [
+        { type: "function_call", call_id: "c1", name: "delete_repo", arguments: '{"name":"x"}' },
+        { type: "custom_tool_call", call_id: "c2", name: "shell", input: "rm -rf /" },
+        { type: "computer_call", call_id: "c3", action: { type: "click", x: 1, y: 2 } },
+        { type: "local_shell_call", call_id: "c4", action: { type: "exec", command: ["ls"] } },
+        { type: "web_search_call", id: "ws_1", status: "completed" },
+        { type: "message", content: [] },
+      ],
+    });
+    expect(summary.toolCalls).toEqual([
+      { id: "c1", name: "delete_repo", arguments: '{"name":"x"}' },
+      { id: "c2", name: "shell", arguments: "rm -rf /" },
+      { id: "c3", name: "computer", arguments: '{"type":"click","x":1,"y":2}' },
+      { id: "c4", name: "local_shell", arguments: '{"type":"exec","command":["ls"]}' },
+    ]);
+  });
+});

@@ -78,7 +78,7 @@ export class ResponsesStreamMeter implements StreamMeter {
       case "response.output_item.added":
       case "response.output_item.done":
         // A finished message item carries its whole text: parse only what may be a call.
-        if (data.includes('"function_call"')) this.#observeItem(parseObject(data));
+        if (data.includes('_call"')) this.#observeItem(parseObject(data));
         return PLAIN;
       case "response.function_call_arguments.delta":
         this.#observeArgumentsDelta(parseObject(data));
@@ -157,12 +157,33 @@ export class ResponsesStreamMeter implements StreamMeter {
   }
 }
 
-/** A `function_call` output item as a tool call; undefined for any other item. */
+// Output items that ask the client to act, and the name a built-in tool's call goes by.
+// Items the provider runs itself (web and file search, code interpreter, image generation,
+// remote MCP calls) have already happened when the answer arrives and are not the agent's
+// to carry out.
+const BUILT_IN_CALLS: Readonly<Record<string, { name: string; field: string }>> = {
+  computer_call: { name: "computer", field: "action" },
+  local_shell_call: { name: "local_shell", field: "action" },
+  shell_call: { name: "shell", field: "action" },
+  apply_patch_call: { name: "apply_patch", field: "operation" },
+};
+
+/**
+ * An output item that asks the agent to act, as a tool call: a `function_call` (its JSON
+ * arguments), a `custom_tool_call` (its free-text input), or a built-in tool's call (its
+ * action as JSON, under the tool's name); undefined for any other item.
+ */
 function functionCall(item: unknown): { id: string; name: string; arguments: string } | undefined {
-  if (!isRecord(item) || item.type !== "function_call") return undefined;
-  const name = nonEmptyString(item.name);
-  if (name === undefined) return undefined;
-  return { id: stringOr(item.call_id), name, arguments: stringOr(item.arguments) };
+  if (!isRecord(item) || typeof item.type !== "string") return undefined;
+  const id = stringOr(item.call_id);
+  if (item.type === "function_call" || item.type === "custom_tool_call") {
+    const name = nonEmptyString(item.name);
+    if (name === undefined) return undefined;
+    return { id, name, arguments: stringOr(item.type === "function_call" ? item.arguments : item.input) };
+  }
+  const builtIn = BUILT_IN_CALLS[item.type];
+  if (builtIn === undefined) return undefined;
+  return { id, name: builtIn.name, arguments: JSON.stringify(item[builtIn.field] ?? {}) };
 }
 
 function finishReasonOf(response: Record<string, unknown>): string | undefined {
