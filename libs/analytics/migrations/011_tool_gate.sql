@@ -1,6 +1,74 @@
--- The tool-call gate holds a run's answer (ToolCallGated, LoopDetected) until an operator
--- approves or denies it (ToolCallApproved, ToolCallDenied): those are control events too,
--- so `holdfast ls` shows a gated run as held (or stopped, by on_match: stop) and why.
+-- The tool-call gate holds a run's answers (ToolCallGated, LoopDetected) until an operator
+-- approves or denies each (ToolCallApproved, ToolCallDenied) or nobody is left to take it
+-- (ToolCallAbandoned). A run with answers held is held (or stopped, by on_match: stop), as
+-- its fold says: operators' holds, stops and limits first, then the gate's pending answers,
+-- so `holdfast ls` shows a gated run as held and why; a denial that stops the run is a stop.
+-- Every answer the gate held, with what became of it: the operator decisions that evals
+-- will be built from (one row per held answer; decision 'pending' until one is made,
+-- 'abandoned' when its client went away or its gateway shut down first).
+CREATE VIEW IF NOT EXISTS tool_gate_v1 AS
+SELECT
+    g.run_id                                           AS run_id,
+    g.tenant                                           AS tenant,
+    g.tag                                              AS tag,
+    g.gate_id                                          AS gate_id,
+    g.kind                                             AS kind,
+    g.step                                             AS step,
+    g.step_id                                          AS step_id,
+    g.model                                            AS model,
+    g.tool                                             AS tool,
+    g.arguments                                        AS arguments,
+    g.rule                                             AS rule,
+    g.repeats                                          AS repeats,
+    g.action                                           AS action,
+    g.request_hash                                     AS request_hash,
+    g.answer_hash                                      AS answer_hash,
+    g.gated_at                                         AS gated_at,
+    if(d.decision = '', 'pending', d.decision)         AS decision,
+    if(d.decision = '', NULL, d.decided_at)            AS decided_at,
+    d.decided_by                                       AS decided_by,
+    d.reason                                           AS reason
+FROM
+(
+    SELECT
+        run_id,
+        tenant,
+        tag,
+        JSONExtractString(payload, 'gateId')                                          AS gate_id,
+        if(type = 'ToolCallGated', 'gate', 'loop')                                    AS kind,
+        JSONExtractUInt(payload, 'step')                                              AS step,
+        JSONExtractString(payload, 'stepId')                                          AS step_id,
+        JSONExtractString(payload, 'model')                                           AS model,
+        if(type = 'ToolCallGated', JSONExtractString(payload, 'toolCall', 'name'),
+           JSONExtractString(payload, 'toolCalls', 1, 'name'))                        AS tool,
+        if(type = 'ToolCallGated', JSONExtractString(payload, 'toolCall', 'arguments'),
+           JSONExtractString(payload, 'toolCalls', 1, 'arguments'))                   AS arguments,
+        if(type = 'ToolCallGated', JSONExtractString(payload, 'rule'), 'max_repeated_tool_calls') AS rule,
+        JSONExtractUInt(payload, 'repeats')                                           AS repeats,
+        lower(replaceOne(JSONExtractString(payload, 'action'), 'RUN_ACTION_', ''))    AS action,
+        JSONExtractString(payload, 'requestHash')                                     AS request_hash,
+        JSONExtractString(payload, 'answerHash')                                      AS answer_hash,
+        ts                                                                            AS gated_at
+    FROM raw_events_v2 FINAL
+    WHERE type IN ('ToolCallGated', 'LoopDetected')
+) AS g
+LEFT JOIN
+(
+    SELECT
+        run_id,
+        JSONExtractString(payload, 'gateId')                                          AS gate_id,
+        multiIf(type = 'ToolCallApproved', 'approved', type = 'ToolCallDenied', 'denied', 'abandoned') AS decision,
+        ts                                                                            AS decided_at,
+        if(type = 'ToolCallAbandoned', JSONExtractString(payload, 'gateway'),
+           JSONExtractString(payload, 'actor', 'name'))                               AS decided_by,
+        if(type = 'ToolCallAbandoned', JSONExtractString(payload, 'why'),
+           JSONExtractString(payload, 'reason'))                                      AS reason
+    FROM raw_events_v2 FINAL
+    WHERE type IN ('ToolCallApproved', 'ToolCallDenied', 'ToolCallAbandoned')
+) AS d ON d.run_id = g.run_id AND d.gate_id = g.gate_id;
+
+CREATE OR REPLACE VIEW tool_gate AS SELECT * FROM tool_gate_v1;
+
 CREATE VIEW IF NOT EXISTS runs_v5 AS
 SELECT
     e.run_id                                           AS run_id,
@@ -8,26 +76,17 @@ SELECT
     e.last_tenant                                      AS tenant,
     if(s.last_model != '', s.last_model, e.requested)  AS model,
     multiIf(
-        c.last_type = 'RunStopped'
-            OR (c.last_type IN ('RunTripped', 'ToolCallGated', 'LoopDetected')
-                AND JSONExtractString(c.last_payload, 'action') = 'RUN_ACTION_STOP')
-            OR (c.last_type = 'ToolCallDenied' AND JSONExtractBool(c.last_payload, 'runStopped')),
+        c.last_type IN ('RunStopped', 'ToolCallDenied')
+            OR (c.last_type = 'RunTripped' AND JSONExtractString(c.last_payload, 'action') = 'RUN_ACTION_STOP'),
         'stopped',
-        c.last_type IN ('RunHeld', 'RunTripped', 'ToolCallGated', 'LoopDetected'), 'held',
+        c.last_type IN ('RunHeld', 'RunTripped'), 'held',
+        g.pending_stop > 0, 'stopped',
+        g.pending > 0, 'held',
         e.started > e.finished, 'running',
         'idle')                                        AS status,
     multiIf(
         c.last_type = 'RunTripped',
         concat('limit: ', lower(replaceOne(JSONExtractString(c.last_payload, 'trip', 'limit'), 'LIMIT_KIND_', ''))),
-        c.last_type = 'ToolCallGated',
-        concat('gate ', JSONExtractString(c.last_payload, 'rule'), ': ',
-               JSONExtractString(c.last_payload, 'toolCall', 'name')),
-        c.last_type = 'LoopDetected',
-        concat('loop: ', JSONExtractString(c.last_payload, 'toolCalls', 1, 'name'), ' ',
-               toString(JSONExtractUInt(c.last_payload, 'repeats')), ' times in a row'),
-        c.last_type = 'ToolCallDenied' AND JSONExtractBool(c.last_payload, 'runStopped'),
-        concat('gate: denied', if(JSONExtractString(c.last_payload, 'reason') != '',
-                                  concat(': ', JSONExtractString(c.last_payload, 'reason')), '')),
         c.last_type IN ('RunHeld', 'RunStopped'),
         concat(
             if(JSONExtractString(c.last_payload, 'ruleId') != '',
@@ -36,10 +95,14 @@ SELECT
             if(JSONExtractString(c.last_payload, 'reason') != '',
                concat(': ', JSONExtractString(c.last_payload, 'reason')),
                '')),
+        c.last_type = 'ToolCallDenied',
+        concat('gate: denied', if(JSONExtractString(c.last_payload, 'reason') != '',
+                                  concat(': ', JSONExtractString(c.last_payload, 'reason')), '')),
+        g.pending > 0, g.reason,
         '')                                            AS hold_reason,
-    if(c.last_type IN ('RunHeld', 'RunTripped', 'RunStopped', 'ToolCallGated', 'LoopDetected')
-           OR (c.last_type = 'ToolCallDenied' AND JSONExtractBool(c.last_payload, 'runStopped')),
-       c.last_ts, NULL)                                AS held_since,
+    multiIf(c.last_type IN ('RunHeld', 'RunTripped', 'RunStopped', 'ToolCallDenied'), c.last_ts,
+            g.pending > 0, g.since,
+            NULL)                                      AS held_since,
     e.parked                                           AS parked_calls,
     e.started                                          AS steps,
     e.started - e.finished                             AS in_flight,
@@ -79,10 +142,23 @@ LEFT JOIN
         argMax(payload, run_seq)  AS last_payload,
         argMax(ts, run_seq)       AS last_ts
     FROM raw_events_v2 FINAL
-    WHERE type IN ('RunTripped', 'RunHeld', 'RunStopped', 'RunResumed',
-                   'ToolCallGated', 'LoopDetected', 'ToolCallApproved', 'ToolCallDenied')
+    WHERE type IN ('RunTripped', 'RunHeld', 'RunStopped', 'RunResumed')
+        OR (type = 'ToolCallDenied' AND JSONExtractBool(payload, 'runStopped'))
     GROUP BY run_id
 ) AS c ON c.run_id = e.run_id
+LEFT JOIN
+(
+    SELECT
+        run_id,
+        count()                                         AS pending,
+        countIf(action = 'stop')                        AS pending_stop,
+        argMax(if(kind = 'gate', concat('gate ', rule, ': ', tool),
+                  concat('loop: ', tool, ' ', toString(repeats), ' times in a row')), gated_at) AS reason,
+        max(gated_at)                                   AS since
+    FROM tool_gate_v1
+    WHERE decision = 'pending'
+    GROUP BY run_id
+) AS g ON g.run_id = e.run_id
 LEFT JOIN
 (
     SELECT
@@ -103,64 +179,3 @@ LEFT JOIN
 ) AS s ON s.run_id = e.run_id;
 
 CREATE OR REPLACE VIEW runs AS SELECT * FROM runs_v5;
-
--- Every answer the gate held, with what became of it: the operator decisions that evals
--- will be built from (one row per held answer; decision 'pending' until one is made).
-CREATE VIEW IF NOT EXISTS tool_gate_v1 AS
-SELECT
-    g.run_id                                           AS run_id,
-    g.tenant                                           AS tenant,
-    g.tag                                              AS tag,
-    g.gate_id                                          AS gate_id,
-    g.kind                                             AS kind,
-    g.step                                             AS step,
-    g.step_id                                          AS step_id,
-    g.model                                            AS model,
-    g.tool                                             AS tool,
-    g.arguments                                        AS arguments,
-    g.rule                                             AS rule,
-    g.action                                           AS action,
-    g.request_hash                                     AS request_hash,
-    g.answer_hash                                      AS answer_hash,
-    g.gated_at                                         AS gated_at,
-    if(d.decision = '', 'pending', d.decision)         AS decision,
-    if(d.decision = '', NULL, d.decided_at)            AS decided_at,
-    d.decided_by                                       AS decided_by,
-    d.reason                                           AS reason
-FROM
-(
-    SELECT
-        run_id,
-        tenant,
-        tag,
-        JSONExtractString(payload, 'gateId')                                          AS gate_id,
-        if(type = 'ToolCallGated', 'gate', 'loop')                                    AS kind,
-        JSONExtractUInt(payload, 'step')                                              AS step,
-        JSONExtractString(payload, 'stepId')                                          AS step_id,
-        JSONExtractString(payload, 'model')                                           AS model,
-        if(type = 'ToolCallGated', JSONExtractString(payload, 'toolCall', 'name'),
-           JSONExtractString(payload, 'toolCalls', 1, 'name'))                        AS tool,
-        if(type = 'ToolCallGated', JSONExtractString(payload, 'toolCall', 'arguments'),
-           JSONExtractString(payload, 'toolCalls', 1, 'arguments'))                   AS arguments,
-        if(type = 'ToolCallGated', JSONExtractString(payload, 'rule'), 'max_repeated_tool_calls') AS rule,
-        lower(replaceOne(JSONExtractString(payload, 'action'), 'RUN_ACTION_', ''))    AS action,
-        JSONExtractString(payload, 'requestHash')                                     AS request_hash,
-        JSONExtractString(payload, 'answerHash')                                      AS answer_hash,
-        ts                                                                            AS gated_at
-    FROM raw_events_v2 FINAL
-    WHERE type IN ('ToolCallGated', 'LoopDetected')
-) AS g
-LEFT JOIN
-(
-    SELECT
-        run_id,
-        JSONExtractString(payload, 'gateId')                          AS gate_id,
-        if(type = 'ToolCallApproved', 'approved', 'denied')           AS decision,
-        ts                                                            AS decided_at,
-        JSONExtractString(payload, 'actor', 'name')                   AS decided_by,
-        JSONExtractString(payload, 'reason')                          AS reason
-    FROM raw_events_v2 FINAL
-    WHERE type IN ('ToolCallApproved', 'ToolCallDenied')
-) AS d ON d.run_id = g.run_id AND d.gate_id = g.gate_id;
-
-CREATE OR REPLACE VIEW tool_gate AS SELECT * FROM tool_gate_v1;

@@ -50,6 +50,11 @@ export function gateCommand(decision: "approve" | "deny"): (argv: string[]) => P
 /** What an approval or denial did, as one says it. Pure. */
 export function describeGateAnswer(answer: GateAnswerBody): string {
   if (answer.gates.length === 0) return `Run ${answer.run.run_id}: those answers were already decided.`;
+  if (!answer.run.changed) {
+    return answer.gates
+      .map((gate) => `Held answer ${gate.gate_id} was already ${gate.decision}: nothing changed.`)
+      .join("\n");
+  }
   const lines = answer.gates.map((gate) => {
     const what = gate.kind === "loop" ? `a repeated call to ${gate.tool}` : `a call to ${gate.tool}`;
     const verdict = gate.decision === "approved" ? "delivered" : "refused";

@@ -124,14 +124,17 @@ const SHOWN_ARGUMENTS = 400;
 /** The answers the gate held: what the model asked for, the rule, what became of it. */
 function gateLines(s: RunView): string[] {
   const lines = ["tool-call gate"];
+  // With several answers held, `approve <run>` decides them all: each names its own.
+  const several = s.gates.filter((gate) => gate.status === "pending").length > 1;
   for (const gate of s.gates) {
+    const which = several ? ` --gate ${gate.gateId}` : "";
     const args =
       gate.arguments.length > SHOWN_ARGUMENTS
         ? `${gate.arguments.slice(0, SHOWN_ARGUMENTS)}…`
         : gate.arguments;
     const fate =
       gate.status === "pending"
-        ? `PENDING (${gate.action === "stop" ? "run stopped" : "run held"}): holdfast approve ${s.runId} | holdfast deny ${s.runId}`
+        ? `PENDING (${gate.action === "stop" ? "run stopped" : "run held"}): holdfast approve ${s.runId}${which} | holdfast deny ${s.runId}${which}`
         : `${gate.status} by ${gate.decidedBy || "-"}${gate.decisionReason ? `: "${gate.decisionReason}"` : ""}`;
     lines.push(
       `  step ${gate.step}  ${gate.kind === "loop" ? "loop" : "gated"}  ${fate}`,
@@ -186,6 +189,11 @@ function controlDetail(c: ControlView, s: RunView): string {
     case "gated":
     case "loop":
       parts.push(c.reason, `rule ${c.ruleId}`, c.action === "stop" ? "run stopped" : "run held");
+      break;
+    case "abandoned":
+      parts.push(
+        `held answer dropped: ${c.reason === "client_gone" ? "its client went away" : "its gateway shut down"}`,
+      );
       break;
     default:
       if (c.reason) parts.push(`"${c.reason}"`);

@@ -28,7 +28,7 @@ describe("envelope", () => {
     // A later version's type: the payload field number is one this version has no case for.
     const bytes = Buffer.concat([
       Buffer.from(encodeEnvelope({ ...env, type: "RunHeld", payload: undefined })),
-      Buffer.from([0xfa, 0x01, 0x00]), // field 31, length-delimited, empty
+      Buffer.from([0xfa, 0x07, 0x00]), // field 127, length-delimited, empty
     ]);
     expect(decodeEnvelope(bytes)).toEqual({
       id: "e9",

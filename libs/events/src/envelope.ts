@@ -20,6 +20,7 @@ const TYPE_OF_CASE = {
   loopDetected: "LoopDetected",
   toolCallApproved: "ToolCallApproved",
   toolCallDenied: "ToolCallDenied",
+  toolCallAbandoned: "ToolCallAbandoned",
 } as const satisfies Record<PayloadCase, string>;
 
 /** Past-tense event type names, as they appear in subjects and the envelope. */
@@ -47,6 +48,7 @@ export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
   LoopDetected: 1,
   ToolCallApproved: 1,
   ToolCallDenied: 1,
+  ToolCallAbandoned: 1,
 };
 
 export function eventTypeOf(payload: EventPayload): EventType {

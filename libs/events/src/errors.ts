@@ -66,7 +66,8 @@ export class NothingGatedError extends EventsError {
   readonly retryable = false;
   constructor(
     readonly runId: string,
-    gateId?: string,
+    /** The held answer asked for by id, when one was. */
+    readonly gateId?: string,
   ) {
     super(
       gateId === undefined

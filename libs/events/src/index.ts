@@ -24,6 +24,7 @@ export {
   StepFailed,
   StepOutcome,
   StepStarted,
+  ToolCallAbandoned,
   ToolCallApproved,
   ToolCallDenied,
   ToolCallGated,
@@ -92,6 +93,7 @@ export {
   unparkName,
 } from "./names.js";
 export {
+  type AbandonAnswer,
   type ApproveAnswer,
   type CompleteStep,
   type ConfiguredLimits,

@@ -74,6 +74,7 @@ export {
   StepFailed,
   StepOutcome,
   StepStarted,
+  ToolCallAbandoned,
   ToolCallApproved,
   ToolCallDenied,
   ToolCallGated,

@@ -12,38 +12,52 @@ export const CONTROL_TYPES = [
   "LoopDetected",
   "ToolCallApproved",
   "ToolCallDenied",
+  "ToolCallAbandoned",
 ] as const;
 
 export type HeldStatus = "held" | "stopped";
 
+/** What the index knows of one run: its holds and stops, and the answers the gate holds. */
+interface RunEntry {
+  /** Held or stopped by a limit, an operator, a rule, or a denial that stopped it. */
+  control: HeldStatus | undefined;
+  /** Answers the tool-call gate holds, with what each does to the run. */
+  gates: Map<string, HeldStatus>;
+  seq: number;
+}
+
 /**
- * Which runs are held or stopped, fleet-wide, kept from the log: the last control event of
- * each run decides. A gateway consults it before forwarding a call of a run it has never
- * served, so a run held through another gateway is parked here too without reading the
- * run first. Built at start from the last control event of each run (one direct read per
- * event type), then followed on the watch.
+ * Which runs are held or stopped, fleet-wide, kept from the log: each run's last hold,
+ * stop, trip or resume, and the answers the tool-call gate holds for it. A gateway
+ * consults it before forwarding a call of a run it has never served, so a run held
+ * through another gateway is parked here too without reading the run first. Built at
+ * start from the last event of each of those types per run (one direct read per type,
+ * applied in log order), then followed on the watch. At start a run with several answers
+ * held may be known by its latest only; its own fold, read when a call is parked, has the
+ * last word.
  */
 export class HeldRuns implements LogSink {
-  private readonly runs = new Map<string, { status: HeldStatus | undefined; seq: number }>();
+  private readonly runs = new Map<string, RunEntry>();
 
   constructor(private readonly bus: Bus) {}
 
   async load(): Promise<void> {
     const filters = CONTROL_TYPES.map((type) => this.bus.subjects.ofType(type));
-    for (const { envelope, streamSequence } of await this.bus.lastOnSubjects(filters)) {
-      this.apply(envelope.runId, envelope, streamSequence);
-    }
+    const found = await this.bus.lastOnSubjects(filters);
+    found.sort((a, b) => a.streamSequence - b.streamSequence);
+    for (const { envelope, streamSequence } of found) this.apply(envelope.runId, envelope, streamSequence);
   }
 
   /** Held or stopped, as far as the log has said; undefined when neither. */
   statusOf(runId: string): HeldStatus | undefined {
-    return this.runs.get(runId)?.status;
+    const run = this.runs.get(runId);
+    return run === undefined ? undefined : statusOf(run);
   }
 
   /** Runs held or stopped now. */
   get count(): number {
     let n = 0;
-    for (const run of this.runs.values()) if (run.status !== undefined) n += 1;
+    for (const run of this.runs.values()) if (statusOf(run) !== undefined) n += 1;
     return n;
   }
 
@@ -61,37 +75,51 @@ export class HeldRuns implements LogSink {
   }
 
   private apply(runId: string, envelope: StoredEnvelope, seq: number): void {
-    const known = this.runs.get(runId);
-    if (known !== undefined && known.seq >= seq) return;
+    let run = this.runs.get(runId);
+    if (run !== undefined && run.seq >= seq) return;
     if (!isKnown(envelope)) return;
-    // A resumed run keeps its entry (status undefined): an older event read late must not
-    // hold it again.
-    this.runs.set(runId, { status: statusAfter(envelope, known?.status), seq });
+    // A resumed run keeps its entry: an older event read late must not hold it again.
+    run ??= { control: undefined, gates: new Map(), seq };
+    run.seq = seq;
+    this.runs.set(runId, run);
+    const payload = envelope.payload;
+    switch (payload.$case) {
+      case "runTripped":
+        run.control = payload.value.action === RunAction.RUN_ACTION_STOP ? "stopped" : "held";
+        return;
+      case "runHeld":
+        if (run.control !== "stopped") run.control = "held";
+        return;
+      case "runStopped":
+        run.control = "stopped";
+        return;
+      case "runResumed":
+        run.control = undefined;
+        return;
+      case "toolCallGated":
+      case "loopDetected":
+        run.gates.set(
+          payload.value.gateId,
+          payload.value.action === RunAction.RUN_ACTION_STOP ? "stopped" : "held",
+        );
+        return;
+      case "toolCallApproved":
+      case "toolCallAbandoned":
+        run.gates.delete(payload.value.gateId);
+        return;
+      case "toolCallDenied":
+        run.gates.delete(payload.value.gateId);
+        if (payload.value.runStopped) run.control = "stopped";
+        return;
+      default:
+        return;
+    }
   }
 }
 
-function statusAfter(envelope: StoredEnvelope, before: HeldStatus | undefined): HeldStatus | undefined {
-  const payload = envelope.payload;
-  switch (payload?.$case) {
-    case "runTripped":
-      return payload.value.action === RunAction.RUN_ACTION_STOP ? "stopped" : "held";
-    case "runHeld":
-      return before === "stopped" ? "stopped" : "held";
-    case "runStopped":
-      return "stopped";
-    case "runResumed":
-      return undefined;
-    case "toolCallGated":
-    case "loopDetected":
-      if (before === "stopped") return "stopped";
-      return payload.value.action === RunAction.RUN_ACTION_STOP ? "stopped" : "held";
-    case "toolCallApproved":
-      // The run goes on once its last held answer is decided; with more than one held, its
-      // own fold (read when this gateway parks a call) has the last word.
-      return undefined;
-    case "toolCallDenied":
-      return payload.value.runStopped ? "stopped" : undefined;
-    default:
-      return before;
-  }
+function statusOf(run: RunEntry): HeldStatus | undefined {
+  if (run.control === "stopped") return "stopped";
+  for (const action of run.gates.values()) if (action === "stopped") return "stopped";
+  if (run.control === "held" || run.gates.size > 0) return "held";
+  return undefined;
 }

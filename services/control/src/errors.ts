@@ -112,6 +112,9 @@ export class InsecureBindError extends Error {
 export function asControlError(error: unknown): ControlError {
   if (error instanceof ControlError) return error;
   if (error instanceof InvalidRunIdError) return new InvalidArgumentError(error.message, { cause: error });
+  if (error instanceof NothingGatedError && error.gateId !== undefined) {
+    return new NotFoundError(error.message, { cause: error });
+  }
   if (error instanceof NothingGatedError || error instanceof RunGatedError) {
     return new FailedPreconditionError(error.message, { cause: error });
   }

@@ -395,7 +395,7 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
     })();
     await gated(chatRun);
     await decide("deny", chatRun, { reason: "no" });
-    await expect(chatStream).rejects.toThrow(/denied the model's call to "delete_repo": no/);
+    await expect(chatStream).rejects.toThrow(/the model's call to "delete_repo" was denied: no/);
     expect(chatEvents).toContain("tool_calls");
 
     const claudeRun = "gate-deny-messages";
@@ -489,6 +489,41 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
   });
 });
 
+describe("an answer nobody is left to take", () => {
+  it("is abandoned when its client goes away: recorded, and the run goes on", async () => {
+    const runId = "gate-client-gone";
+    const leaving = new AbortController();
+    const answer = fetch(`${stack.gatewayUrl}/chat/completions`, {
+      method: "POST",
+      signal: leaving.signal,
+      headers: {
+        authorization: `Bearer ${API_KEY}`,
+        "content-type": "application/json",
+        "x-holdfast-run": runId,
+      },
+      body: JSON.stringify({
+        model: "gpt-4o-mini",
+        messages: [{ role: "user", content: "[[call:delete_repo]]" }],
+        tools: [chatTool("delete_repo")],
+      }),
+    }).catch(() => undefined);
+    await gated(runId);
+    leaving.abort();
+    await answer;
+    const run = await waitFor(
+      async () => {
+        const view = await stack.run(runId);
+        return view.gates[0]?.status === "abandoned" ? view : undefined;
+      },
+      { timeoutMs: 10_000, message: "the held answer was not recorded abandoned" },
+    );
+    expect(run.status).toBe("idle");
+    expect(run.gates[0]?.decisionReason).toBe("client_gone");
+    // Nothing is left to approve.
+    expect((await decide("approve", runId)).status).toBe(409);
+  });
+});
+
 describe("loop detection", () => {
   it("holds the answer the 3rd time in a row the model asks for the same call (key order ignored), and approval restarts the count", async () => {
     const runId = "gate-loop";
@@ -518,9 +553,10 @@ describe("loop detection", () => {
 });
 
 describe("in ClickHouse", () => {
-  it("lists a gated run as held and why, and every held answer with its decision in the tool_gate view", async () => {
+  it("lists a gated run as held and why while any answer is held, and every held answer with its decision in the tool_gate view", async () => {
     const runId = "gate-analytics";
-    const openai = client(runId);
+    // The provider takes its time, so both calls are in flight before the first is held.
+    const openai = client(runId, { defaultHeaders: { "X-Holdfast-Run": runId, "x-fake-latency-ms": "300" } });
     const ask = () =>
       openai.chat.completions.create({
         model: "gpt-4o-mini",
@@ -528,7 +564,8 @@ describe("in ClickHouse", () => {
         tools: [chatTool("send_email")],
       });
     const first = ask();
-    await gated(runId);
+    const parallel = ask();
+    await gated(runId, 2);
     const held = await waitFor(
       async () => {
         const [row] = await stack.sql<{ status: string; hold_reason: string }>(
@@ -539,17 +576,21 @@ describe("in ClickHouse", () => {
       { timeoutMs: 15_000, message: "the projection never showed the run held" },
     );
     expect(held.hold_reason).toBe("gate tool_gate.deny[1]: send_email");
+    // Deciding one of the two leaves the run held by the other, in the fold and in ClickHouse.
+    const pending = (await stack.run(runId)).gates.filter((gate) => gate.status === "pending");
+    await decide("approve", runId, { gate_id: pending[1]!.gateId, reason: "fine" });
+    expect(await parallel.then((answer) => answer.choices[0]!.finish_reason)).toBe("tool_calls");
+    expect((await stack.run(runId)).status).toBe("held");
+    await sleep(1_000);
+    const [still] = await stack.sql<{ status: string }>(`SELECT status FROM runs WHERE run_id = '${runId}'`);
+    expect(still?.status).toBe("held");
     await decide("deny", runId, { reason: "no" });
     await first.catch(() => undefined);
-    const second = ask();
-    await gated(runId);
-    await decide("approve", runId, { reason: "fine" });
-    await second;
     const rows = await waitFor(
       async () => {
         const found = await stack.sql<Record<string, unknown>>(
           `SELECT step, kind, tool, arguments, rule, action, decision, decided_by, reason, length(request_hash) AS hash_length
-           FROM tool_gate WHERE run_id = '${runId}' ORDER BY step`,
+           FROM tool_gate WHERE run_id = '${runId}' ORDER BY decision DESC`,
         );
         return found.length === 2 && found.every((row) => row.decision !== "pending") ? found : undefined;
       },
@@ -557,7 +598,7 @@ describe("in ClickHouse", () => {
     );
     expect(rows).toEqual([
       {
-        step: 1,
+        step: pending[0]!.step,
         kind: "gate",
         tool: "send_email",
         arguments: '{"to":"x@rival.io"}',
@@ -568,7 +609,7 @@ describe("in ClickHouse", () => {
         reason: "no",
         hash_length: 64,
       },
-      expect.objectContaining({ step: 2, decision: "approved", reason: "fine" }),
+      expect.objectContaining({ step: pending[1]!.step, decision: "approved", reason: "fine" }),
     ]);
     await waitFor(
       async () => {

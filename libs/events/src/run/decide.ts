@@ -215,6 +215,14 @@ export interface DenyAnswer {
   readonly gateId?: string;
 }
 
+/** Nobody is left to take a held answer (its client went away, its gateway shut down). */
+export interface AbandonAnswer {
+  readonly type: "AbandonAnswer";
+  readonly gateId: string;
+  readonly why: "client_gone" | "gateway_shutdown";
+  readonly gateway: string;
+}
+
 export type RunCommand =
   | StartStep
   | CompleteStep
@@ -227,7 +235,8 @@ export type RunCommand =
   | UnparkCall
   | GateAnswer
   | ApproveAnswer
-  | DenyAnswer;
+  | DenyAnswer
+  | AbandonAnswer;
 
 /**
  * What a command makes of the run as it stands: the events to append, in order, or none
@@ -286,7 +295,10 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
       ];
     }
     case "HoldRun":
-      if (state.status === RunStatus.Held || state.status === RunStatus.Stopped) return [];
+      // A run held only by the gate is held by the operator too: approving the answer
+      // must not lift the operator's hold.
+      if (state.status === RunStatus.Stopped) return [];
+      if (state.status === RunStatus.Held && !heldByGate(state)) return [];
       return [
         {
           $case: "runHeld",
@@ -358,6 +370,22 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
       return gatesNamed(state, command.gateId).map((gate) =>
         denial(gate, command.actor, command.reason, gate.action === "stop"),
       );
+    case "AbandonAnswer": {
+      const gate = state.gates.get(command.gateId);
+      if (gate === undefined) return [];
+      return [
+        {
+          $case: "toolCallAbandoned",
+          value: {
+            gateId: gate.gateId,
+            stepId: gate.stepId,
+            step: gate.step,
+            why: command.why,
+            gateway: command.gateway,
+          },
+        },
+      ];
+    }
     case "TripRun":
       if (state.status === RunStatus.Held || state.status === RunStatus.Stopped) return [];
       return [{ $case: "runTripped", value: { trip: command.trip, action: actionOf(command.action) } }];
@@ -387,10 +415,25 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
   }
 }
 
+/** What ToolCallGated and LoopDetected share. */
+interface GateCommon {
+  readonly gateId: string;
+  readonly stepId: string;
+  readonly step: number;
+  readonly api: Api;
+  readonly model: string;
+  readonly stream: boolean;
+  readonly action: RunAction;
+  readonly requestHash: string;
+  readonly answerHash: string;
+  readonly promptHash: string;
+  readonly gateway: string;
+}
+
 function decideGate(command: GateAnswer, state: RunState): EventPayload[] {
   // Gated already (a retried append), or even decided since: nothing more.
   if (state.gates.has(command.gateId) || state.gateDecisions.has(command.gateId)) return [];
-  const common = {
+  const common: GateCommon = {
     gateId: command.gateId,
     stepId: command.stepId,
     step: command.step,
@@ -404,21 +447,58 @@ function decideGate(command: GateAnswer, state: RunState): EventPayload[] {
     gateway: command.gateway,
   };
   const match = command.match;
-  if (match.kind === "gate") {
+  const held = match.kind === "gate" ? gatedEvent(command, match, common) : loopEvent(command, match, common);
+  // The run was stopped (by an operator, or a limit) while the call was in flight: nothing
+  // can follow on it, so the answer is refused at once rather than left for an operator.
+  if (state.status === RunStatus.Stopped && !heldByGate(state)) {
     return [
+      ...held,
       {
-        $case: "toolCallGated",
+        $case: "toolCallDenied",
         value: {
-          ...common,
-          toolCall: match.toolCall,
-          toolCalls: [...command.toolCalls],
-          rule: match.rule,
-          ruleText: match.ruleText,
-          actor: { kind: ActorKind.ACTOR_KIND_GATE, name: match.rule },
+          gateId: command.gateId,
+          stepId: command.stepId,
+          step: command.step,
+          actor: { kind: ActorKind.ACTOR_KIND_GATE, name: "stopped run" },
+          reason: "the run is stopped",
+          runStopped: true,
         },
       },
     ];
   }
+  return held;
+}
+
+/** The run is held (or stopped) by the tool-call gate, not by anyone else. */
+function heldByGate(state: RunState): boolean {
+  return state.hold?.kind === "gate" || state.hold?.kind === "loop";
+}
+
+function gatedEvent(
+  command: GateAnswer,
+  match: Extract<GateAnswer["match"], { kind: "gate" }>,
+  common: GateCommon,
+): EventPayload[] {
+  return [
+    {
+      $case: "toolCallGated",
+      value: {
+        ...common,
+        toolCall: match.toolCall,
+        toolCalls: [...command.toolCalls],
+        rule: match.rule,
+        ruleText: match.ruleText,
+        actor: { kind: ActorKind.ACTOR_KIND_GATE, name: match.rule },
+      },
+    },
+  ];
+}
+
+function loopEvent(
+  command: GateAnswer,
+  match: Extract<GateAnswer["match"], { kind: "loop" }>,
+  common: GateCommon,
+): EventPayload[] {
   return [
     {
       $case: "loopDetected",

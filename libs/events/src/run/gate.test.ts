@@ -103,7 +103,12 @@ describe("the tool-call gate holds an answer until an operator decides", () => {
     const state = foldRun(RUN, history(...gated, ...approved));
     expect(state.status).toBe(RunStatus.Idle);
     expect(state.hold).toBeNull();
-    expect(state.gateDecisions.get("g1")).toEqual({ gateId: "g1", approved: true, reason: "fine" });
+    expect(state.gateDecisions.get("g1")).toEqual({
+      gateId: "g1",
+      approved: true,
+      abandoned: false,
+      reason: "fine",
+    });
     expect(() => decide({ type: "ApproveAnswer", actor: operator, reason: "" }, state, NOW)).toThrow(
       NothingGatedError,
     );
@@ -219,5 +224,88 @@ describe("loop detection reads the answers in a row with the same tool calls", (
       }),
     ]);
     expect(view.control.map((c) => c.what)).toEqual(["gated", "denied"]);
+  });
+});
+
+describe("the gate beside other holds, and answers nobody takes", () => {
+  const held: EventPayload = {
+    $case: "runHeld",
+    value: { actor: operator, reason: "look", selector: undefined, ruleId: "" },
+  };
+  const stopped: EventPayload = {
+    $case: "runStopped",
+    value: { actor: operator, reason: "enough", selector: undefined },
+  };
+  const base = [started("s1"), completedWith("s1", "a"), started("s2"), completedWith("s2", "b")];
+
+  it("an operator's hold placed while an answer is held outlasts the answer's approval", () => {
+    const gated = [...base, ...after(base, gate("g1", "s1"))];
+    const holding = after(gated, { type: "HoldRun", actor: operator, reason: "look" });
+    expect(holding.map((e) => e.$case)).toEqual(["runHeld"]);
+    const approved = after([...gated, ...holding], { type: "ApproveAnswer", actor: operator, reason: "" });
+    const state = foldRun(RUN, history(...gated, ...holding, ...approved));
+    expect(state.status).toBe(RunStatus.Held);
+    expect(state.hold?.kind).toBe("operator");
+    // Held by an operator already: a second hold adds nothing.
+    expect(decide({ type: "HoldRun", actor: operator, reason: "" }, state, NOW)).toEqual([]);
+  });
+
+  it("a stop gate's denial keeps the run stopped when another held answer is approved after it", () => {
+    const twice = [...base, ...after(base, gate("g1", "s1", { action: "stop" }))];
+    const both = [...twice, ...after(twice, gate("g2", "s2", { step: 2, action: "stop" }))];
+    const denied = after(both, { type: "DenyAnswer", actor: operator, reason: "no", gateId: "g1" });
+    expect(foldRun(RUN, history(...both, ...denied)).status).toBe(RunStatus.Stopped);
+    const approved = after([...both, ...denied], {
+      type: "ApproveAnswer",
+      actor: operator,
+      reason: "",
+      gateId: "g2",
+    });
+    const state = foldRun(RUN, history(...both, ...denied, ...approved));
+    expect(state.status).toBe(RunStatus.Stopped);
+    expect(state.hold).toMatchObject({ kind: "gate", action: "stop" });
+  });
+
+  it("an answer of a run stopped while it was in flight is refused at once, not left for an operator", () => {
+    const events = after([...base, stopped], gate("g1", "s2", { step: 2 }));
+    expect(events.map((e) => e.$case)).toEqual(["toolCallGated", "toolCallDenied"]);
+    expect(events[1]).toMatchObject({ value: { reason: "the run is stopped", runStopped: true } });
+    const state = foldRun(RUN, history(...base, stopped, ...events));
+    expect(state.gates.size).toBe(0);
+    expect(state.status).toBe(RunStatus.Stopped);
+    expect(state.hold?.kind).toBe("operator");
+    // Held by an operator (not stopped): the answer waits as usual.
+    expect(after([...base, held], gate("g2", "s2")).map((e) => e.$case)).toEqual(["toolCallGated"]);
+  });
+
+  it("an answer whose client went away is abandoned: the run goes on, and the view says so", () => {
+    const gated = [...base, ...after(base, gate("g1", "s1"))];
+    const abandoned = after(gated, {
+      type: "AbandonAnswer",
+      gateId: "g1",
+      why: "client_gone",
+      gateway: "gw-1#a",
+    });
+    expect(abandoned).toEqual([
+      {
+        $case: "toolCallAbandoned",
+        value: { gateId: "g1", stepId: "s1", step: 1, why: "client_gone", gateway: "gw-1#a" },
+      },
+    ]);
+    const state = foldRun(RUN, history(...gated, ...abandoned));
+    expect(state.status).toBe(RunStatus.Idle);
+    expect(state.gateDecisions.get("g1")).toMatchObject({ approved: false, abandoned: true });
+    expect(
+      after([...gated, ...abandoned], {
+        type: "AbandonAnswer",
+        gateId: "g1",
+        why: "client_gone",
+        gateway: "",
+      }),
+    ).toEqual([]);
+    expect(describeRun(RUN, history(...gated, ...abandoned)).gates[0]).toMatchObject({
+      status: "abandoned",
+      decisionReason: "client_gone",
+    });
   });
 });

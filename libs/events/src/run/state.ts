@@ -94,10 +94,11 @@ export interface PendingGate {
   readonly gateway: string;
 }
 
-/** What became of a held answer. */
+/** What became of a held answer: approved, denied, or abandoned (nobody left to take it). */
 export interface GateDecision {
   readonly gateId: string;
   readonly approved: boolean;
+  readonly abandoned: boolean;
   readonly reason: string;
 }
 
@@ -167,6 +168,11 @@ export interface RunState {
   readonly gateDecisions: ReadonlyMap<string, GateDecision>;
   /** Answers in a row with the same tool calls. */
   readonly repeat: ToolRepeat;
+  /**
+   * A held answer was denied with the run to stay stopped (on_match: stop): once no answer
+   * is held any more, the run is stopped.
+   */
+  readonly gateStop: boolean;
   /** Tokens of steps finished in the last minute, oldest first (for max_tokens_per_minute). */
   readonly recentTokens: readonly { readonly ms: number; readonly tokens: number }[];
   /** Events of types or versions this code does not know, skipped. */
@@ -228,6 +234,7 @@ export function initialState(runId: string): RunState {
     gates: NOTHING_GATED,
     gateDecisions: NO_DECISIONS,
     repeat: NO_REPEAT,
+    gateStop: false,
     recentTokens: [],
     unknownEvents: 0,
   };
@@ -379,6 +386,7 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         },
         recentTokens: [],
         repeat: NO_REPEAT,
+        gateStop: false,
       });
     }
     case "toolCallGated":
@@ -403,9 +411,12 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         sinceMs: at,
         gateway: e.gateway,
       });
-      // A run already stopped stays as it is; one held by someone else too, unless the gate stops it.
+      // A run already stopped stays as it is, one held by an operator, a rule or a limit
+      // too (their hold outlasts the answer); a gate's own hold becomes a stop if this one stops.
+      const gateHeld = state.hold?.kind === "gate" || state.hold?.kind === "loop";
       const takesOver =
-        state.status !== RunStatus.Stopped && (state.status !== RunStatus.Held || action === "stop");
+        state.status !== RunStatus.Stopped &&
+        (state.status !== RunStatus.Held || (gateHeld && action === "stop"));
       if (!takesOver) return { ...seen, gates };
       const reason =
         payload.$case === "toolCallGated"
@@ -415,34 +426,57 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         ...seen,
         gates,
         status: action === "stop" ? RunStatus.Stopped : RunStatus.Held,
-        hold: {
-          kind,
-          action,
-          sinceMs: at,
-          actor: e.actor,
-          reason,
-          trip: undefined,
-          ruleId: rule,
-        },
+        hold: { kind, action, sinceMs: at, actor: e.actor, reason, trip: undefined, ruleId: rule },
       };
     }
     case "toolCallApproved":
-    case "toolCallDenied": {
+    case "toolCallDenied":
+    case "toolCallAbandoned": {
       const e = payload.value;
-      if (!state.gates.has(e.gateId)) return seen;
+      const gate = state.gates.get(e.gateId);
+      if (gate === undefined) return seen;
       const gates = new Map(state.gates);
       gates.delete(e.gateId);
       const approved = payload.$case === "toolCallApproved";
+      const denied = payload.$case === "toolCallDenied" ? payload.value : undefined;
+      const abandoned = payload.$case === "toolCallAbandoned" ? payload.value : undefined;
       const gateDecisions = new Map(state.gateDecisions);
-      gateDecisions.set(e.gateId, { gateId: e.gateId, approved, reason: e.reason });
+      gateDecisions.set(e.gateId, {
+        gateId: e.gateId,
+        approved,
+        abandoned: abandoned !== undefined,
+        reason: abandoned?.why ?? denied?.reason ?? (approved ? payload.value.reason : ""),
+      });
       if (gateDecisions.size > DECISIONS_KEPT) gateDecisions.delete(gateDecisions.keys().next().value!);
-      const decided: RunState = { ...seen, gates, gateDecisions, repeat: NO_REPEAT };
-      const gateHold = state.hold?.kind === "gate" || state.hold?.kind === "loop";
-      if (gates.size > 0 || !gateHold) return decided;
-      if (!approved && payload.value.runStopped) {
-        return { ...decided, status: RunStatus.Stopped, hold: { ...state.hold!, action: "stop" } };
+      const gateStop = state.gateStop || denied?.runStopped === true;
+      const decided: RunState = { ...seen, gates, gateDecisions, repeat: NO_REPEAT, gateStop };
+      // Answers still held keep the run as it is.
+      if (gates.size > 0) return decided;
+      if (gateStop) {
+        if (
+          state.status === RunStatus.Stopped &&
+          state.hold?.kind !== "gate" &&
+          state.hold?.kind !== "loop"
+        ) {
+          return { ...decided, gateStop: false };
+        }
+        return {
+          ...decided,
+          gateStop: false,
+          status: RunStatus.Stopped,
+          hold: {
+            kind: gate.kind,
+            action: "stop",
+            sinceMs: at,
+            actor: denied?.actor ?? state.hold?.actor,
+            reason: `${gate.tool}: denied${denied?.reason ? `: ${denied.reason}` : ""}`,
+            trip: undefined,
+            ruleId: gate.rule,
+          },
+        };
       }
-      // The last held answer is decided: the run goes on.
+      // The last held answer is decided: a gate's hold ends, anyone else's stands.
+      if (state.hold?.kind !== "gate" && state.hold?.kind !== "loop") return decided;
       return withActivity({ ...decided, status: RunStatus.Idle, hold: null });
     }
     case "callParked": {

@@ -63,7 +63,8 @@ export interface ControlView {
     | "gated"
     | "loop"
     | "approved"
-    | "denied";
+    | "denied"
+    | "abandoned";
   /** For trips and stops by a limit: "hold" or "stop". */
   action: string;
   actor: string;
@@ -87,7 +88,8 @@ export interface GateView {
   step: number;
   /** "gate": a tool_gate rule matched; "loop": the same tool calls max_repeated_tool_calls times in a row. */
   kind: "gate" | "loop";
-  status: "pending" | "approved" | "denied";
+  /** "abandoned": its client went away, or its gateway shut down, before anyone decided. */
+  status: "pending" | "approved" | "denied" | "abandoned";
   /** What the model asked for: the tool the rule matched (the first, for a loop), with its arguments (redacted). */
   tool: string;
   arguments: string;
@@ -280,6 +282,17 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
           ruleId: view?.rule ?? "",
           action: !approved && payload.value.runStopped ? "stop" : "",
         });
+        continue;
+      }
+      case "toolCallAbandoned": {
+        const e = payload.value;
+        const view = gateById.get(e.gateId);
+        if (view !== undefined && view.status === "pending") {
+          view.status = "abandoned";
+          view.decidedMs = event.timestampMs;
+          view.decisionReason = e.why;
+        }
+        entry("abandoned", { reason: e.why, ruleId: view?.rule ?? "", gateway: e.gateway });
         continue;
       }
       case "stepCompleted":

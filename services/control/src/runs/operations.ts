@@ -244,6 +244,19 @@ export class ControlOperations {
         decision: payload.$case === "toolCallApproved" ? "approved" : "denied",
       });
     }
+    // Decided already (by someone else, or a retry): say how, and change nothing.
+    const earlier = request.gateId === undefined ? undefined : state.gateDecisions.get(request.gateId);
+    if (done.events.length === 0 && earlier !== undefined) {
+      gates.push({
+        gateId: earlier.gateId,
+        stepId: "",
+        step: 0,
+        kind: "",
+        tool: "",
+        rule: "",
+        decision: earlier.approved ? "approved" : earlier.abandoned ? "abandoned" : "denied",
+      });
+    }
     return {
       run: { runId, changed: done.events.length > 0, status: done.state.status },
       gates,

@@ -64,9 +64,10 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
     });
     // The client is kept waiting from here: recording the hold may itself wait for the log.
     const keepalive = startKeepalive(call, options);
+    const labels = { tag: call.run.tag, tenant: call.run.tenant };
     let after: RunState;
     try {
-      after = (await ledger.execute(runId, { tag: call.run.tag, tenant: call.run.tenant }, command)).state;
+      after = (await ledger.execute(runId, labels, command)).state;
     } catch (error) {
       keepalive();
       call.request.log.error({ err: error, runId }, "could not record a held answer");
@@ -88,14 +89,26 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
           const why = decision.reason === "" ? "" : `: ${decision.reason}`;
           return refuse(
             new ToolCallDeniedError(
-              `Holdfast did not deliver this answer: an operator denied the model's call to ${JSON.stringify(tool)}${why}.`,
+              `Holdfast did not deliver this answer: the model's call to ${JSON.stringify(tool)} was denied${why}.`,
             ),
           );
         }
         case "client_gone":
-        // Nobody is left to answer: the refusal goes nowhere, and the answer is not delivered.
-        case "shutdown":
+        case "shutdown": {
+          // Nobody is left to take the answer: it is dropped, and the run goes on as after a
+          // decision (the agent's retry, if any, is judged anew).
+          ledger
+            .executeDurably(runId, labels, {
+              type: "AbandonAnswer",
+              gateId,
+              why: decision.kind === "client_gone" ? "client_gone" : "gateway_shutdown",
+              gateway: options.gateway,
+            })
+            .catch((error: unknown) =>
+              call.request.log.error({ err: error, runId }, "could not record a held answer abandoned"),
+            );
           return refuse(new ShuttingDownError());
+        }
       }
     } finally {
       keepalive();
@@ -125,6 +138,7 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
         const decision = state.gateDecisions.get(gateId);
         // Not pending and no decision on record: refused, never delivered unseen.
         if (decision?.approved === true) settle({ kind: "approved" });
+        else if (decision?.abandoned === true) settle({ kind: "client_gone" });
         else settle({ kind: "denied", reason: decision?.reason ?? "" });
       };
       const gone = () => settle({ kind: "client_gone" });
