@@ -23,6 +23,11 @@ interface RunEntry {
   control: HeldStatus | undefined;
   /** Answers the tool-call gate holds, with what each does to the run. */
   gates: Map<string, HeldStatus>;
+  /**
+   * Read at start with answers held and decided: only the latest of each kind of event was
+   * read, so an earlier answer may still be held.
+   */
+  uncertain: boolean;
   seq: number;
 }
 
@@ -45,7 +50,24 @@ export class HeldRuns implements LogSink {
     const filters = CONTROL_TYPES.map((type) => this.bus.subjects.ofType(type));
     const found = await this.bus.lastOnSubjects(filters);
     found.sort((a, b) => a.streamSequence - b.streamSequence);
-    for (const { envelope, streamSequence } of found) this.apply(envelope.runId, envelope, streamSequence);
+    const gated = new Set<string>();
+    for (const { envelope, streamSequence } of found) {
+      this.apply(envelope.runId, envelope, streamSequence);
+      if (GATE_TYPES.has(envelope.type)) gated.add(envelope.runId);
+    }
+    for (const runId of gated) {
+      const run = this.runs.get(runId);
+      if (run !== undefined && run.gates.size === 0) run.uncertain = true;
+    }
+  }
+
+  /**
+   * The run had answers held and decided before this process started, and only the
+   * latest were read: whether an earlier one is still held is for its fold to say (a call
+   * of it confirms its start with the log before anything is forwarded).
+   */
+  uncertain(runId: string): boolean {
+    return this.runs.get(runId)?.uncertain ?? false;
   }
 
   /** Held or stopped, as far as the log has said; undefined when neither. */
@@ -79,7 +101,7 @@ export class HeldRuns implements LogSink {
     if (run !== undefined && run.seq >= seq) return;
     if (!isKnown(envelope)) return;
     // A resumed run keeps its entry: an older event read late must not hold it again.
-    run ??= { control: undefined, gates: new Map(), seq };
+    run ??= { control: undefined, gates: new Map(), uncertain: false, seq };
     run.seq = seq;
     this.runs.set(runId, run);
     const payload = envelope.payload;
@@ -117,9 +139,17 @@ export class HeldRuns implements LogSink {
   }
 }
 
+/** As the run's fold has it: an operator's (or a limit's) hold or stop first, then the gate's. */
 function statusOf(run: RunEntry): HeldStatus | undefined {
-  if (run.control === "stopped") return "stopped";
+  if (run.control !== undefined) return run.control;
   for (const action of run.gates.values()) if (action === "stopped") return "stopped";
-  if (run.control === "held" || run.gates.size > 0) return "held";
-  return undefined;
+  return run.gates.size > 0 ? "held" : undefined;
 }
+
+const GATE_TYPES: ReadonlySet<string> = new Set([
+  "ToolCallGated",
+  "LoopDetected",
+  "ToolCallApproved",
+  "ToolCallDenied",
+  "ToolCallAbandoned",
+]);

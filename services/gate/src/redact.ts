@@ -9,8 +9,8 @@ export const MAX_RECORDED_ARGUMENTS = 4_096;
 const REDACTED = "[redacted]";
 
 /**
- * Tool calls as they are recorded in gate events: arguments as JSON writes them back
- * (escapes undone; free text as it came), scrubbed of credentials (the request's own and
+ * Tool calls as they are recorded in gate events: arguments as the model sent them (or,
+ * when they spell characters as \u escapes, as JSON writes them back), scrubbed of credentials (the request's own and
  * anything shaped like one) and of every match of `redact.patterns`, then cut to a
  * bounded length.
  */
@@ -22,8 +22,10 @@ export class ArgumentRedactor {
   }
 
   redact(call: ToolCall, secrets: readonly string[]): GatedToolCall {
-    // As JSON writes them back: an escape ("\u002d") cannot hide a value from a pattern.
-    let text = scrubSecrets(canonicalJson(call.arguments), secrets);
+    // As the model sent them, unless an escape ("\u002d") could hide a value from a
+    // pattern: then as JSON writes them back.
+    const source = call.arguments.includes("\\u") ? canonicalJson(call.arguments) : call.arguments;
+    let text = scrubSecrets(source, secrets);
     for (const pattern of this.patterns) text = text.replace(pattern, REDACTED);
     const truncated = text.length > MAX_RECORDED_ARGUMENTS;
     return {

@@ -21,6 +21,7 @@ import type { EventPayload } from "../envelope.js";
 import { NothingGatedError, RunBusyError, RunGatedError, RunHeldError, RunStoppedError } from "../errors.js";
 import { type HoldRule, rulesHolding } from "../fleet/rules.js";
 import {
+  heldByGate,
   LOOP_RULE,
   type PendingGate,
   type RunState,
@@ -295,10 +296,11 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
       ];
     }
     case "HoldRun":
-      // A run held only by the gate is held by the operator too: approving the answer
-      // must not lift the operator's hold.
-      if (state.status === RunStatus.Stopped) return [];
-      if (state.status === RunStatus.Held && !heldByGate(state)) return [];
+      // A run held (or stopped) only by answers the gate holds is held by the operator
+      // too: deciding the answers must not lift the operator's hold.
+      if ((state.status === RunStatus.Held || state.status === RunStatus.Stopped) && !heldByGate(state)) {
+        return [];
+      }
       return [
         {
           $case: "runHeld",
@@ -467,11 +469,6 @@ function decideGate(command: GateAnswer, state: RunState): EventPayload[] {
     ];
   }
   return held;
-}
-
-/** The run is held (or stopped) by the tool-call gate, not by anyone else. */
-function heldByGate(state: RunState): boolean {
-  return state.hold?.kind === "gate" || state.hold?.kind === "loop";
 }
 
 function gatedEvent(

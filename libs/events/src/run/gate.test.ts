@@ -263,7 +263,11 @@ describe("the gate beside other holds, and answers nobody takes", () => {
     });
     const state = foldRun(RUN, history(...both, ...denied, ...approved));
     expect(state.status).toBe(RunStatus.Stopped);
-    expect(state.hold).toMatchObject({ kind: "gate", action: "stop" });
+    expect(state.hold).toMatchObject({
+      kind: "operator",
+      action: "stop",
+      reason: "send_email (tool_gate.deny[0]) denied: no",
+    });
   });
 
   it("an answer of a run stopped while it was in flight is refused at once, not left for an operator", () => {
@@ -307,5 +311,50 @@ describe("the gate beside other holds, and answers nobody takes", () => {
       status: "abandoned",
       decisionReason: "client_gone",
     });
+  });
+});
+
+describe("a stop gate's answers", () => {
+  const base = [started("s1"), completedWith("s1", "a"), started("s2"), completedWith("s2", "b")];
+  const stopGate = (gateId: string, stepId: string, step: number) =>
+    gate(gateId, stepId, { step, action: "stop" });
+
+  it("once one is denied and none is held, the run is stopped for good: a later answer is refused at once, and nothing undoes the stop", () => {
+    const gated = [...base, ...after(base, stopGate("g1", "s1", 1))];
+    const denied = [...gated, ...after(gated, { type: "DenyAnswer", actor: operator, reason: "no" })];
+    expect(foldRun(RUN, history(...denied)).hold).toMatchObject({
+      kind: "operator",
+      action: "stop",
+      reason: "send_email (tool_gate.deny[0]) denied: no",
+    });
+    // The other call was still in flight: its answer comes back asking for a gated tool.
+    const late = after(denied, stopGate("g2", "s2", 2));
+    expect(late.map((e) => e.$case)).toEqual(["toolCallGated", "toolCallDenied"]);
+    const state = foldRun(RUN, history(...denied, ...late));
+    expect(state.status).toBe(RunStatus.Stopped);
+    expect(state.gates.size).toBe(0);
+  });
+
+  it("an answer left with nobody to take it leaves the run stopped", () => {
+    const gated = [...base, ...after(base, stopGate("g1", "s1", 1))];
+    const abandoned = after(gated, {
+      type: "AbandonAnswer",
+      gateId: "g1",
+      why: "client_gone",
+      gateway: "gw",
+    });
+    const state = foldRun(RUN, history(...gated, ...abandoned));
+    expect(state.status).toBe(RunStatus.Stopped);
+    expect(state.hold?.reason).toContain("abandoned (client_gone)");
+  });
+
+  it("an operator's hold on a run only a held answer stops outlasts the answer's approval", () => {
+    const gated = [...base, ...after(base, stopGate("g1", "s1", 1))];
+    const holding = after(gated, { type: "HoldRun", actor: operator, reason: "look" });
+    expect(holding.map((e) => e.$case)).toEqual(["runHeld"]);
+    const approved = after([...gated, ...holding], { type: "ApproveAnswer", actor: operator, reason: "" });
+    const state = foldRun(RUN, history(...gated, ...holding, ...approved));
+    expect(state.status).toBe(RunStatus.Held);
+    expect(state.hold?.kind).toBe("operator");
   });
 });

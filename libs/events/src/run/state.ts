@@ -169,10 +169,10 @@ export interface RunState {
   /** Answers in a row with the same tool calls. */
   readonly repeat: ToolRepeat;
   /**
-   * A held answer was denied with the run to stay stopped (on_match: stop): once no answer
-   * is held any more, the run is stopped.
+   * Why the run is to be stopped once no answer is held any more: a held answer of a stop
+   * gate (on_match: stop) was denied, or abandoned. Null when none was.
    */
-  readonly gateStop: boolean;
+  readonly gateStop: RunHold | null;
   /** Tokens of steps finished in the last minute, oldest first (for max_tokens_per_minute). */
   readonly recentTokens: readonly { readonly ms: number; readonly tokens: number }[];
   /** Events of types or versions this code does not know, skipped. */
@@ -234,7 +234,7 @@ export function initialState(runId: string): RunState {
     gates: NOTHING_GATED,
     gateDecisions: NO_DECISIONS,
     repeat: NO_REPEAT,
-    gateStop: false,
+    gateStop: null,
     recentTokens: [],
     unknownEvents: 0,
   };
@@ -337,8 +337,9 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
     }
     case "runHeld": {
       const e = payload.value;
-      // A stopped run stays stopped: holding it says nothing new.
-      if (state.status === RunStatus.Stopped) return seen;
+      // A stopped run stays stopped: holding it says nothing new (unless only a held
+      // answer stops it: the operator's hold then outlasts the answer).
+      if (state.status === RunStatus.Stopped && !heldByGate(state)) return seen;
       return {
         ...seen,
         status: RunStatus.Held,
@@ -386,7 +387,7 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         },
         recentTokens: [],
         repeat: NO_REPEAT,
-        gateStop: false,
+        gateStop: null,
       });
     }
     case "toolCallGated":
@@ -448,32 +449,36 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         reason: abandoned?.why ?? denied?.reason ?? (approved ? payload.value.reason : ""),
       });
       if (gateDecisions.size > DECISIONS_KEPT) gateDecisions.delete(gateDecisions.keys().next().value!);
-      const gateStop = state.gateStop || denied?.runStopped === true;
+      // A stop gate's answer denied (or left with nobody to take it): the run is to stay
+      // stopped, for the reason of the first such answer.
+      const stops = denied?.runStopped === true || (abandoned !== undefined && gate.action === "stop");
+      const gateStop: RunHold | null =
+        state.gateStop ??
+        (stops
+          ? {
+              kind: denied !== undefined ? "operator" : "gate",
+              action: "stop",
+              sinceMs: at,
+              actor: denied?.actor,
+              reason:
+                denied !== undefined
+                  ? `${gate.tool} (${gate.rule}) denied${denied.reason ? `: ${denied.reason}` : ""}`
+                  : `${gate.tool} (${gate.rule}): held answer abandoned (${abandoned?.why ?? ""})`,
+              trip: undefined,
+              ruleId: "",
+            }
+          : null);
       const decided: RunState = { ...seen, gates, gateDecisions, repeat: NO_REPEAT, gateStop };
       // Answers still held keep the run as it is.
       if (gates.size > 0) return decided;
-      if (gateStop) {
-        if (
-          state.status === RunStatus.Stopped &&
-          state.hold?.kind !== "gate" &&
-          state.hold?.kind !== "loop"
-        ) {
-          return { ...decided, gateStop: false };
-        }
-        return {
-          ...decided,
-          gateStop: false,
-          status: RunStatus.Stopped,
-          hold: {
-            kind: gate.kind,
-            action: "stop",
-            sinceMs: at,
-            actor: denied?.actor ?? state.hold?.actor,
-            reason: `${gate.tool}: denied${denied?.reason ? `: ${denied.reason}` : ""}`,
-            trip: undefined,
-            ruleId: gate.rule,
-          },
-        };
+      if (gateStop !== null) {
+        // Stopped by someone else already: that stop stands.
+        if (state.status === RunStatus.Stopped && !heldByGate(state)) return { ...decided, gateStop: null };
+        return { ...decided, gateStop: null, status: RunStatus.Stopped, hold: gateStop };
+      }
+      // An operator's hold on a run a held answer had stopped: held, now the answer is decided.
+      if (state.status === RunStatus.Stopped && state.hold?.action === "hold") {
+        return { ...decided, status: RunStatus.Held };
       }
       // The last held answer is decided: a gate's hold ends, anyone else's stands.
       if (state.hold?.kind !== "gate" && state.hold?.kind !== "loop") return decided;
@@ -506,6 +511,14 @@ function lastMinute(
   let first = 0;
   while (first < entries.length && entries[first]!.ms <= now - MINUTE_MS) first += 1;
   return first === 0 ? entries : entries.slice(first);
+}
+
+/**
+ * The run is held (or stopped) by answers the tool-call gate holds, and by nobody else: a
+ * gate's hold ends when they are decided, and an operator's hold or stop takes its place.
+ */
+export function heldByGate(state: RunState): boolean {
+  return state.gates.size > 0 && (state.hold?.kind === "gate" || state.hold?.kind === "loop");
 }
 
 /** The answers in a row asking for the same tool calls, after one more answer. */

@@ -376,3 +376,28 @@ describe("tool calls in every choice, and custom tools", () => {
     ]);
   });
 });
+
+describe("the legacy functions API", () => {
+  it("counts a function_call, whole or streamed", () => {
+    const whole = summarizeChatCompletion({
+      choices: [
+        {
+          index: 0,
+          finish_reason: "function_call",
+          message: { function_call: { name: "delete_repo", arguments: "{}" } },
+        },
+      ],
+    });
+    expect(whole.toolCalls).toEqual([{ id: "", name: "delete_repo", arguments: "{}" }]);
+    const meter = new ChatStreamMeter();
+    meter.observe(
+      JSON.stringify({
+        choices: [{ index: 0, delta: { function_call: { name: "delete_repo", arguments: '{"a"' } } }],
+      }),
+    );
+    meter.observe(
+      JSON.stringify({ choices: [{ index: 0, delta: { function_call: { arguments: ":1}" } } }] }),
+    );
+    expect(meter.summary().toolCalls).toEqual([{ id: "", name: "delete_repo", arguments: '{"a":1}' }]);
+  });
+});

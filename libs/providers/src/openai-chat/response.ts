@@ -24,7 +24,13 @@ export function summarizeChatCompletion(json: unknown): AnswerSummary {
   if (choice !== undefined && typeof choice.finish_reason === "string") finishReason = choice.finish_reason;
   for (const each of Array.isArray(json.choices) ? json.choices : []) {
     const message = isRecord(each) ? each.message : undefined;
-    if (!isRecord(message) || !Array.isArray(message.tool_calls)) continue;
+    if (!isRecord(message)) continue;
+    // The legacy `functions` API: one call, `function_call`, without an id.
+    const legacy = isRecord(message.function_call) ? message.function_call : undefined;
+    const legacyName = nonEmptyString(legacy?.name);
+    if (legacyName !== undefined)
+      toolCalls.push({ id: "", name: legacyName, arguments: stringOr(legacy?.arguments) });
+    if (!Array.isArray(message.tool_calls)) continue;
     for (const call of message.tool_calls) {
       const body = callBody(call);
       const name = nonEmptyString(body?.name);
@@ -103,7 +109,12 @@ export class ChatStreamMeter {
       const index = typeof choice.index === "number" ? choice.index : 0;
       if (index === 0 && typeof choice.finish_reason === "string") this.#finishReason = choice.finish_reason;
       const delta = choice.delta;
-      if (isRecord(delta) && Array.isArray(delta.tool_calls)) this.#observeToolCalls(index, delta.tool_calls);
+      if (!isRecord(delta)) continue;
+      if (Array.isArray(delta.tool_calls)) this.#observeToolCalls(index, delta.tool_calls);
+      // The legacy `functions` API streams one call as `function_call` fragments.
+      if (isRecord(delta.function_call)) {
+        this.#observeToolCalls(index, [{ index: -1, function: delta.function_call }]);
+      }
     }
     return NOT_USAGE_ONLY;
   }

@@ -245,7 +245,7 @@ export class ControlOperations {
       });
     }
     // Decided already (by someone else, or a retry): say how, and change nothing.
-    const earlier = request.gateId === undefined ? undefined : state.gateDecisions.get(request.gateId);
+    const earlier = request.gateId === undefined ? undefined : done.state.gateDecisions.get(request.gateId);
     if (done.events.length === 0 && earlier !== undefined) {
       gates.push({
         gateId: earlier.gateId,

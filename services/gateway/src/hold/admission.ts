@@ -66,6 +66,8 @@ export class Admission {
     const status = state?.status ?? this.statusFromIndex(runId);
     if (status === RunStatus.Held) return "held";
     if (status === RunStatus.Stopped) return "stopped";
+    // A run whose held answers this process could not all see at start: its fold decides.
+    if (state === undefined && this.options.held.uncertain(runId)) return "confirm";
     if (this.ruleMatches(call, state)) return "confirm";
     if (state !== undefined && this.nearLimit(call, state)) return "confirm";
     return "go";
