@@ -476,10 +476,6 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         if (state.status === RunStatus.Stopped && !heldByGate(state)) return { ...decided, gateStop: null };
         return { ...decided, gateStop: null, status: RunStatus.Stopped, hold: gateStop };
       }
-      // An operator's hold on a run a held answer had stopped: held, now the answer is decided.
-      if (state.status === RunStatus.Stopped && state.hold?.action === "hold") {
-        return { ...decided, status: RunStatus.Held };
-      }
       // The last held answer is decided: a gate's hold ends, anyone else's stands.
       if (state.hold?.kind !== "gate" && state.hold?.kind !== "loop") return decided;
       return withActivity({ ...decided, status: RunStatus.Idle, hold: null });
