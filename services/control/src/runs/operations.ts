@@ -66,7 +66,7 @@ export interface DecidedGate {
   kind: string;
   tool: string;
   rule: string;
-  /** "approved" or "denied". */
+  /** "approved" or "denied"; for an answer decided before, also "abandoned". */
   decision: string;
 }
 
