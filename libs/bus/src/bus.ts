@@ -27,7 +27,13 @@ import {
 } from "@nats-io/jetstream";
 import { type KV, Kvm } from "@nats-io/kv";
 import { connect, headers, type NatsConnection, nanos } from "@nats-io/transport-node";
-import { BusConfigurationError, BusRejectedError, BusUnavailableError, ConcurrencyError } from "./errors.js";
+import {
+  BusConfigurationError,
+  BusError,
+  BusRejectedError,
+  BusUnavailableError,
+  ConcurrencyError,
+} from "./errors.js";
 import { AsyncPublisher } from "./publisher.js";
 
 export interface BusOptions {
@@ -304,6 +310,22 @@ export class Bus {
    * up to there is missing).
    */
   async readRun(runId: string, after = 0): Promise<RunHistory> {
+    try {
+      return await this.readRunFrom(runId, after);
+    } catch (error) {
+      if (error instanceof BusError) throw error;
+      // NATS's own failures (a request timing out while a cluster fails over, the
+      // connection closing) are the log being unavailable: a caller may try again.
+      throw new BusUnavailableError(
+        `reading run ${JSON.stringify(runId)} failed: ${(error as Error).message}`,
+        {
+          cause: error,
+        },
+      );
+    }
+  }
+
+  private async readRunFrom(runId: string, after: number): Promise<RunHistory> {
     // Not one read over the run's wildcard: for a wildcard, nats-server walks every message
     // of each block from the run's first event on, tokenizing each subject (about 8 ms of
     // server CPU per read on a stream of 70k events, which saturated it at 100 reads/s).
