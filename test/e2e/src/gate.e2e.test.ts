@@ -7,7 +7,7 @@ import { createLogger } from "@holdfast/log";
 import { ensurePythonHttpx, waitFor } from "@holdfast/test-harness";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { API_KEY, type Stack, startStack } from "./stack.js";
+import { API_KEY, type Stack, sleep, startStack, stillPending } from "./stack.js";
 
 // The tool-call gate through the official SDKs: an answer asking for a gated tool is
 // metered and recorded, then held before the agent sees it, until an operator approves
@@ -63,20 +63,6 @@ const gated = (runId: string, count = 1): Promise<GateView> =>
     },
     { timeoutMs: 15_000, message: `no answer of ${runId} was held by the gate` },
   );
-
-/** Whether a promise is still pending after `ms`. */
-async function stillPending(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  const marker = Symbol("pending");
-  const result = await Promise.race([
-    promise.then(
-      () => "settled",
-      () => "settled",
-    ),
-    sleep(ms).then(() => marker),
-  ]);
-  return result === marker;
-}
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const chatTool = (name: string) => ({
   type: "function" as const,

@@ -19,7 +19,7 @@ import { fleetAggregate, Ledger, runAggregate } from "@holdfast/runs";
 import { ensurePythonHttpx, waitFor } from "@holdfast/test-harness";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { API_KEY, type Stack, startStack } from "./stack.js";
+import { API_KEY, type Stack, sleep, startStack, stillPending } from "./stack.js";
 
 // Hold instead of kill, through the official SDKs. An operator's hold, resume and stop
 // are events appended to the run (here through the same ledger the control API uses);
@@ -88,20 +88,6 @@ const parked = (runId: string) =>
     timeoutMs: 10_000,
     message: `no call of ${runId} was parked`,
   });
-
-/** Whether a promise is still pending after `ms`. */
-async function stillPending(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  const marker = Symbol("pending");
-  const result = await Promise.race([
-    promise.then(
-      () => "settled",
-      () => "settled",
-    ),
-    sleep(ms).then(() => marker),
-  ]);
-  return result === marker;
-}
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe("a held run's call is parked, not refused", () => {
   it("streams past the client's own timeout, then delivers exactly the provider's answer on resume (Chat Completions)", async () => {

@@ -159,3 +159,18 @@ export async function startStack(
   };
   return stack;
 }
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Whether a promise is still pending after `ms` (a held call that has not been answered). */
+export async function stillPending(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  const marker = Symbol("pending");
+  const result = await Promise.race([
+    promise.then(
+      () => "settled",
+      () => "settled",
+    ),
+    sleep(ms).then(() => marker),
+  ]);
+  return result === marker;
+}

@@ -4,22 +4,25 @@ import type { EventPayload } from "../envelope.js";
 import { RunBusyError, RunHeldError, RunStoppedError } from "../errors.js";
 import { emptySelector, type HoldRule } from "../fleet/rules.js";
 import { type ConfiguredLimits, decide, NO_LIMITS } from "./decide.js";
-import { complete, given, history, NOW, observed, RUN, start, started } from "./spec.fixture.js";
+import {
+  complete,
+  given,
+  held,
+  history,
+  NOW,
+  observed,
+  operator,
+  RUN,
+  start,
+  started,
+  stopped,
+} from "./spec.fixture.js";
 import { foldRun, RunStatus } from "./state.js";
 import { describeRun } from "./view.js";
 
 // Limits, holds, resumes, stops, parked calls and standing rules, given/when/then.
 
-const operator = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "control token" };
 const limits = (l: Partial<ConfiguredLimits>): ConfiguredLimits => ({ ...NO_LIMITS, ...l });
-const held: EventPayload = {
-  $case: "runHeld",
-  value: { actor: operator, reason: "look", selector: undefined, ruleId: "" },
-};
-const stopped: EventPayload = {
-  $case: "runStopped",
-  value: { actor: operator, reason: "enough", selector: undefined },
-};
 const resumed = (
   extra: Partial<Extract<EventPayload, { $case: "runResumed" }>["value"]> = {},
 ): EventPayload => ({

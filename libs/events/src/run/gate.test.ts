@@ -3,14 +3,25 @@ import { describe, expect, it } from "vitest";
 import type { EventPayload } from "../envelope.js";
 import { NothingGatedError, RunGatedError } from "../errors.js";
 import { decide, type GateAnswer } from "./decide.js";
-import { complete, given, history, NOW, observed, RUN, start, started } from "./spec.fixture.js";
+import {
+  complete,
+  given,
+  held,
+  history,
+  NOW,
+  observed,
+  operator,
+  RUN,
+  start,
+  started,
+  stopped,
+} from "./spec.fixture.js";
 import { foldRun, LOOP_RULE, RunStatus } from "./state.js";
 import { describeRun } from "./view.js";
 
 // The tool-call gate on the run, given/when/then: a held answer, its approval or denial,
 // and the count of answers in a row that loop detection reads.
 
-const operator = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "control token" };
 const send = {
   id: "call_1",
   name: "send_email",
@@ -164,10 +175,6 @@ describe("the tool-call gate holds an answer until an operator decides", () => {
   });
 
   it("a gate on a run an operator holds keeps the operator's hold when decided", () => {
-    const held: EventPayload = {
-      $case: "runHeld",
-      value: { actor: operator, reason: "look", selector: undefined, ruleId: "" },
-    };
     const base = [started("s1"), held, completedWith("s1", "sig")];
     const gated = [...base, ...after(base, gate("g1", "s1"))];
     const approved = after(gated, { type: "ApproveAnswer", actor: operator, reason: "" });
@@ -228,14 +235,6 @@ describe("loop detection reads the answers in a row with the same tool calls", (
 });
 
 describe("the gate beside other holds, and answers nobody takes", () => {
-  const held: EventPayload = {
-    $case: "runHeld",
-    value: { actor: operator, reason: "look", selector: undefined, ruleId: "" },
-  };
-  const stopped: EventPayload = {
-    $case: "runStopped",
-    value: { actor: operator, reason: "enough", selector: undefined },
-  };
   const base = [started("s1"), completedWith("s1", "a"), started("s2"), completedWith("s2", "b")];
 
   it("an operator's hold placed while an answer is held outlasts the answer's approval", () => {

@@ -1,4 +1,4 @@
-import { Api, FailureReason, RunSource } from "@holdfast/proto";
+import { ActorKind, Api, FailureReason, RunSource } from "@holdfast/proto";
 import { expect } from "vitest";
 import { type DecodedEnvelope, type EventPayload, makeEnvelope } from "../envelope.js";
 import {
@@ -142,3 +142,16 @@ export function apply(
 }
 
 export const started = (stepId: string) => decide(start(stepId), initialState(RUN), NOW)[0]!;
+
+/** An operator, as the control token acts. */
+export const operator = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "control token" };
+
+/** The operator's hold and stop, as events. */
+export const held: EventPayload = {
+  $case: "runHeld",
+  value: { actor: operator, reason: "look", selector: undefined, ruleId: "" },
+};
+export const stopped: EventPayload = {
+  $case: "runStopped",
+  value: { actor: operator, reason: "enough", selector: undefined },
+};

@@ -7,7 +7,7 @@ import {
   ShuttingDownError,
   ToolCallDeniedError,
 } from "../errors.js";
-import { startKeepalive } from "../hold/park.js";
+import { startKeepalive, untilRun } from "../hold/park.js";
 import { type Answer, type Call, CONTINUE, type GatewayFeature, type Verdict } from "../pipeline/hooks.js";
 
 export interface GateFeatureOptions {
@@ -81,35 +81,29 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
     call.request.log.info({ runId, gateId, kind: hold.kind }, "answer held by the tool-call gate");
     try {
       const decision = await decided(call, gateId, after);
-      switch (decision.kind) {
-        case "approved":
-          return CONTINUE;
-        case "denied": {
-          const tool = heldTool(hold, answer.toolCalls);
-          const why = decision.reason === "" ? "" : `: ${decision.reason}`;
-          return refuse(
-            new ToolCallDeniedError(
-              `Holdfast did not deliver this answer: the model's call to ${JSON.stringify(tool)} was denied${why}.`,
-            ),
+      if (decision === "client_gone" || decision === "shutdown") {
+        // Nobody is left to take the answer: it is dropped, and the run goes on as after a
+        // decision (the agent's retry, if any, is judged anew).
+        ledger
+          .executeDurably(runId, labels, {
+            type: "AbandonAnswer",
+            gateId,
+            why: decision === "client_gone" ? "client_gone" : "gateway_shutdown",
+            gateway: options.gateway,
+          })
+          .catch((error: unknown) =>
+            call.request.log.error({ err: error, runId }, "could not record a held answer abandoned"),
           );
-        }
-        case "client_gone":
-        case "shutdown": {
-          // Nobody is left to take the answer: it is dropped, and the run goes on as after a
-          // decision (the agent's retry, if any, is judged anew).
-          ledger
-            .executeDurably(runId, labels, {
-              type: "AbandonAnswer",
-              gateId,
-              why: decision.kind === "client_gone" ? "client_gone" : "gateway_shutdown",
-              gateway: options.gateway,
-            })
-            .catch((error: unknown) =>
-              call.request.log.error({ err: error, runId }, "could not record a held answer abandoned"),
-            );
-          return refuse(new ShuttingDownError());
-        }
+        return refuse(new ShuttingDownError());
       }
+      if (decision.kind === "approved") return CONTINUE;
+      const tool = heldTool(hold, answer.toolCalls);
+      const why = decision.reason === "" ? "" : `: ${decision.reason}`;
+      return refuse(
+        new ToolCallDeniedError(
+          `Holdfast did not deliver this answer: the model's call to ${JSON.stringify(tool)} was denied${why}.`,
+        ),
+      );
     } finally {
       keepalive();
     }
@@ -120,36 +114,14 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
     call: Call,
     gateId: string,
     after: RunState,
-  ): Promise<
-    { kind: "approved" } | { kind: "denied"; reason: string } | { kind: "client_gone" } | { kind: "shutdown" }
-  > =>
-    new Promise((resolve) => {
-      let done = false;
-      const settle = (outcome: Parameters<typeof resolve>[0]) => {
-        if (done) return;
-        done = true;
-        unsubscribe();
-        call.clientGone.removeEventListener("abort", gone);
-        options.shutdown.removeEventListener("abort", closing);
-        resolve(outcome);
-      };
-      const check = (state: RunState) => {
-        if (state.gates.has(gateId)) return;
-        const decision = state.gateDecisions.get(gateId);
-        // Not pending and no decision on record: refused, never delivered unseen.
-        if (decision?.approved === true) settle({ kind: "approved" });
-        else if (decision?.abandoned === true) settle({ kind: "client_gone" });
-        else settle({ kind: "denied", reason: decision?.reason ?? "" });
-      };
-      const gone = () => settle({ kind: "client_gone" });
-      const closing = () => settle({ kind: "shutdown" });
-      const unsubscribe = ledger.subscribe(call.run.runId, check);
-      call.clientGone.addEventListener("abort", gone, { once: true });
-      options.shutdown.addEventListener("abort", closing, { once: true });
-      if (call.clientGone.aborted) return gone();
-      if (options.shutdown.aborted) return closing();
-      // The decision may have come between the append and the subscription.
-      check(ledger.cached(call.run.runId) ?? after);
+  ): Promise<{ kind: "approved" } | { kind: "denied"; reason: string } | "client_gone" | "shutdown"> =>
+    untilRun(call, ledger, options.shutdown, after, (state) => {
+      if (state.gates.has(gateId)) return undefined;
+      const decision = state.gateDecisions.get(gateId);
+      // Not pending and no decision on record: refused, never delivered unseen.
+      if (decision?.approved === true) return { kind: "approved" as const };
+      if (decision?.abandoned === true) return "client_gone" as const;
+      return { kind: "denied" as const, reason: decision?.reason ?? "" };
     });
 
   return async (app) => {

@@ -94,9 +94,27 @@ function released(
   now: RunState,
   shutdown: AbortSignal,
 ): Promise<Unparked> {
+  return untilRun(call, ledger, shutdown, now, (state) =>
+    state.status === RunStatus.Stopped ? "stopped" : state.status !== RunStatus.Held ? "released" : undefined,
+  );
+}
+
+/**
+ * Waits on the run's state as this gateway follows it (a change appended by any process
+ * reaches it through the log) until `judge` says what became of the waiting call, the
+ * client leaves, or this gateway shuts down. `now` is the state to judge first, in case it
+ * moved between the decision to wait and the subscription.
+ */
+export function untilRun<T>(
+  call: Call,
+  ledger: Ledger<RunState, RunCommand>,
+  shutdown: AbortSignal,
+  now: RunState | undefined,
+  judge: (state: RunState) => T | undefined,
+): Promise<T | "client_gone" | "shutdown"> {
   return new Promise((resolve) => {
     let done = false;
-    const settle = (how: Unparked) => {
+    const settle = (how: T | "client_gone" | "shutdown") => {
       if (done) return;
       done = true;
       unsubscribe();
@@ -105,8 +123,8 @@ function released(
       resolve(how);
     };
     const check = (state: RunState) => {
-      if (state.status === RunStatus.Stopped) settle("stopped");
-      else if (state.status !== RunStatus.Held) settle("released");
+      const how = judge(state);
+      if (how !== undefined) settle(how);
     };
     const gone = () => settle("client_gone");
     const closing = () => settle("shutdown");
@@ -115,8 +133,8 @@ function released(
     shutdown.addEventListener("abort", closing, { once: true });
     if (call.clientGone.aborted) return gone();
     if (shutdown.aborted) return closing();
-    // The state may have moved between the decision to park and the subscription.
-    check(ledger.cached(call.run.runId) ?? now);
+    const state = ledger.cached(call.run.runId) ?? now;
+    if (state !== undefined) check(state);
   });
 }
 
@@ -151,32 +169,12 @@ export async function waitForRoom(
 ): Promise<"ready" | "client_gone" | "shutdown"> {
   const keepalive = startKeepalive(call, options);
   try {
-    return await new Promise((resolve) => {
-      const before = options.ledger.cached(call.run.runId);
-      let done = false;
-      const settle = (how: "ready" | "client_gone" | "shutdown") => {
-        if (done) return;
-        done = true;
-        unsubscribe();
-        call.clientGone.removeEventListener("abort", gone);
-        options.shutdown.removeEventListener("abort", closing);
-        resolve(how);
-      };
-      const check = (state: RunState) => {
-        if (before === undefined || state.open.size < before.open.size || state.status !== before.status) {
-          settle("ready");
-        }
-      };
-      const gone = () => settle("client_gone");
-      const closing = () => settle("shutdown");
-      const unsubscribe = options.ledger.subscribe(call.run.runId, check);
-      call.clientGone.addEventListener("abort", gone, { once: true });
-      options.shutdown.addEventListener("abort", closing, { once: true });
-      if (call.clientGone.aborted) return gone();
-      if (options.shutdown.aborted) return closing();
-      const now = options.ledger.cached(call.run.runId);
-      if (now !== undefined && now !== before) check(now);
-    });
+    const before = options.ledger.cached(call.run.runId);
+    return await untilRun(call, options.ledger, options.shutdown, before, (state) =>
+      before === undefined || state.open.size < before.open.size || state.status !== before.status
+        ? "ready"
+        : undefined,
+    );
   } finally {
     keepalive();
   }
