@@ -1,3 +1,14 @@
+export { type DecideInput, type Decision, decide, type Figures } from "./decide.js";
+export {
+  type Actual,
+  type CallFeatures,
+  type CostEstimator,
+  ESTIMATOR_DEFAULTS,
+  type Estimate,
+  Estimator,
+  type EstimatorOptions,
+} from "./estimator.js";
+export { FEATURE_NAMES, FeatureEstimator, type FeatureName } from "./features.js";
 export {
   ANTHROPIC_HEADERS,
   type Dimension,
@@ -10,4 +21,6 @@ export {
   readRateLimits,
   type WindowReading,
 } from "./headers.js";
+export { DIMENSIONS, type DimensionView, KeyWindow, KeyWindows, type Need } from "./keys.js";
+export { CHARS_PER_TOKEN, encodingOf, TokenCounter } from "./tokens.js";
 export { WindowState } from "./window.js";

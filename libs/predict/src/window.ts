@@ -15,6 +15,14 @@ export class WindowState {
     return new WindowState(reading, readAtMs);
   }
 
+  get limit(): number | undefined {
+    return this.reading.limit;
+  }
+
+  get resetAtMs(): number | undefined {
+    return this.reading.resetAtMs;
+  }
+
   /** What is available at `nowMs`, as far as the last reading says. */
   available(nowMs: number): number {
     const { limit, remaining, resetAtMs } = this.reading;
