@@ -41,6 +41,7 @@ function started(step: number): EventPayload {
       promptHash: "",
       reservedNanoUsd: 0,
       budgetLeases: [],
+      prediction: undefined,
     },
   };
 }

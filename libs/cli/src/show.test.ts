@@ -58,6 +58,7 @@ const tripped: EventPayload = {
       period: "",
       crossedByStepId: "s1",
       callModel: "gpt-4o",
+      prediction: undefined,
     },
     action: RunAction.RUN_ACTION_HOLD,
   },
@@ -97,6 +98,7 @@ describe("holdfast show", () => {
             selector: undefined,
             limits: { maxSteps: 5, maxCostNanoUsd: 250_000_000, maxMinutes: 10, maxTokensPerMinute: 0 },
             overrides: true,
+            checkpoint: false,
           },
         },
         {

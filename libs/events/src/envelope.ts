@@ -21,6 +21,8 @@ const TYPE_OF_CASE = {
   toolCallApproved: "ToolCallApproved",
   toolCallDenied: "ToolCallDenied",
   toolCallAbandoned: "ToolCallAbandoned",
+  stepRetried: "StepRetried",
+  rateLimitObserved: "RateLimitObserved",
 } as const satisfies Record<PayloadCase, string>;
 
 /** Past-tense event type names, as they appear in subjects and the envelope. */
@@ -49,6 +51,8 @@ export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
   ToolCallApproved: 1,
   ToolCallDenied: 1,
   ToolCallAbandoned: 1,
+  StepRetried: 1,
+  RateLimitObserved: 1,
 };
 
 export function eventTypeOf(payload: EventPayload): EventType {

@@ -47,6 +47,7 @@ const start = (stepId: string): StartStep => ({
   promptHash: "p",
   reservedNanoUsd: 0,
   budgetLeases: [],
+  prediction: undefined,
   tag: "",
   limits: NO_LIMITS,
   rules: [],

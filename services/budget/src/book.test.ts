@@ -45,6 +45,7 @@ function started(
         promptHash: "",
         reservedNanoUsd: reserved,
         budgetLeases: leases,
+        prediction: undefined,
       },
     },
     at,
@@ -117,6 +118,7 @@ describe("BudgetBook", () => {
       period: "2026-12-03",
       crossedByStepId: "",
       callModel: "",
+      prediction: undefined,
     });
   });
 

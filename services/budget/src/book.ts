@@ -201,6 +201,7 @@ export class BudgetBook {
             period: left.kind === "day" ? day : month,
             crossedByStepId: "",
             callModel: "",
+            prediction: undefined,
           }
         : undefined;
     return { lease: publicLease(lease), exhausted };

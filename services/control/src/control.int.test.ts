@@ -193,6 +193,7 @@ describe("holding, resuming and stopping by run id", () => {
         actor: OPERATOR,
         reason: "fixed",
         overrides: true,
+        checkpoint: false,
         limits: { maxSteps: 5, maxCostNanoUsd: 500_000_000, maxMinutes: 10, maxTokensPerMinute: 0 },
       }),
     ]);

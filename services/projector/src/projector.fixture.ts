@@ -84,6 +84,7 @@ export async function call(runId: string, step: number, at?: number) {
         promptHash: "",
         reservedNanoUsd: 0,
         budgetLeases: [],
+        prediction: undefined,
       },
     },
     at,

@@ -43,6 +43,7 @@ async function orphan(runId: string, step: number, previousStreamSeq: number): P
         promptHash: "",
         reservedNanoUsd: 0,
         budgetLeases: [],
+        prediction: undefined,
         messageCount: 1,
         upstream: stack.provider.url,
         gateway: "gateway-that-died#0badc0",

@@ -27,7 +27,15 @@ const resumed = (
   extra: Partial<Extract<EventPayload, { $case: "runResumed" }>["value"]> = {},
 ): EventPayload => ({
   $case: "runResumed",
-  value: { actor: operator, reason: "", selector: undefined, limits: undefined, overrides: false, ...extra },
+  value: {
+    actor: operator,
+    reason: "",
+    selector: undefined,
+    limits: undefined,
+    overrides: false,
+    checkpoint: false,
+    ...extra,
+  },
 });
 const completedStep = (stepId: string, nanoUsd: number) =>
   decide(complete(stepId, observed([10, 5], nanoUsd)), foldRun(RUN, history(started(stepId))), NOW)[0]!;
@@ -47,6 +55,7 @@ describe("limits, checked before a call starts", () => {
             period: "",
             crossedByStepId: "",
             callModel: "gpt-4o-mini",
+            prediction: undefined,
           },
           action: RunAction.RUN_ACTION_HOLD,
         },

@@ -6,6 +6,7 @@ import {
   type FailureReason,
   type GatedToolCall,
   LimitKind,
+  type Prediction,
   RunAction,
   type RunIdentity,
   type Selector,
@@ -70,6 +71,8 @@ export interface StartStep {
   readonly reservedNanoUsd: number;
   /** The budget leases the reservation was taken from. */
   readonly budgetLeases: readonly string[];
+  /** What rate-limit prediction decided before the call, when it is on. */
+  readonly prediction?: Prediction;
   /** The run's tag as this call names it (a standing rule may select on it). */
   readonly tag: string;
   readonly limits: ConfiguredLimits;
@@ -130,6 +133,22 @@ export interface ResumeRun {
   readonly limits?: WindowLimits;
   /** Only a held or stopped run is resumed (a resume by selector); by id, any run gets a new window. */
   readonly onlyIfHeld: boolean;
+  /**
+   * The resume of a rate-limit checkpoint: only while the run is still held by it (nobody
+   * held, stopped or resumed it since), and its window of limits goes on.
+   */
+  readonly checkpoint?: boolean;
+}
+
+/** A call the provider refused with a 429 is sent again (its step stays the same). */
+export interface RetryStep {
+  readonly type: "RetryStep";
+  readonly stepId: string;
+  readonly attempt: number;
+  readonly upstreamStatus: number;
+  readonly retryAfterMs: number;
+  readonly wastedInputTokens: number;
+  readonly keyId: string;
 }
 
 /** Stop the run: parked and later calls get a 409 until it is resumed. */
@@ -237,7 +256,8 @@ export type RunCommand =
   | GateAnswer
   | ApproveAnswer
   | DenyAnswer
-  | AbandonAnswer;
+  | AbandonAnswer
+  | RetryStep;
 
 /**
  * What a command makes of the run as it stands: the events to append, in order, or none
@@ -313,6 +333,7 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
         },
       ];
     case "ResumeRun": {
+      if (command.checkpoint === true && !heldByCheckpoint(state)) return [];
       const held = state.status === RunStatus.Held || state.status === RunStatus.Stopped;
       if (command.onlyIfHeld && !held) return [];
       // An answer the gate holds is approved or denied, not resumed past: by selector the
@@ -337,6 +358,7 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
             selector: command.selector,
             limits: overrides ? limits : undefined,
             overrides,
+            checkpoint: command.checkpoint === true,
           },
         },
       ];
@@ -384,6 +406,25 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
             step: gate.step,
             why: command.why,
             gateway: command.gateway,
+          },
+        },
+      ];
+    }
+    case "RetryStep": {
+      const open = state.open.get(command.stepId);
+      // Finished, or this retry (or a later one) already recorded.
+      if (open === undefined || open.attempt >= command.attempt) return [];
+      return [
+        {
+          $case: "stepRetried",
+          value: {
+            stepId: command.stepId,
+            step: open.step,
+            attempt: command.attempt,
+            upstreamStatus: command.upstreamStatus,
+            retryAfterMs: command.retryAfterMs,
+            wastedInputTokens: command.wastedInputTokens,
+            keyId: command.keyId,
           },
         },
       ];
@@ -590,6 +631,7 @@ function decideStart(command: StartStep, state: RunState, nowMs: number): EventP
         promptHash: command.promptHash,
         reservedNanoUsd: command.reservedNanoUsd,
         budgetLeases: [...command.budgetLeases],
+        prediction: command.prediction,
       },
     },
   ];
@@ -623,6 +665,7 @@ export function limitCrossed(command: StartStep, state: RunState, nowMs: number)
     period: "",
     crossedByStepId: "",
     callModel: command.model,
+    prediction: undefined,
   });
   if (limits.maxSteps > 0 && window.steps >= limits.maxSteps) {
     return trip(LimitKind.LIMIT_KIND_STEPS, limits.maxSteps, window.steps);
@@ -662,4 +705,13 @@ function wouldCrowdCostLimit(command: StartStep, state: RunState): boolean {
 
 function actionOf(action: "hold" | "stop"): RunAction {
   return action === "stop" ? RunAction.RUN_ACTION_STOP : RunAction.RUN_ACTION_HOLD;
+}
+
+/** The run is held by a rate-limit checkpoint, and by nothing since. */
+export function heldByCheckpoint(state: RunState): boolean {
+  return (
+    state.status === RunStatus.Held &&
+    state.hold?.kind === "trip" &&
+    state.hold.trip?.limit === LimitKind.LIMIT_KIND_RATE_LIMIT
+  );
 }

@@ -41,6 +41,7 @@ describe("StartStep", () => {
           promptHash: "abc123",
           reservedNanoUsd: 100,
           budgetLeases: [],
+          prediction: undefined,
         },
       });
   });

@@ -65,6 +65,7 @@ export function start(stepId: string, overrides: Partial<StartStep> = {}): Start
     promptHash: "abc123",
     reservedNanoUsd: 100,
     budgetLeases: [],
+    prediction: undefined,
     tag: "t",
     limits: NO_LIMITS,
     rules: [],

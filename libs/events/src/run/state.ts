@@ -38,6 +38,8 @@ export interface OpenStep {
   readonly estimatedInputTokens: number;
   /** Cost reserved against the run's limits while the call is in flight. */
   readonly reservedNanoUsd: number;
+  /** 1, or the attempt the last retry after a 429 started. */
+  readonly attempt: number;
 }
 
 /** A call of a held run, parked on a gateway. */
@@ -59,6 +61,9 @@ export interface RunTotals {
   readonly unpricedSteps: number;
   /** Finished steps charged from Holdfast's estimate (their outcome was lost). */
   readonly estimatedSteps: number;
+  /** Calls sent again after a 429 slipped past prediction, and the input tokens they re-sent. */
+  readonly retries: number;
+  readonly wastedInputTokens: number;
 }
 
 /**
@@ -188,6 +193,8 @@ const NO_TOTALS: RunTotals = Object.freeze({
   costNanoUsd: 0,
   unpricedSteps: 0,
   estimatedSteps: 0,
+  retries: 0,
+  wastedInputTokens: 0,
 });
 
 const NOTHING_OPEN: ReadonlyMap<string, OpenStep> = new Map();
@@ -275,6 +282,7 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         startedMs: at,
         estimatedInputTokens: e.estimatedInputTokens,
         reservedNanoUsd: e.reservedNanoUsd,
+        attempt: 1,
       });
       const identity = e.identity;
       return withActivity({
@@ -372,6 +380,8 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
     }
     case "runResumed": {
       const e = payload.value;
+      // A rate-limit checkpoint's own resume: the run goes on in the same window of limits.
+      if (e.checkpoint) return withActivity({ ...seen, status: RunStatus.Idle, hold: null });
       return withActivity({
         ...seen,
         status: RunStatus.Idle,
@@ -493,9 +503,25 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
       parked.delete(e.parkId);
       return { ...seen, parked };
     }
+    case "stepRetried": {
+      const e = payload.value;
+      const step = state.open.get(e.stepId);
+      const open =
+        step === undefined ? state.open : new Map(state.open).set(e.stepId, { ...step, attempt: e.attempt });
+      return {
+        ...seen,
+        open,
+        totals: {
+          ...state.totals,
+          retries: state.totals.retries + 1,
+          wastedInputTokens: state.totals.wastedInputTokens + Number(e.wastedInputTokens),
+        },
+      };
+    }
     case "holdRuleAdded":
     case "holdRuleLifted":
-      // Fleet events: not about any one run.
+    case "rateLimitObserved":
+      // Fleet (and provider key) events: not about any one run.
       return seen;
   }
 }
@@ -549,6 +575,8 @@ function addOutcome(t: RunTotals, outcome: StepOutcome): RunTotals {
     costNanoUsd: t.costNanoUsd + (known ? (outcome.cost?.nanoUsd ?? 0) : 0),
     unpricedSteps: t.unpricedSteps + (known ? 0 : 1),
     estimatedSteps: t.estimatedSteps + (outcome.estimated ? 1 : 0),
+    retries: t.retries,
+    wastedInputTokens: t.wastedInputTokens,
   };
 }
 
