@@ -196,7 +196,7 @@ export class Bus {
     const want: Partial<StreamConfig> & { name: string } = {
       name: this.eventsStream,
       description: "Holdfast run events: the log every projection is derived from",
-      subjects: [this.subjects.allRuns],
+      subjects: [this.subjects.allRuns, this.subjects.allKeys],
       storage: StorageType.File,
       retention: RetentionPolicy.Limits,
       discard: DiscardPolicy.Old,
@@ -232,11 +232,12 @@ export class Bus {
       current.allow_direct !== true ||
       current.deny_delete !== true ||
       current.deny_purge !== true ||
-      !current.subjects?.includes(this.subjects.allRuns);
+      !current.subjects?.includes(this.subjects.allRuns) ||
+      !current.subjects?.includes(this.subjects.allKeys);
     if (drift) {
       await this.jsm.streams.update(this.eventsStream, {
         ...current,
-        subjects: [...new Set([...(current.subjects ?? []), this.subjects.allRuns])],
+        subjects: [...new Set([...(current.subjects ?? []), this.subjects.allRuns, this.subjects.allKeys])],
         num_replicas: want.num_replicas,
         allow_direct: true,
         deny_delete: true,
@@ -289,6 +290,24 @@ export class Bus {
       throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
     }
     throw new BusRejectedError(`JetStream refused the append (${ack.errCode}): ${ack.description}`);
+  }
+
+  /**
+   * Appends one event about a provider key (no run, no expected sequence: each is a
+   * reading that stands alone) on the key's own subject; its id dedupes a retried publish.
+   */
+  async appendKeyEvent(keyId: string, envelope: Envelope): Promise<void> {
+    const h = headers();
+    h.set("Nats-Msg-Id", envelope.id);
+    h.set("Holdfast-Type", envelope.type);
+    h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
+    h.set("Content-Type", "application/protobuf");
+    const ack = await this.publisher.publishDeferred(
+      this.subjects.keyEvent(keyId, envelope.type as EventType),
+      encodeEnvelope(envelope),
+      h,
+    );
+    if (!ack.ok) throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
   }
 
   private async findLanded(subject: string, eventId: string): Promise<number | undefined> {

@@ -9,6 +9,7 @@ import { QUERY_USAGE, query } from "./query.js";
 import { LIFT_USAGE, lift, RULES_USAGE, rules } from "./rules.js";
 import { SHOW_USAGE, show } from "./show.js";
 import { UP_USAGE, up } from "./up.js";
+import { WINDOWS_USAGE, windows } from "./windows.js";
 
 const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: string }> = {
   init: { run: init, usage: INIT_USAGE },
@@ -23,6 +24,7 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: 
   deny: { run: gateCommand("deny"), usage: DENY_USAGE },
   rules: { run: rules, usage: RULES_USAGE },
   lift: { run: lift, usage: LIFT_USAGE },
+  windows: { run: windows, usage: WINDOWS_USAGE },
 };
 
 const HELP = `holdfast — the control plane between LLM agents and their model providers

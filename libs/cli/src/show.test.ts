@@ -131,7 +131,7 @@ describe("holdfast show", () => {
   });
 
   it("gives every limit's figures in its own unit", () => {
-    const trip = { budgetKey: "", period: "", crossedByStepId: "" };
+    const trip = { budgetKey: "", period: "", crossedByStepId: "", prediction: null };
     expect(tripFigures({ ...trip, limit: "steps", limitValue: 10, spentValue: 10 })).toBe(
       "10 steps of a 10-step limit",
     );

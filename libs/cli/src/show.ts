@@ -3,7 +3,9 @@ import { connectBus } from "@holdfast/bus";
 import {
   type ControlView,
   describeRun,
+  type PredictionView,
   type RunView,
+  type StepView,
   type TripView,
   type WindowLimits,
 } from "@holdfast/events";
@@ -72,7 +74,21 @@ export function renderRun(s: RunView, now = Date.now()): string {
     ...windowLines(s),
   ];
   const steps = table(
-    ["STEP", "STATUS", "API", "MODEL", "STREAM", "HTTP", "IN", "CACHED", "OUT", "COST", "LATENCY", "DETAIL"],
+    [
+      "STEP",
+      "STATUS",
+      "API",
+      "MODEL",
+      "STREAM",
+      "HTTP",
+      "IN",
+      "CACHED",
+      "OUT",
+      "COST",
+      "LATENCY",
+      "PREDICT",
+      "DETAIL",
+    ],
     s.steps.map((step) => [
       step.step,
       step.status,
@@ -85,6 +101,7 @@ export function renderRun(s: RunView, now = Date.now()): string {
       step.outputTokens,
       step.status === "in_flight" ? "-" : `${nanoUsd(step.costNanoUsd)}${step.estimated ? " (est.)" : ""}`,
       step.latencyMs === null ? "-" : `${step.latencyMs}ms`,
+      predictCell(step),
       step.failure
         ? `${step.failure.reason}: ${step.failure.message}`.slice(0, 80)
         : step.toolCalls.length > 0
@@ -92,9 +109,11 @@ export function renderRun(s: RunView, now = Date.now()): string {
           : step.finishReason,
     ]),
   );
+  const predicted = predictionLines(s);
+  const predictions = predicted.length === 0 ? "" : `\n\n${predicted.join("\n")}`;
   const gates = s.gates.length === 0 ? "" : `\n\n${gateLines(s).join("\n")}`;
   const control = s.control.length === 0 ? "" : `\n\n${controlTable(s)}`;
-  return `${head.join("\n")}\n\n${steps}${gates}${control}`;
+  return `${head.join("\n")}\n\n${steps}${predictions}${gates}${control}`;
 }
 
 function holdLines(s: RunView, now: number): string[] {
@@ -105,7 +124,9 @@ function holdLines(s: RunView, now: number): string[] {
     const since = `since ${new Date(hold.sinceMs).toISOString()} (${ago(hold.sinceMs, now)})`;
     const why =
       hold.kind === "trip" && hold.trip !== null
-        ? `by a limit: ${tripFigures(hold.trip, s)}`
+        ? hold.trip.limit === "rate_limit"
+          ? `by rate-limit prediction (a checkpoint): ${tripFigures(hold.trip, s)}`
+          : `by a limit: ${tripFigures(hold.trip, s)}`
         : hold.kind === "gate" || hold.kind === "loop"
           ? `by the tool-call gate (${hold.ruleId}): ${hold.reason}`
           : `by ${hold.actor || hold.kind}${hold.ruleId ? `, standing rule ${hold.ruleId}` : ""}${hold.reason ? `: ${hold.reason}` : ""}`;
@@ -223,6 +244,10 @@ export function tripFigures(trip: TripView, s?: RunView): string {
     case "monthly_budget":
       return `${trip.limit === "daily_budget" ? "daily" : "monthly"} budget ${JSON.stringify(trip.budgetKey)} for ${trip.period}: ${usd(trip.spentValue / 1e9)} of ${usd(trip.limitValue / 1e9)}${crossed}`;
     default:
+      if (trip.limit === "rate_limit" && trip.prediction !== null) {
+        const p = trip.prediction;
+        return `${figuresText(p)}; resumes at ${p.resumeAtMs > 0 ? new Date(p.resumeAtMs).toISOString() : "-"}`;
+      }
       return `${trip.limit}: ${trip.spentValue} of ${trip.limitValue}`;
   }
 }
@@ -239,4 +264,49 @@ function limitsText(limits: WindowLimits): string {
 function minutes(ms: number): string {
   const value = ms / 60_000;
   return `${Number.isInteger(value) ? value : value.toFixed(1)} min`;
+}
+
+/** What prediction did before a step: went on, waited (how long), and the retries after a 429. */
+function predictCell(step: StepView): string {
+  const p = step.prediction;
+  const parts: string[] = [];
+  if (p !== null) parts.push(p.action === "wait" ? `wait ${seconds(p.waitedMs)}` : p.action);
+  if (step.retries.length > 0)
+    parts.push(`${step.retries.length} retr${step.retries.length === 1 ? "y" : "ies"}`);
+  return parts.join(", ") || "-";
+}
+
+/** The figures of every prediction that did more than let a call through, and every retry. */
+function predictionLines(s: RunView): string[] {
+  const lines: string[] = [];
+  for (const step of s.steps) {
+    const p = step.prediction;
+    if (p !== null && p.action !== "continue") {
+      lines.push(`  step ${step.step}  ${p.action} ${seconds(p.waitedMs)}: ${figuresText(p)}`);
+    }
+    for (const retry of step.retries) {
+      lines.push(
+        `  step ${step.step}  retry ${retry.attempt} after ${retry.upstreamStatus}, waited ${seconds(retry.retryAfterMs)}; ${retry.wastedInputTokens} input tokens sent again`,
+      );
+    }
+  }
+  if (s.totals.retries > 0) {
+    lines.push(
+      `  waste: ${s.totals.wastedInputTokens} input tokens re-sent over ${s.totals.retries} retr${s.totals.retries === 1 ? "y" : "ies"}`,
+    );
+  }
+  return lines.length === 0 ? [] : ["rate-limit prediction", ...lines];
+}
+
+/** A prediction's figures: the window's dimension, what was left, what the call needed and why. */
+export function figuresText(p: PredictionView): string {
+  const window =
+    p.dimension === ""
+      ? "the key cooling down after a 429"
+      : `${p.remaining} ${p.dimension.replace("_", " ")} left of ${p.limit}`;
+  return `key ${p.keyId}: ${window}, needed ${p.needed} (estimate ${p.estimatedTotalTokens} = ${p.estimatedInputTokens} in${p.exactInput ? " (tokenizer)" : ""} + ${p.estimatedOutputTokens} out, σ ${p.sigma}, k ${p.k})`;
+}
+
+function seconds(ms: number): string {
+  return `${(ms / 1_000).toFixed(1)}s`;
 }

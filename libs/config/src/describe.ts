@@ -52,4 +52,5 @@ const PLACEHOLDER: Record<string, string> = {
   limits_by_tag: "<tag>",
   budgets: "<tag>",
   tool_gate_by_tag: "<tag>",
+  headers: "<origin>",
 };

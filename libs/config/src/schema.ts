@@ -162,6 +162,109 @@ const gateRules = list(gateRule, "tool name globs or {name, args} rules").descri
   "Tool calls whose answers are held for an operator's approval.",
 );
 
+const dimensionHeaders = z.strictObject(
+  {
+    limit: headerName().describe("Header carrying the dimension's limit."),
+    remaining: headerName().describe("Header carrying what is left of it."),
+    reset: headerName().describe("Header carrying when it is whole again."),
+  },
+  { error: "expected a mapping with limit, remaining and reset header names" },
+);
+
+// Where a provider writes its window: a preset, or the header names of each dimension.
+const rateLimitHeaders = z
+  .union(
+    [
+      z.enum(["openai", "anthropic"]),
+      z.strictObject({
+        reset_format: z
+          .enum(["duration", "timestamp"], { error: "expected duration or timestamp" })
+          .default("duration")
+          .describe('How resets are written: "duration" (1s, 6m0s, 120ms) or "timestamp" (RFC 3339).'),
+        requests: dimensionHeaders.optional(),
+        tokens: dimensionHeaders.optional(),
+        input_tokens: dimensionHeaders.optional(),
+        output_tokens: dimensionHeaders.optional(),
+      }),
+    ],
+    {
+      error:
+        'expected "openai", "anthropic", or a mapping of dimensions (requests, tokens, input_tokens, output_tokens) to {limit, remaining, reset} header names',
+    },
+  )
+  .describe(
+    'The upstream\'s rate-limit headers: "openai" (x-ratelimit-*), "anthropic" (anthropic-ratelimit-*), or {reset_format, requests, tokens, input_tokens, output_tokens: {limit, remaining, reset}}.',
+  );
+
+const predictSection = z.strictObject(
+  {
+    enabled: flag()
+      .default(true)
+      .describe(
+        "Read providers' rate-limit headers and act before a 429: a call goes on, waits for the key's window, or checkpoints its run.",
+      ),
+    wait_threshold_s: positiveNumber()
+      .default(15)
+      .describe(
+        "A call that must wait up to this long for its key's window waits in place; longer, its run is checkpointed (held with reason rate_limit).",
+      ),
+    max_wait_s: positiveNumber()
+      .default(300)
+      .describe(
+        "The longest one call waits (in place or checkpointed) before it is answered with the provider's own 429 and retry-after.",
+      ),
+    on_checkpoint: z
+      .enum(["auto_resume", "hold"], { error: "expected auto_resume or hold" })
+      .default("auto_resume")
+      .describe(
+        "A checkpointed run resumes by itself when the window allows (auto_resume), or waits for an operator (hold).",
+      ),
+    k: z
+      .number({ error: "expected a number of at least 0" })
+      .nonnegative({ error: "expected a number of at least 0" })
+      .default(3)
+      .describe("The margin: a call is granted its estimate plus k·σ of the estimates' error."),
+    k_max: z
+      .number({ error: "expected a number of at least 0" })
+      .nonnegative({ error: "expected a number of at least 0" })
+      .default(8)
+      .describe("Each 429 that slips through adds k_step to k, up to this."),
+    k_step: z
+      .number({ error: "expected a number of at least 0" })
+      .nonnegative({ error: "expected a number of at least 0" })
+      .default(1)
+      .describe("What each 429 that slips through adds to k."),
+    max_retries: integer(0, 10)
+      .default(2)
+      .describe(
+        "A 429 that slips through is retried inside the gateway (after its retry-after) this many times before the agent sees it.",
+      ),
+    estimator: z
+      .enum(["moving_average", "features"], { error: "expected moving_average or features" })
+      .default("moving_average")
+      .describe(
+        "moving_average: each run's own history; features: ridge regression over predict.features across the fleet.",
+      ),
+    features: list(
+      z.enum(["model", "tag", "tools", "messages", "input"], {
+        error: "expected model, tag, tools, messages or input",
+      }),
+      "features",
+    )
+      .default(["model", "tag", "tools", "messages", "input"])
+      .describe("What the features estimator learns output tokens and latency from."),
+    headers: z
+      .record(url("http", "https"), rateLimitHeaders, {
+        error: "expected a mapping of upstream origins to rate-limit header names",
+      })
+      .default({})
+      .describe(
+        'Rate-limit header names per upstream origin ("openai", "anthropic", or per dimension); unset, by the API shape\'s family.',
+      ),
+  },
+  mapping,
+);
+
 const price = z.strictObject(
   {
     input_per_mtok: usdPerMillionTokens().describe("USD per million input (prompt) tokens."),
@@ -451,6 +554,9 @@ export const configSchema = z
       )
       .prefault({})
       .describe("What is redacted from content recorded in events."),
+    predict: predictSection
+      .prefault({})
+      .describe("Rate-limit prediction: act on each provider key's window before the provider answers 429."),
     on_trip: z
       .enum(["hold", "stop"], { error: "expected hold or stop" })
       .default("hold")

@@ -55,6 +55,9 @@ export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
   RateLimitObserved: 1,
 };
 
+/** Events about a provider key, not a run: appended on the key's own subject, with no sequence. */
+export const KEY_EVENT_TYPES: ReadonlySet<string> = new Set<EventType>(["RateLimitObserved"]);
+
 export function eventTypeOf(payload: EventPayload): EventType {
   return TYPE_OF_CASE[payload.$case];
 }
@@ -129,7 +132,9 @@ export function decodeEnvelope(bytes: Uint8Array): StoredEnvelope {
   } catch (cause) {
     throw new EventDecodeError("event is not a valid protobuf Envelope", { cause });
   }
-  if (envelope.id === "" || envelope.type === "" || envelope.sequence < 1) {
+  // A provider key's event (on the key's own subject) stands alone: it has no sequence.
+  const standsAlone = envelope.runId === "" && KEY_EVENT_TYPES.has(envelope.type);
+  if (envelope.id === "" || envelope.type === "" || (envelope.sequence < 1 && !standsAlone)) {
     throw new EventDecodeError("event has no id, type or sequence: it is not a Holdfast envelope");
   }
   const { payload } = envelope;

@@ -108,7 +108,16 @@ export interface Subjects {
   run(runId: string): string;
   /** The run id an event subject belongs to. */
   runIdOf(subject: string): string;
+  /** Matches every provider key event (a key's rate-limit window as read, …). */
+  readonly allKeys: string;
+  /** The subject one event of a provider key is appended on; `keyId` is Holdfast's hash of the key, never the key. */
+  keyEvent(keyId: string, type: EventType): string;
+  /** Matches every key's events of one type. */
+  ofKeyType(type: EventType): string;
 }
+
+// A key id is Holdfast's own hex hash of an upstream and an API key: never user text.
+const KEY_ID = /^[0-9a-f]{8,64}$/;
 
 const PREFIX = /^[a-z][a-z0-9_]{0,31}$/;
 
@@ -126,5 +135,11 @@ export function subjects(prefix: string): Subjects {
       const token = subject.slice(base.length, subject.lastIndexOf("."));
       return runIdFromToken(token);
     },
+    allKeys: `${prefix}.key.>`,
+    keyEvent: (keyId, type) => {
+      if (!KEY_ID.test(keyId)) throw new Error(`"${keyId}" is not a key id (a hex hash)`);
+      return `${prefix}.key.${keyId}.${type}`;
+    },
+    ofKeyType: (type) => `${prefix}.key.*.${type}`,
   };
 }

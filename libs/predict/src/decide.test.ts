@@ -82,6 +82,17 @@ describe("decide: continue, wait or checkpoint", () => {
     expect(decision).toMatchObject({ action: "wait", figures: { dimension: "requests", remaining: 0 } });
   });
 
+  it("cuts a margin larger than the window to the window: only what the call takes for certain makes it too large", () => {
+    const decision = decide({
+      window: keyWith(6_000),
+      need: need(7_000),
+      floor: need(5_000),
+      nowMs: NOW,
+      waitThresholdMs: THRESHOLD,
+    });
+    expect(decision).toMatchObject({ action: "continue", figures: { needed: 6_000 } });
+  });
+
   it("answers at once that a call larger than the whole window can never go", () => {
     const decision = decide({
       window: keyWith(6_000),

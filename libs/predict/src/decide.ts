@@ -32,6 +32,12 @@ export interface DecideInput {
   /** The key's window; undefined when nothing is known of it yet (the call goes on). */
   readonly window: KeyWindow | undefined;
   readonly need: Need;
+  /**
+   * What the call takes for certain (its input and its output cap, or its estimate without
+   * the margin): a call is too large only when this is more than the whole window; a margin
+   * that is, is cut to the window. Default `need`.
+   */
+  readonly floor?: Need;
   readonly nowMs: number;
   /** Waits up to this long are waited in place; longer ones checkpoint the run. */
   readonly waitThresholdMs: number;
@@ -65,10 +71,11 @@ export function decide(input: DecideInput): Decision {
   let untilMs = window.coolingUntil(nowMs);
   let figures = NO_FIGURES;
   for (const dimension of DIMENSIONS) {
-    const amount = need[dimension];
-    if (amount <= 0) continue;
     const view = window.view(dimension, nowMs);
-    if (view === undefined) continue;
+    if (view === undefined || need[dimension] <= 0) continue;
+    const floor = input.floor?.[dimension] ?? need[dimension];
+    const amount =
+      view.limit === undefined ? need[dimension] : Math.min(need[dimension], Math.max(floor, view.limit));
     const here: Figures = {
       dimension,
       limit: view.limit ?? 0,
@@ -76,7 +83,8 @@ export function decide(input: DecideInput): Decision {
       needed: Math.ceil(amount),
       resetAtMs: view.resetAtMs ?? 0,
     };
-    if (view.limit !== undefined && amount > view.limit) return { action: "too_large", figures: here };
+    if (view.limit !== undefined && floor > view.limit)
+      return { action: "too_large", figures: { ...here, needed: Math.ceil(floor) } };
     if (view.remaining - view.reserved >= amount) {
       // The figures of a call that goes on are those of the dimension with the least room to spare.
       if (untilMs === 0 && (figures.dimension === undefined || slack(here) < slack(figures))) figures = here;

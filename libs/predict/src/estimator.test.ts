@@ -8,6 +8,7 @@ const call = (over: Partial<CallFeatures> = {}): CallFeatures => ({
   model: "gpt-4o-mini",
   tag: "",
   countedInput: 1_000,
+  exact: false,
   maxOutput: undefined,
   toolCount: 0,
   messageCount: 3,

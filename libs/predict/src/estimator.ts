@@ -3,8 +3,9 @@ export interface CallFeatures {
   readonly runId: string;
   readonly model: string;
   readonly tag: string;
-  /** Input tokens as counted from the request (a tokenizer's count, or about four characters a token). */
+  /** Input tokens as counted from the request: a tokenizer's count (`exact`), or about four characters a token. */
   readonly countedInput: number;
+  readonly exact: boolean;
   /** The output cap the request sets (max_tokens, max_output_tokens), when it sets one. */
   readonly maxOutput: number | undefined;
   readonly toolCount: number;
@@ -65,29 +66,49 @@ export const ESTIMATOR_DEFAULTS: EstimatorOptions = Object.freeze({
   maxRuns: 10_000,
 });
 
+/**
+ * How the provider's input counts compare with the request's own count, per way of
+ * counting: about four characters a token and a tokenizer's count differ, and a call is
+ * counted either way (the tokenizer only when the window is close).
+ */
+export class InputRatio {
+  private characters = { n: 0, ratio: 1 };
+  private tokenizer = { n: 0, ratio: 1 };
+
+  of(call: Pick<CallFeatures, "exact">): number {
+    return call.exact ? this.tokenizer.ratio : this.characters.ratio;
+  }
+
+  learn(alpha: number, call: Pick<CallFeatures, "exact" | "countedInput">, actual: Actual): void {
+    if (call.countedInput <= 0 || actual.input <= 0) return;
+    const ratio = actual.input / call.countedInput;
+    const way = call.exact ? this.tokenizer : this.characters;
+    way.ratio = way.n === 0 ? ratio : way.ratio + alpha * (ratio - way.ratio);
+    way.n += 1;
+  }
+}
+
 /** Moving averages of one run's (or one model's) calls. */
 class History {
   n = 0;
-  /** Reported input over counted input. */
-  inputRatio = 1;
+  /** Reported input over counted input, per way of counting (characters, a tokenizer). */
+  readonly ratio = new InputRatio();
   output = 0;
   latencyMs = 0;
   /** The moving error (actual − predicted) and its variance. */
   error = 0;
   variance = 0;
 
-  learn(alpha: number, counted: number, predicted: number, actual: Actual): void {
-    const ratio = counted > 0 ? actual.input / counted : 1;
+  learn(alpha: number, call: CallFeatures, predicted: number, actual: Actual): void {
+    this.ratio.learn(alpha, call, actual);
     const total = actual.input + actual.output;
     const miss = total - predicted;
     if (this.n === 0) {
-      this.inputRatio = ratio;
       this.output = actual.output;
       this.latencyMs = actual.latencyMs;
       this.error = 0;
       this.variance = miss * miss;
     } else {
-      this.inputRatio += alpha * (ratio - this.inputRatio);
       this.output += alpha * (actual.output - this.output);
       this.latencyMs += alpha * (actual.latencyMs - this.latencyMs);
       const deviation = miss - this.error;
@@ -121,7 +142,7 @@ export class Estimator implements CostEstimator {
 
   estimate(call: CallFeatures): Estimate {
     const history = this.runs.get(runKey(call)) ?? this.models.get(call.model);
-    const input = Math.ceil(call.countedInput * (history?.inputRatio ?? 1));
+    const input = Math.ceil(call.countedInput * (history?.ratio.of(call) ?? 1));
     let output = history !== undefined && history.n > 0 ? history.output : this.options.defaultOutput;
     if (call.maxOutput !== undefined) output = Math.min(output, call.maxOutput);
     const total = Math.max(1, input + output + (history?.error ?? 0));
@@ -152,13 +173,13 @@ export class Estimator implements CostEstimator {
       this.runs.delete(key);
     }
     this.runs.set(key, run);
-    run.learn(this.options.alpha, call.countedInput, estimate.total, actual);
+    run.learn(this.options.alpha, call, estimate.total, actual);
     let model = this.models.get(call.model);
     if (model === undefined) {
       model = new History();
       this.models.set(call.model, model);
     }
-    model.learn(this.options.alpha, call.countedInput, estimate.total, actual);
+    model.learn(this.options.alpha, call, estimate.total, actual);
   }
 
   slipped(): void {

@@ -5,6 +5,7 @@ import {
   ESTIMATOR_DEFAULTS,
   type Estimate,
   type EstimatorOptions,
+  InputRatio,
 } from "./estimator.js";
 
 /** The features a `FeatureEstimator` may learn from. */
@@ -106,7 +107,7 @@ export class FeatureEstimator implements CostEstimator {
   private readonly latency: Ridge;
   private readonly size: number;
   private n = 0;
-  private inputRatio = 1;
+  private readonly ratio = new InputRatio();
   private error = 0;
   private variance = 0;
   private kNow: number;
@@ -127,7 +128,7 @@ export class FeatureEstimator implements CostEstimator {
 
   estimate(call: CallFeatures): Estimate {
     const x = this.vector(call);
-    const input = Math.ceil(call.countedInput * this.inputRatio);
+    const input = Math.ceil(call.countedInput * this.ratio.of(call));
     let output = this.n === 0 ? this.options.defaultOutput : Math.max(0, this.output.predict(x));
     if (call.maxOutput !== undefined) output = Math.min(output, call.maxOutput);
     const total = Math.max(1, input + output + this.error);
@@ -147,13 +148,11 @@ export class FeatureEstimator implements CostEstimator {
   record(call: CallFeatures, estimate: Estimate, actual: Actual): void {
     const x = this.vector(call);
     const alpha = this.options.alpha;
-    const ratio = call.countedInput > 0 ? actual.input / call.countedInput : 1;
+    this.ratio.learn(alpha, call, actual);
     const miss = actual.input + actual.output - estimate.total;
     if (this.n === 0) {
-      this.inputRatio = ratio;
       this.variance = miss * miss;
     } else {
-      this.inputRatio += alpha * (ratio - this.inputRatio);
       const deviation = miss - this.error;
       this.error += alpha * deviation;
       this.variance = (1 - alpha) * (this.variance + alpha * deviation * deviation);

@@ -24,12 +24,15 @@ export {
   HoldRequest,
   HoldResponse,
   HoldRule as ControlHoldRule,
+  KeyWindowView,
   LiftRuleRequest,
   LiftRuleResponse,
   ListRulesRequest,
   ListRulesResponse,
   ListRunsRequest,
   ListRunsResponse,
+  ListWindowsRequest,
+  ListWindowsResponse,
   ResumeRequest,
   ResumeResponse,
   RunHold as ControlRunHold,
@@ -40,6 +43,7 @@ export {
   StopResponse,
   Target,
   TripView as ControlTripView,
+  WindowDimensionView,
 } from "./gen/holdfast/control/v1/control.generated.js";
 export {
   Actor,

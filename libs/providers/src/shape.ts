@@ -21,6 +21,8 @@ export interface RequestView {
   readonly previousResponseId: string | undefined;
   /** The most output the request allows (max_tokens and its kin); undefined when it sets none. */
   readonly maxOutputTokens: number | undefined;
+  /** Tools the request offers the model. */
+  readonly toolCount: number;
 }
 
 /** Why a request was refused, ready for the shape's error body with `param`. */

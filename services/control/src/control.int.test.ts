@@ -380,6 +380,7 @@ const ROUTES: { method: string; path: string; body?: unknown; needs: "read" | "c
   { method: "GET", path: "/runs", needs: "read" },
   { method: "GET", path: "/runs/solo-1", needs: "read" },
   { method: "GET", path: "/rules", needs: "read" },
+  { method: "GET", path: "/windows", needs: "read" },
   { method: "POST", path: "/runs/matrix-1/hold", body: {}, needs: "change" },
   { method: "POST", path: "/runs/matrix-1/resume", body: {}, needs: "change" },
   { method: "POST", path: "/runs/matrix-1/stop", body: {}, needs: "change" },
@@ -557,6 +558,11 @@ describe("the gRPC API", () => {
       name: "LiftRule",
       needs: "change",
       call: (c, cb) => c.liftRule({ ruleId: "rule-none", reason: "" }, cb),
+    },
+    {
+      name: "ListWindows",
+      needs: "read",
+      call: (c, cb) => c.listWindows({}, cb),
     },
     {
       name: "Approve",

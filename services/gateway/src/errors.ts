@@ -8,10 +8,16 @@ export abstract class GatewayError extends Error {
   abstract readonly type: string;
   abstract readonly retryable: boolean;
   readonly param: string | null;
+  /** Response headers the error is answered with (a 429's retry-after). */
+  readonly headers: Readonly<Record<string, string>>;
 
-  constructor(message: string, options: { param?: string | null; cause?: unknown } = {}) {
+  constructor(
+    message: string,
+    options: { param?: string | null; cause?: unknown; headers?: Record<string, string> } = {},
+  ) {
     super(message, { cause: options.cause });
     this.param = options.param ?? null;
+    this.headers = options.headers ?? {};
   }
 }
 
@@ -121,4 +127,36 @@ export class GateUnavailableError extends GatewayError {
   readonly status = 503;
   readonly type = "server_error";
   readonly retryable = true;
+}
+
+/**
+ * A call waited its ceiling (predict.max_wait_s) for its provider key's window: it gets
+ * the provider's own answer, a 429 with retry-after, which its SDK knows how to wait out.
+ */
+export class RateLimitWaitExceededError extends GatewayError {
+  override readonly name = "RateLimitWaitExceededError";
+  readonly code = "rate_limit_exceeded";
+  readonly status = 429;
+  readonly type = "rate_limit_error";
+  readonly retryable = true;
+  constructor(message: string, retryAfterMs: number) {
+    super(message, {
+      headers: {
+        "retry-after": String(Math.max(1, Math.ceil(retryAfterMs / 1_000))),
+        "retry-after-ms": String(Math.max(0, Math.ceil(retryAfterMs))),
+      },
+    });
+  }
+}
+
+/**
+ * A call needs more of its key's window (tokens, or its input alone) than the whole window
+ * holds: no wait can help, so it is refused at once rather than parked for ever.
+ */
+export class TooLargeForRateLimitError extends GatewayError {
+  override readonly name = "TooLargeForRateLimitError";
+  readonly code = "request_too_large_for_rate_limit";
+  readonly status = 400;
+  readonly type = "invalid_request_error";
+  readonly retryable = false;
 }

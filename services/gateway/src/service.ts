@@ -30,6 +30,7 @@ import { RESPONSE_TTL_MS, ResponseIndex } from "./identify/responses.js";
 import { Liveness } from "./liveness/liveness.js";
 import { Reaper } from "./liveness/reaper.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
+import { predictFeature } from "./predict/feature.js";
 import { Upstreams } from "./upstream/upstream.js";
 
 export interface RunningGateway {
@@ -148,6 +149,22 @@ export async function startGateway(
         keepalive1xx: config.hold.keepalive_1xx,
         shutdown: shutdown.signal,
       });
+  // Rate-limit prediction: every answer's headers read, each call decided before forward.
+  const predict = config.predict.enabled
+    ? predictFeature({
+        config: config.predict,
+        ledger,
+        keyEvents: bus,
+        limitsFor: (tag) => admission.limitsFor(tag),
+        gateway: gatewayId,
+        newId,
+        clock,
+        log,
+        keepaliveMs: config.hold.keepalive_ms,
+        keepalive1xx: config.hold.keepalive_1xx,
+        shutdown: shutdown.signal,
+      })
+    : undefined;
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
@@ -167,6 +184,7 @@ export async function startGateway(
       runs_held: held.count,
     }),
     features: [
+      ...(predict === undefined ? [] : [predict.feature]),
       ...(budgets === undefined ? [] : [budgets.feature]),
       ...(gate === undefined ? [] : [gate]),
       ...(options.features ?? []),
@@ -182,6 +200,7 @@ export async function startGateway(
     port,
     async close() {
       shutdown.abort();
+      predict?.close();
       await reaper.stop();
       await app.close();
       await budgets?.close();

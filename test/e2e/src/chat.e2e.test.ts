@@ -6,7 +6,12 @@ import { API_KEY, type Stack, startStack } from "./stack.js";
 let stack: Stack;
 const LIMITED_KEY = "sk-limited-0000000000000000000000";
 beforeAll(async () => {
-  stack = await startStack({ provider: { chunkDelayMs: 2, limitsByKey: { [LIMITED_KEY]: { tpm: 200 } } } });
+  // Prediction off: these tests see the provider's own answers, 429s included (predict.e2e
+  // covers what prediction does with them).
+  stack = await startStack({
+    config: { predict: { enabled: false } },
+    provider: { chunkDelayMs: 2, limitsByKey: { [LIMITED_KEY]: { tpm: 200 } } },
+  });
 });
 afterAll(async () => {
   await stack?.close();
@@ -187,7 +192,7 @@ describe("Chat Completions through the gateway with the openai SDK", () => {
     expect(run.steps[0]?.failure?.reason).toBe("upstream_status");
   });
 
-  it("passes a 429 through with retry-after and the rate-limit headers, and records it", async () => {
+  it("with prediction off, passes a 429 through with retry-after and the rate-limit headers, and records it", async () => {
     const client = stack.client({ apiKey: LIMITED_KEY, headers: { "X-Holdfast-Run": "limited" } });
     const request = {
       model: "gpt-4o-mini",

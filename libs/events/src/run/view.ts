@@ -1,4 +1,13 @@
-import type { Actor, GatedToolCall, Selector, Trip, WindowLimits } from "@holdfast/proto";
+import {
+  type Actor,
+  type GatedToolCall,
+  LimitKind,
+  type Prediction,
+  predictActionToJSON,
+  type Selector,
+  type Trip,
+  type WindowLimits,
+} from "@holdfast/proto";
 import { isKnown, type StoredEnvelope } from "../envelope.js";
 import { describeSelector } from "../fleet/selector.js";
 import { actorName, apiName, failureReasonName, limitName, runSourceName, unparkName } from "../names.js";
@@ -37,6 +46,31 @@ export interface StepView {
   finishReason: string;
   toolCalls: string[];
   failure: { reason: string; errorType: string; errorCode: string; message: string } | null;
+  /** What rate-limit prediction decided before the call, with its figures; null when it was off. */
+  prediction: PredictionView | null;
+  /** Times the gateway sent the call again after a 429 that slipped past prediction. */
+  retries: { attempt: number; upstreamStatus: number; retryAfterMs: number; wastedInputTokens: number }[];
+}
+
+/** A rate-limit prediction as people read it. */
+export interface PredictionView {
+  /** "continue", "wait" or "checkpoint". */
+  action: string;
+  keyId: string;
+  /** The window dimension that decided; "" when none constrained the call. */
+  dimension: string;
+  limit: number;
+  remaining: number;
+  needed: number;
+  resetAtMs: number;
+  estimatedInputTokens: number;
+  estimatedOutputTokens: number;
+  estimatedTotalTokens: number;
+  sigma: number;
+  k: number;
+  waitedMs: number;
+  resumeAtMs: number;
+  exactInput: boolean;
 }
 
 /** A trip as people read it: which limit, its value, what was spent, in the limit's unit. */
@@ -47,6 +81,8 @@ export interface TripView {
   budgetKey: string;
   period: string;
   crossedByStepId: string;
+  /** A rate-limit checkpoint's prediction. */
+  prediction: PredictionView | null;
 }
 
 /** Something that happened to the run besides its calls: trips, holds, resumes, stops, parked calls. */
@@ -190,7 +226,7 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
       case "runTripped":
         entry("tripped", {
           action: payload.value.action === 2 ? "stop" : "hold",
-          actor: "limit",
+          actor: payload.value.trip?.limit === LimitKind.LIMIT_KIND_RATE_LIMIT ? "predictor" : "limit",
           trip: tripView(payload.value.trip),
         });
         continue;
@@ -225,7 +261,18 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
         continue;
       case "holdRuleAdded":
       case "holdRuleLifted":
+      case "rateLimitObserved":
         continue;
+      case "stepRetried": {
+        const e = payload.value;
+        byId.get(e.stepId)?.retries.push({
+          attempt: e.attempt,
+          upstreamStatus: e.upstreamStatus,
+          retryAfterMs: Number(e.retryAfterMs),
+          wastedInputTokens: Number(e.wastedInputTokens),
+        });
+        continue;
+      }
       case "toolCallGated":
       case "loopDetected": {
         const e = payload.value;
@@ -328,6 +375,8 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
         finishReason: "",
         toolCalls: [],
         failure: null,
+        prediction: predictionView(e.prediction),
+        retries: [],
       };
       steps.push(step);
       byId.set(e.stepId, step);
@@ -423,6 +472,18 @@ function tripView(trip: Trip | undefined): TripView | null {
     budgetKey: trip.budgetKey,
     period: trip.period,
     crossedByStepId: trip.crossedByStepId,
+    prediction: predictionView(trip.prediction),
+  };
+}
+
+function predictionView(prediction: Prediction | undefined): PredictionView | null {
+  if (prediction === undefined) return null;
+  return {
+    ...prediction,
+    action: predictActionToJSON(prediction.action)
+      .replace(/^PREDICT_ACTION_/, "")
+      .toLowerCase(),
+    waitedMs: Number(prediction.waitedMs),
   };
 }
 

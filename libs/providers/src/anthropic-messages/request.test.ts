@@ -31,6 +31,7 @@ describe("readAnthropicRequest", () => {
         firstMessage: "What's the weather in Paris?",
         previousResponseId: undefined,
         maxOutputTokens: 1024,
+        toolCount: 0,
         metadata: { user_id: "user-7f3a" },
       },
     });
@@ -53,6 +54,7 @@ describe("readAnthropicRequest", () => {
         firstMessage: "Hi",
         previousResponseId: undefined,
         maxOutputTokens: 256,
+        toolCount: 0,
         metadata: undefined,
       },
     });

@@ -77,6 +77,7 @@ export function readAnthropicRequest(body: unknown): AnthropicRequestResult {
       firstMessage: firstMessage ?? "",
       previousResponseId: undefined,
       maxOutputTokens: positiveInt(body.max_tokens),
+      toolCount: Array.isArray(body.tools) ? body.tools.length : 0,
       metadata: isRecord(metadata) ? metadata : undefined,
     },
   };

@@ -38,6 +38,7 @@ describe("anthropicMessagesShape", () => {
       firstMessage: "",
       previousResponseId: undefined,
       maxOutputTokens: undefined,
+      toolCount: 0,
     });
     for (const event of new SseParser().push(text)) meter.observe(event);
     expect(readProviderError(200, meter.errorEvent ?? "", [])).toEqual({

@@ -77,6 +77,7 @@ export function readChatRequest(body: unknown): ChatRequestResult {
       metadata: isRecord(metadata) ? metadata : undefined,
       previousResponseId: undefined,
       maxOutputTokens: positiveInt(body.max_completion_tokens) ?? positiveInt(body.max_tokens),
+      toolCount: Array.isArray(body.tools) ? body.tools.length : 0,
     },
   };
 }

@@ -93,6 +93,7 @@ export function readResponsesRequest(body: unknown): ResponsesRequestResult {
       firstMessage: firstMessage ?? "",
       previousResponseId: nonEmptyString(previous),
       maxOutputTokens: positiveInt(body.max_output_tokens),
+      toolCount: Array.isArray(body.tools) ? body.tools.length : 0,
       metadata: isRecord(metadata) ? metadata : undefined,
     },
   };

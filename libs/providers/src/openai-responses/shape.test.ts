@@ -53,6 +53,7 @@ describe("openAIResponsesShape", () => {
       firstMessage: "",
       previousResponseId: undefined,
       maxOutputTokens: undefined,
+      toolCount: 0,
     });
     const text = openAIResponsesShape.streamErrorEvent("Run stopped.", {
       type: "suspended",

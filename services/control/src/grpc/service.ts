@@ -81,6 +81,10 @@ export function controlGrpcService(deps: ControlGrpcDeps): ServedService {
       const result = await operations.stop(action(request.target, undefined), actor);
       return { runs: result.runs.map((run) => AffectedRun.fromPartial(run)) };
     }, toStatus),
+    listWindows: unary(async (_request, call) => {
+      authorize(call, "read");
+      return { windows: await operations.listWindows(Date.now()) };
+    }, toStatus),
     listRules: unary(async (_request, call) => {
       authorize(call, "read");
       return { rules: (await operations.listRules()).map(holdRule) };

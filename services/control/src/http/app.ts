@@ -96,6 +96,23 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
     stopBody(await operations.stop(selectorAction(request.body, false), actorOf(request))),
   );
 
+  app.get(`${API_PREFIX}/windows`, needs("read"), async () => ({
+    windows: (await operations.listWindows(Date.now())).map((window) => ({
+      key_id: window.keyId,
+      upstream: window.upstream,
+      gateway: window.gateway,
+      observed_at: new Date(window.observedAtMs).toISOString(),
+      cooldown_until: window.cooldownUntilMs > 0 ? new Date(window.cooldownUntilMs).toISOString() : null,
+      dimensions: window.dimensions.map((d) => ({
+        dimension: d.dimension,
+        limit: d.limit,
+        remaining_read: d.remainingRead,
+        remaining_now: d.remainingNow,
+        reset_at: d.resetAtMs > 0 ? new Date(d.resetAtMs).toISOString() : null,
+      })),
+    })),
+  }));
+
   app.get(`${API_PREFIX}/rules`, needs("read"), async () => ({
     rules: (await operations.listRules()).map(ruleBody),
   }));

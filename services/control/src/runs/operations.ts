@@ -16,10 +16,27 @@ import {
   sameSelector,
   type WindowLimits,
 } from "@holdfast/events";
+import { WindowState } from "@holdfast/predict";
 import type { Ledger } from "@holdfast/runs";
 import { AnalyticsUnavailableError, InvalidArgumentError, NotFoundError } from "../errors.js";
 import type { LogRuns, ProjectedRun, Projection } from "./sources.js";
 import { type ActionRequest, checkRunId, MAX_LIST, ruleIdFor } from "./target.js";
+
+/** A provider key's rate-limit window as gateways last read it, refilled to now. */
+export interface KeyWindowView {
+  keyId: string;
+  upstream: string;
+  gateway: string;
+  observedAtMs: number;
+  cooldownUntilMs: number;
+  dimensions: {
+    dimension: string;
+    limit: number;
+    remainingRead: number;
+    remainingNow: number;
+    resetAtMs: number;
+  }[];
+}
 
 /** A run an action touched: `changed` is false when it already was as asked. */
 export interface AffectedRun {
@@ -261,6 +278,47 @@ export class ControlOperations {
       run: { runId, changed: done.events.length > 0, status: done.state.status },
       gates,
     };
+  }
+
+  /** Each provider key's window, from the last reading any gateway recorded, refilled to `nowMs`. */
+  async listWindows(nowMs: number): Promise<KeyWindowView[]> {
+    const views: KeyWindowView[] = [];
+    for (const { observedAtMs, reading } of await this.deps.log.keyReadings()) {
+      const dimensions: KeyWindowView["dimensions"] = [];
+      for (const [dimension, read] of [
+        ["requests", reading.requests],
+        ["tokens", reading.tokens],
+        ["input_tokens", reading.inputTokens],
+        ["output_tokens", reading.outputTokens],
+      ] as const) {
+        if (read?.reported !== true) continue;
+        const state = WindowState.from(
+          {
+            limit: read.limit > 0 ? read.limit : undefined,
+            remaining: read.remaining,
+            resetAtMs: read.resetAtMs > 0 ? read.resetAtMs : undefined,
+          },
+          observedAtMs,
+        );
+        dimensions.push({
+          dimension,
+          limit: read.limit,
+          remainingRead: read.remaining,
+          remainingNow: Math.floor(state.available(nowMs)),
+          resetAtMs: read.resetAtMs,
+        });
+      }
+      const cooldown = reading.retryAfterMs > 0 ? observedAtMs + reading.retryAfterMs : 0;
+      views.push({
+        keyId: reading.keyId,
+        upstream: reading.upstream,
+        gateway: reading.gateway,
+        observedAtMs,
+        cooldownUntilMs: cooldown > nowMs ? cooldown : 0,
+        dimensions,
+      });
+    }
+    return views.sort((a, b) => a.upstream.localeCompare(b.upstream) || a.keyId.localeCompare(b.keyId));
   }
 
   async listRules(): Promise<RuleView[]> {

@@ -1,6 +1,7 @@
 import type { RunRow } from "@holdfast/analytics";
 import type { Bus } from "@holdfast/bus";
 import { isKnown, type StoredEnvelope } from "@holdfast/events";
+import type { RateLimitObserved } from "@holdfast/proto";
 import { CONTROL_TYPES } from "@holdfast/runs";
 import { AnalyticsUnavailableError, InvalidArgumentError } from "../errors.js";
 
@@ -60,6 +61,19 @@ export class LogRuns {
    */
   async started(): Promise<string[]> {
     return [...(await this.bus.countsByRun("StepStarted")).keys()];
+  }
+
+  /** Each provider key's last rate-limit reading, from its own subject. */
+  async keyReadings(): Promise<{ observedAtMs: number; reading: RateLimitObserved }[]> {
+    const readings: { observedAtMs: number; reading: RateLimitObserved }[] = [];
+    for (const { envelope } of await this.bus.lastOnSubjects([
+      this.bus.subjects.ofKeyType("RateLimitObserved"),
+    ])) {
+      if (isKnown(envelope) && envelope.payload.$case === "rateLimitObserved") {
+        readings.push({ observedAtMs: envelope.timestampMs, reading: envelope.payload.value });
+      }
+    }
+    return readings;
   }
 
   /** Runs whose last hold, stop, trip or resume left them held or stopped: exact, from the log. */

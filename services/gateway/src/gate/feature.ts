@@ -81,7 +81,7 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
     call.request.log.info({ runId, gateId, kind: hold.kind }, "answer held by the tool-call gate");
     try {
       const decision = await decided(call, gateId, after);
-      if (decision === "client_gone" || decision === "shutdown") {
+      if (decision === "client_gone" || decision === "shutdown" || decision === "gave_up") {
         // Nobody is left to take the answer: it is dropped, and the run goes on as after a
         // decision (the agent's retry, if any, is judged anew).
         ledger
@@ -114,7 +114,9 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
     call: Call,
     gateId: string,
     after: RunState,
-  ): Promise<{ kind: "approved" } | { kind: "denied"; reason: string } | "client_gone" | "shutdown"> =>
+  ): Promise<
+    { kind: "approved" } | { kind: "denied"; reason: string } | "client_gone" | "shutdown" | "gave_up"
+  > =>
     untilRun(call, ledger, options.shutdown, after, (state) => {
       if (state.gates.has(gateId)) return undefined;
       const decision = state.gateDecisions.get(gateId);

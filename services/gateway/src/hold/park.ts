@@ -18,7 +18,7 @@ export interface ParkingOptions {
 }
 
 /** How a parked call left its parking. */
-export type Unparked = "released" | "stopped" | "client_gone" | "shutdown";
+export type Unparked = "released" | "stopped" | "client_gone" | "shutdown" | "gave_up";
 
 /** The headers a held streaming call is answered with before the provider's are known. */
 export const HELD_STREAM_HEADERS = {
@@ -82,6 +82,7 @@ const UNPARK: Record<Unparked, UnparkReason> = {
   stopped: UnparkReason.UNPARK_REASON_STOPPED,
   client_gone: UnparkReason.UNPARK_REASON_CLIENT_GONE,
   shutdown: UnparkReason.UNPARK_REASON_GATEWAY_LOST,
+  gave_up: UnparkReason.UNPARK_REASON_GAVE_UP,
 };
 
 /**
@@ -102,8 +103,9 @@ function released(
 /**
  * Waits on the run's state as this gateway follows it (a change appended by any process
  * reaches it through the log) until `judge` says what became of the waiting call, the
- * client leaves, or this gateway shuts down. `now` is the state to judge first, in case it
- * moved between the decision to wait and the subscription.
+ * client leaves, this gateway shuts down, or a feature gives up on the call (`giveUp`).
+ * `now` is the state to judge first, in case it moved between the decision to wait and
+ * the subscription.
  */
 export function untilRun<T>(
   call: Call,
@@ -111,15 +113,16 @@ export function untilRun<T>(
   shutdown: AbortSignal,
   now: RunState | undefined,
   judge: (state: RunState) => T | undefined,
-): Promise<T | "client_gone" | "shutdown"> {
+): Promise<T | "client_gone" | "shutdown" | "gave_up"> {
   return new Promise((resolve) => {
     let done = false;
-    const settle = (how: T | "client_gone" | "shutdown") => {
+    const settle = (how: T | "client_gone" | "shutdown" | "gave_up") => {
       if (done) return;
       done = true;
       unsubscribe();
       call.clientGone.removeEventListener("abort", gone);
       shutdown.removeEventListener("abort", closing);
+      call.giveUp.signal.removeEventListener("abort", givenUp);
       resolve(how);
     };
     const check = (state: RunState) => {
@@ -128,11 +131,14 @@ export function untilRun<T>(
     };
     const gone = () => settle("client_gone");
     const closing = () => settle("shutdown");
+    const givenUp = () => settle("gave_up");
     const unsubscribe = ledger.subscribe(call.run.runId, check);
     call.clientGone.addEventListener("abort", gone, { once: true });
     shutdown.addEventListener("abort", closing, { once: true });
+    call.giveUp.signal.addEventListener("abort", givenUp, { once: true });
     if (call.clientGone.aborted) return gone();
     if (shutdown.aborted) return closing();
+    if (call.giveUp.signal.aborted) return givenUp();
     const state = ledger.cached(call.run.runId) ?? now;
     if (state !== undefined) check(state);
   });
@@ -166,7 +172,7 @@ export function startKeepalive(
 export async function waitForRoom(
   call: Call,
   options: Pick<ParkingOptions, "ledger" | "keepaliveMs" | "keepalive1xx" | "shutdown">,
-): Promise<"ready" | "client_gone" | "shutdown"> {
+): Promise<"ready" | "client_gone" | "shutdown" | "gave_up"> {
   const keepalive = startKeepalive(call, options);
   try {
     const before = options.ledger.cached(call.run.runId);
@@ -178,4 +184,37 @@ export async function waitForRoom(
   } finally {
     keepalive();
   }
+}
+
+/**
+ * Waits `ms` in place, without holding the run (a rate-limit wait, or the wait a 429's
+ * retry-after asked for), with the keepalives a parked call gets; cut short when the
+ * client leaves, the gateway shuts down, or a feature gives up on the call.
+ */
+export function pause(
+  call: Call,
+  ms: number,
+  options: Pick<ParkingOptions, "keepaliveMs" | "keepalive1xx" | "shutdown">,
+): Promise<"ready" | "client_gone" | "shutdown" | "gave_up"> {
+  if (ms <= 0) return Promise.resolve("ready");
+  const keepalive = startKeepalive(call, options);
+  return new Promise<"ready" | "client_gone" | "shutdown" | "gave_up">((resolve) => {
+    const signals: Array<[AbortSignal, "client_gone" | "shutdown" | "gave_up"]> = [
+      [call.clientGone, "client_gone"],
+      [options.shutdown, "shutdown"],
+      [call.giveUp.signal, "gave_up"],
+    ];
+    const listeners = signals.map(([signal, how]) => {
+      const listener = () => settle(how);
+      signal.addEventListener("abort", listener, { once: true });
+      return [signal, listener] as const;
+    });
+    const timer = setTimeout(() => settle("ready"), ms);
+    function settle(how: "ready" | "client_gone" | "shutdown" | "gave_up"): void {
+      clearTimeout(timer);
+      for (const [signal, listener] of listeners) signal.removeEventListener("abort", listener);
+      resolve(how);
+    }
+    for (const [signal, how] of signals) if (signal.aborted) return settle(how);
+  }).finally(keepalive);
 }

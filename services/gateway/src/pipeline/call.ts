@@ -128,7 +128,10 @@ export async function handleCall(
     budgetLeases: [],
     secrets,
     upstreamBody: upstreamBodyOf(shape, body, view, raw),
+    upstreamOrigin: upstream.origin,
     step: 0,
+    prediction: undefined,
+    giveUp: new AbortController(),
   };
   const upstreamBody = call.upstreamBody;
   const labels: RunLabels = { tag: run.tag, tenant: run.tenant };
@@ -139,6 +142,8 @@ export async function handleCall(
     await serve();
   } catch (error) {
     answerError(call, toGatewayError(error, call));
+  } finally {
+    hooks.ended(call);
   }
 
   async function serve(): Promise<void> {
@@ -152,7 +157,11 @@ export async function handleCall(
         outcomeCommand(call, ending, latencyMs, firstByteMs, upstream, deps.pricer),
         secrets,
       );
-      hooks.outcome(call, command.outcome.cost);
+      hooks.outcome(call, command.outcome.cost, {
+        usage: command.outcome.usage,
+        latencyMs,
+        status: command.outcome.upstreamStatus,
+      });
       deps.ledger
         .executeDurably(run.runId, labels, command)
         .catch((error: unknown) => deps.onRecordError(error, run.runId));
@@ -248,13 +257,7 @@ export async function handleCall(
         let answered: Dispatcher.ResponseData | undefined;
         let upstreamError: unknown;
         try {
-          answered = await upstream.request({
-            path: shape.upstreamPath,
-            method: "POST",
-            headers: forwardHeaders(request.headers, upstreamBody.length),
-            body: upstreamBody,
-            signal: attempt.signal,
-          });
+          answered = await send(attempt.signal);
         } catch (error) {
           upstreamError = error;
         } finally {
@@ -269,7 +272,7 @@ export async function handleCall(
           throw error;
         }
         if (result === "started") {
-          if (answered !== undefined) return answered;
+          if (answered !== undefined) return retried(answered);
           if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, view.model));
           return void failUnreachable(call, upstreamError, record);
         }
@@ -279,6 +282,86 @@ export async function handleCall(
         if (result === "stopped") return refuseStopped(call);
         if (call.clientGone.aborted) return undefined;
         if (result === "busy" && !(await roomMade(call, deps))) return undefined;
+      }
+    }
+
+    /** Sends the call to the provider once, and tells the hooks what its answer's headers say. */
+    async function send(signal: AbortSignal): Promise<Dispatcher.ResponseData> {
+      const sentAtMs = Date.now();
+      const answered = await upstream.request({
+        path: shape.upstreamPath,
+        method: "POST",
+        headers: forwardHeaders(request.headers, upstreamBody.length),
+        body: upstreamBody,
+        signal,
+      });
+      hooks.answered(call, { statusCode: answered.statusCode, headers: answered.headers, sentAtMs });
+      return answered;
+    }
+
+    /**
+     * A started call the provider refused with a 429 is sent again, as the retry policy
+     * says (after the provider's retry-after), within its step: each retry is an event of
+     * the run, the input sent again its waste. Undefined when the call is answered meanwhile.
+     */
+    async function retried(first: Dispatcher.ResponseData): Promise<Dispatcher.ResponseData | undefined> {
+      let answered = first;
+      for (let attempt = 1; ; attempt++) {
+        if (answered.statusCode !== 429 || hooks.retry === undefined) return answered;
+        const waitMs = hooks.retry(
+          call,
+          { statusCode: answered.statusCode, headers: answered.headers, sentAtMs: Date.now() },
+          attempt,
+        );
+        if (waitMs === undefined) return answered;
+        const refusal = Buffer.from(await answered.body.arrayBuffer().catch(() => new ArrayBuffer(0)));
+        deps.ledger
+          .executeDurably(run.runId, labels, {
+            type: "RetryStep",
+            stepId: call.stepId,
+            attempt: attempt + 1,
+            upstreamStatus: answered.statusCode,
+            retryAfterMs: Math.round(waitMs),
+            wastedInputTokens: call.prediction?.estimatedInputTokens ?? call.estimatedInputTokens,
+            keyId: call.prediction?.keyId ?? "",
+          })
+          .catch((error: unknown) => deps.onRecordError(error, run.runId));
+        const how = await deps.admission.pause(call, waitMs);
+        if (how === "client_gone") return void record(clientAborted(NO_USAGE, view.model));
+        if (how !== "ready") {
+          // Shutting down (or given up on) before the retry: the client has the provider's refusal.
+          const error = readProviderError(
+            429,
+            decodeBody(refusal, answered.headers["content-encoding"]),
+            secrets,
+          );
+          record({
+            kind: "failed",
+            reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
+            status: 429,
+            error,
+            usage: NO_USAGE,
+            model: view.model,
+            responseId: undefined,
+          });
+          if (call.writer.headersSent) {
+            call.writer.end(shape.streamErrorEvent(error.message, { type: error.type, code: error.code }));
+          } else {
+            call.writer.send(429, returnHeaders(answered.headers, refusal.length), refusal);
+          }
+          return undefined;
+        }
+        const retry = new AbortController();
+        const stop = () => retry.abort();
+        call.clientGone.addEventListener("abort", stop, { once: true });
+        try {
+          answered = await send(retry.signal);
+        } catch (error) {
+          if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, view.model));
+          return void failUnreachable(call, error, record);
+        } finally {
+          call.clientGone.removeEventListener("abort", stop);
+        }
       }
     }
   }
@@ -319,7 +402,7 @@ async function admit(
       await deps.ledger.execute(call.run.runId, labels, {
         type: "TripRun",
         trip: verdict.trip,
-        action: deps.admission.onTrip,
+        action: verdict.action ?? deps.admission.onTrip,
       });
     }
     const gate = deps.admission.gate(call);
@@ -328,6 +411,7 @@ async function admit(
       const how = await deps.admission.park(call, labels);
       if (how === "client_gone") return undefined;
       if (how === "stopped") return refuseStopped(call);
+      if (how === "gave_up") return gaveUp(call);
       if (how === "shutdown") {
         // The client's SDK retries a 503: on another gateway, where the call parks again.
         answerError(call, new ShuttingDownError());
@@ -387,7 +471,15 @@ async function roomMade(call: Call, deps: PipelineDeps): Promise<boolean> {
   const how = await deps.admission.waitForRoom(call);
   if (how === "ready") return true;
   if (how === "shutdown") answerError(call, new ShuttingDownError());
+  if (how === "gave_up") gaveUp(call);
   return false;
+}
+
+/** Answers a call a feature gave up on while it waited with the error the feature gave. */
+function gaveUp(call: Call): undefined {
+  const reason: unknown = call.giveUp.signal.reason;
+  answerError(call, reason instanceof GatewayError ? reason : new ShuttingDownError());
+  return undefined;
 }
 
 /** Answers a call of a stopped run with a 409 in its API's shape (or, mid-stream, the stream's error event). */
@@ -406,7 +498,7 @@ function answerError(call: Call, error: GatewayError): void {
   }
   call.writer.send(
     error.status,
-    { "content-type": "application/json; charset=utf-8" },
+    { "content-type": "application/json; charset=utf-8", ...error.headers },
     JSON.stringify(call.shape.errorBody(error.message, fields)),
   );
 }
@@ -595,6 +687,7 @@ function startCommand(
       promptHash: call.run.promptHash,
       reservedNanoUsd: call.reservedNanoUsd,
       budgetLeases: [...call.budgetLeases],
+      prediction: call.prediction,
       tag: labels.tag,
       limits: deps.admission.limitsFor(labels.tag),
       rules: deps.admission.rules(),

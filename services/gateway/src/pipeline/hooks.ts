@@ -1,4 +1,5 @@
 import type { Api, Trip } from "@holdfast/events";
+import type { Prediction, Usage } from "@holdfast/proto";
 import type { AnswerSummary, ApiShape, RequestView } from "@holdfast/providers";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { GatewayError } from "../errors.js";
@@ -27,8 +28,25 @@ export interface Call {
   readonly secrets: readonly string[];
   /** The body as forwarded to the provider. */
   readonly upstreamBody: Buffer;
+  /** The origin (scheme://host:port) of the upstream the call goes to. */
+  readonly upstreamOrigin: string;
   /** The step's number in its run, once the log has started it (0 before). */
   step: number;
+  /** What rate-limit prediction decided before the call went on (recorded with its start). */
+  prediction: Prediction | undefined;
+  /**
+   * Aborted when a feature gives up on the call while it waits (parked on a held run): its
+   * reason, a GatewayError, is the answer the client gets instead.
+   */
+  readonly giveUp: AbortController;
+}
+
+/** A provider's answer to one attempt of a call, as its status line and headers came. */
+export interface UpstreamAnswer {
+  readonly statusCode: number;
+  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+  /** When the attempt was sent (ms since the epoch). */
+  readonly sentAtMs: number;
 }
 
 /** An answer as the hooks before delivery see it: metered, its outcome on its way to the log. */
@@ -48,7 +66,7 @@ export interface Answer {
 export type Verdict =
   | { readonly kind: "continue" }
   | { readonly kind: "confirm" }
-  | { readonly kind: "trip"; readonly trip: Trip }
+  | { readonly kind: "trip"; readonly trip: Trip; readonly action?: "hold" | "stop" }
   | { readonly kind: "refuse"; readonly error: GatewayError };
 
 export const CONTINUE: Verdict = Object.freeze({ kind: "continue" });
@@ -68,13 +86,33 @@ export type BeforeDeliver = (call: Call, answer: Answer) => Verdict | Promise<Ve
  * Told what a started step cost once its outcome is known (after the answer, off the
  * client's path): a budget feature settles its local account with it.
  */
-export type AfterOutcome = (call: Call, cost: { known: boolean; nanoUsd: number }) => void;
+export type AfterOutcome = (
+  call: Call,
+  cost: { known: boolean; nanoUsd: number },
+  observed: { usage: Usage | undefined; latencyMs: number; status: number },
+) => void;
+
+/** Told of every attempt's answer from the provider, before its body is read (rate-limit headers). */
+export type OnUpstreamAnswer = (call: Call, answer: UpstreamAnswer) => void;
+
+/**
+ * Asked when the provider refused a started call (a 429): how long to wait before sending
+ * it again, or undefined to let the client have the refusal. `attempt` is the one that was refused.
+ */
+export type RetryPolicy = (call: Call, answer: UpstreamAnswer, attempt: number) => number | undefined;
+
+/** Told once a call is over, however it ended (answered, refused, abandoned). */
+export type OnCallEnd = (call: Call) => void;
 
 /** The two decision points of the pipeline, filled by feature plugins, and what follows an outcome. */
 export class PipelineHooks {
   readonly beforeForward: BeforeForward[] = [];
   readonly beforeDeliver: BeforeDeliver[] = [];
   readonly afterOutcome: AfterOutcome[] = [];
+  readonly upstreamAnswered: OnUpstreamAnswer[] = [];
+  readonly callEnded: OnCallEnd[] = [];
+  /** The one policy for sending a refused call again (rate-limit prediction sets it). */
+  retry: RetryPolicy | undefined;
 
   async forward(call: Call): Promise<Verdict> {
     let confirm = false;
@@ -86,8 +124,20 @@ export class PipelineHooks {
     return confirm ? CONFIRM : CONTINUE;
   }
 
-  outcome(call: Call, cost: { known: boolean; nanoUsd: number }): void {
-    for (const hook of this.afterOutcome) hook(call, cost);
+  outcome(
+    call: Call,
+    cost: { known: boolean; nanoUsd: number },
+    observed: { usage: Usage | undefined; latencyMs: number; status: number },
+  ): void {
+    for (const hook of this.afterOutcome) hook(call, cost, observed);
+  }
+
+  answered(call: Call, answer: UpstreamAnswer): void {
+    for (const hook of this.upstreamAnswered) hook(call, answer);
+  }
+
+  ended(call: Call): void {
+    for (const hook of this.callEnded) hook(call);
   }
 
   async deliver(call: Call, answer: Answer): Promise<Verdict> {

@@ -1,0 +1,65 @@
+import { parseArgs } from "node:util";
+import { COMMON_OPTIONS } from "./common.js";
+import { controlCall, controlEndpoint } from "./control.js";
+import { CliError } from "./errors.js";
+import { table } from "./format.js";
+
+export const WINDOWS_USAGE = `holdfast windows [--json] [--data-dir DIR] [--config FILE]
+
+Lists each provider key's rate-limit window as the gateways last read it from the
+provider's headers, refilled to now: what is left of each dimension (requests, tokens,
+input and output tokens), its limit and when it is whole again. Keys are shown by id, a
+hash of the upstream and the key; the key itself is never stored.`;
+
+/** One key's window as the control API answers it. */
+export interface WindowBody {
+  key_id: string;
+  upstream: string;
+  gateway: string;
+  observed_at: string;
+  cooldown_until: string | null;
+  dimensions: {
+    dimension: string;
+    limit: number;
+    remaining_read: number;
+    remaining_now: number;
+    reset_at: string | null;
+  }[];
+}
+
+export async function windows(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON_OPTIONS });
+  if (values.help) return void console.log(WINDOWS_USAGE);
+  if (positionals.length > 0) throw new CliError(`windows takes no arguments\n\n${WINDOWS_USAGE}`, 2);
+  const { windows } = await controlCall<{ windows: WindowBody[] }>(
+    controlEndpoint(values),
+    "GET",
+    "/windows",
+  );
+  if (values.json) return void console.log(JSON.stringify(windows, null, 2));
+  if (windows.length === 0) {
+    return void console.log("No rate-limit windows read yet (no provider answered with rate-limit headers).");
+  }
+  const now = Date.now();
+  const rows: string[][] = [];
+  for (const window of windows) {
+    for (const d of window.dimensions) {
+      rows.push([
+        window.key_id,
+        window.upstream,
+        d.dimension,
+        `${d.remaining_now}/${d.limit || "?"}`,
+        d.reset_at === null ? "-" : inSeconds(Date.parse(d.reset_at) - now),
+        window.cooldown_until === null
+          ? "-"
+          : `retry in ${inSeconds(Date.parse(window.cooldown_until) - now)}`,
+        `${inSeconds(now - Date.parse(window.observed_at))} ago`,
+      ]);
+    }
+  }
+  console.log(table(["KEY", "UPSTREAM", "DIMENSION", "LEFT NOW", "FULL IN", "COOLDOWN", "READ"], rows));
+}
+
+function inSeconds(ms: number): string {
+  return ms <= 0 ? "0s" : `${(ms / 1_000).toFixed(ms < 10_000 ? 1 : 0)}s`;
+}

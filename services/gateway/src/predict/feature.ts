@@ -1,0 +1,574 @@
+import { createHash } from "node:crypto";
+import type { Config } from "@holdfast/config";
+import {
+  type ConfiguredLimits,
+  heldByCheckpoint,
+  makeEnvelope,
+  type RunCommand,
+  type RunState,
+  type Trip,
+  windowLimits,
+} from "@holdfast/events";
+import type { Logger } from "@holdfast/log";
+import {
+  ANTHROPIC_HEADERS,
+  type CallFeatures,
+  type CostEstimator,
+  type Decision,
+  type Dimension,
+  decide,
+  type Estimate,
+  Estimator,
+  FeatureEstimator,
+  type Figures,
+  type KeyWindow,
+  KeyWindows,
+  type Need,
+  OPENAI_HEADERS,
+  type RateLimitHeaderNames,
+  type RateLimitReading,
+  readRateLimits,
+  TokenCounter,
+} from "@holdfast/predict";
+import {
+  ActorKind,
+  type Envelope,
+  LimitKind,
+  PredictAction,
+  type Prediction,
+  type RateWindow,
+} from "@holdfast/proto";
+import type { Ledger, RunLabels } from "@holdfast/runs";
+import {
+  type GatewayError,
+  RateLimitWaitExceededError,
+  ShuttingDownError,
+  TooLargeForRateLimitError,
+} from "../errors.js";
+import { pause } from "../hold/park.js";
+import {
+  type Call,
+  CONTINUE,
+  type GatewayFeature,
+  type UpstreamAnswer,
+  type Verdict,
+} from "../pipeline/hooks.js";
+
+type PredictConfig = Config["predict"];
+
+/** Where readings worth an event go: the key's own subject in the event log. */
+export interface KeyEventSink {
+  appendKeyEvent(keyId: string, envelope: Envelope): Promise<void>;
+}
+
+export interface PredictFeatureOptions {
+  config: PredictConfig;
+  ledger: Ledger<RunState, RunCommand>;
+  keyEvents: KeyEventSink;
+  /** The run's per-run limits by tag (a run's deadline is the end of its max_minutes window). */
+  limitsFor: (tag: string) => ConfiguredLimits;
+  /** This gateway process, as its events name it. */
+  gateway: string;
+  newId: () => string;
+  clock: () => number;
+  log: Logger;
+  keepaliveMs: number;
+  keepalive1xx: boolean;
+  shutdown: AbortSignal;
+}
+
+/** A provider key as the gateway knows it: its id (a hash, never the key) and its window. */
+interface Key {
+  readonly keyId: string;
+  readonly window: KeyWindow;
+  readonly names: RateLimitHeaderNames;
+}
+
+/** What prediction knows of one call in the gateway. */
+interface Predicted {
+  readonly key: Key;
+  /** When the call first came to prediction: its ceiling (max_wait_s) counts from here. */
+  readonly sinceMs: number;
+  features: CallFeatures;
+  estimate: Estimate;
+  need: Need;
+  /** What the call takes for certain: its input, and its output cap (or estimate). */
+  floor: Need;
+  /** Gives up on the call (a 429 with retry-after) once it has waited its ceiling. */
+  ceiling: NodeJS.Timeout | undefined;
+}
+
+// A call whose window would keep less than this share of what it needs to spare is
+// counted again with the model's own tokenizer before it is let through on a guess.
+const CLOSE_SHARE = 1;
+// Retries after a 429 that named no wait back off from this.
+const BACKOFF_MS = 1_000;
+const KEY_IDS_KEPT = 10_000;
+
+/**
+ * Rate-limit prediction at the pipeline's hook before forward (agentpause's rule, fleet
+ * traffic read passively): every answer's rate-limit headers update its provider key's
+ * window; before each call, the call's estimate plus its margin k·σ is checked against
+ * what the window has left (less what calls in flight since the last reading reserved).
+ * The call goes on; waits in place, with keepalives, until the window has refilled
+ * enough; or, when that is longer than `wait_threshold_s` or past the run's deadline,
+ * checkpoints its run (held with reason rate_limit) and resumes it when the window allows.
+ * A call too large for the whole window is refused at once; one that has waited
+ * `max_wait_s` gets the provider's own 429 with retry-after. A 429 that slips through is
+ * retried inside the gateway and makes the margin wider.
+ */
+export function predictFeature(options: PredictFeatureOptions): {
+  feature: GatewayFeature;
+  close(): void;
+} {
+  const { config, ledger, clock } = options;
+  const waitThresholdMs = config.wait_threshold_s * 1_000;
+  const maxWaitMs = config.max_wait_s * 1_000;
+  const estimatorOptions = { ...ESTIMATOR_BASE, k: config.k, kMax: config.k_max, kStep: config.k_step };
+  const estimator: CostEstimator =
+    config.estimator === "features"
+      ? new FeatureEstimator(config.features, estimatorOptions)
+      : new Estimator(estimatorOptions);
+  const counter = new TokenCounter();
+  const loading = counter.load().catch((error: unknown) => {
+    options.log.warn(
+      { err: error },
+      "could not load tokenizers: input is counted at about four characters a token",
+    );
+  });
+  const windows = new KeyWindows();
+  const keyIds = new Map<string, string>();
+  const calls = new WeakMap<Call, Predicted>();
+  const resumes = new Map<string, NodeJS.Timeout>();
+
+  const keyOf = (call: Call): Key => {
+    const upstream = call.upstreamOrigin;
+    const credential = call.secrets[0] ?? "";
+    const cacheKey = `${upstream}\n${credential}`;
+    let keyId = keyIds.get(cacheKey);
+    if (keyId === undefined) {
+      keyId = createHash("sha256").update(cacheKey).digest("hex").slice(0, 16);
+      if (keyIds.size >= KEY_IDS_KEPT) keyIds.clear();
+      keyIds.set(cacheKey, keyId);
+    }
+    return { keyId, window: windows.of(keyId, upstream), names: headerNames(config, upstream, call) };
+  };
+
+  const estimateOf = (
+    call: Call,
+    key: Key,
+    exact: boolean,
+  ): Omit<Predicted, "sinceMs" | "ceiling" | "key"> => {
+    const counted = exact
+      ? counter.count(call.upstreamBody.toString("utf8"), call.view.model)
+      : { tokens: call.estimatedInputTokens, exact: false };
+    const features: CallFeatures = {
+      runId: call.run.runId,
+      model: call.view.model,
+      tag: call.run.tag,
+      countedInput: counted.tokens,
+      exact: counted.exact,
+      maxOutput: call.view.maxOutputTokens,
+      toolCount: call.view.toolCount,
+      messageCount: call.view.messageCount,
+    };
+    const estimate = estimator.estimate(features);
+    return {
+      features,
+      estimate,
+      need: needOf(estimate, key.names),
+      floor: floorOf(estimate, features, key.names),
+    };
+  };
+
+  const decideFor = (
+    call: Call,
+    predicted: Pick<Predicted, "key" | "need" | "floor">,
+    nowMs: number,
+  ): Decision =>
+    decide({
+      window: predicted.key.window,
+      need: predicted.need,
+      floor: predicted.floor,
+      nowMs,
+      waitThresholdMs,
+      deadlineMs: deadlineOf(call, ledger.cached(call.run.runId), options.limitsFor),
+    });
+
+  const beforeForward = async (call: Call): Promise<Verdict> => {
+    const key = calls.get(call)?.key ?? keyOf(call);
+    const sinceMs = calls.get(call)?.sinceMs ?? clock();
+    let waitedMs = 0;
+    // Why the call waited: the figures of the decision to wait, not those of the one that let it go.
+    let waitedFor: Figures | undefined;
+    for (;;) {
+      const nowMs = clock();
+      let predicted: Predicted = {
+        key,
+        sinceMs,
+        ceiling: calls.get(call)?.ceiling,
+        ...estimateOf(call, key, false),
+      };
+      let decision = decideFor(call, predicted, nowMs);
+      if (close(decision)) {
+        // Near the window's end, a guess is not good enough: count with the model's tokenizer.
+        await loading;
+        predicted = { ...predicted, ...estimateOf(call, key, true) };
+        decision = decideFor(call, predicted, nowMs);
+      }
+      calls.set(call, predicted);
+      switch (decision.action) {
+        case "continue": {
+          await resumeIfCheckpointed(call, key);
+          clearTimeout(predicted.ceiling);
+          predicted.ceiling = undefined;
+          key.window.reserve(call, predicted.need, nowMs);
+          call.prediction = predictionOf(
+            waitedMs > 0 ? PredictAction.PREDICT_ACTION_WAIT : PredictAction.PREDICT_ACTION_CONTINUE,
+            key,
+            waitedFor ?? decision.figures,
+            predicted,
+            { waitedMs, resumeAtMs: 0 },
+          );
+          return CONTINUE;
+        }
+        case "too_large":
+          return refuse(tooLarge(call, decision.figures));
+        case "wait": {
+          const waitMs = decision.untilMs - nowMs;
+          if (decision.untilMs - sinceMs > maxWaitMs) return refuse(waitedTooLong(decision.untilMs - nowMs));
+          waitedFor ??= decision.figures;
+          const how = await pause(call, waitMs, options);
+          if (how === "shutdown") return refuse(new ShuttingDownError());
+          if (how !== "ready") return refuse(waitedTooLong(decision.untilMs - clock()));
+          waitedMs += clock() - nowMs;
+          continue;
+        }
+        case "checkpoint":
+          if (decision.untilMs - sinceMs > maxWaitMs && config.on_checkpoint === "auto_resume") {
+            return refuse(waitedTooLong(decision.untilMs - nowMs));
+          }
+          return checkpoint(call, predicted, decision, waitedMs);
+      }
+    }
+  };
+
+  /** Holds the run until the window allows its call; the call parks, with a ceiling. */
+  const checkpoint = (
+    call: Call,
+    predicted: Predicted,
+    decision: Extract<Decision, { action: "checkpoint" }>,
+    waitedMs: number,
+  ): Verdict => {
+    const prediction = predictionOf(
+      PredictAction.PREDICT_ACTION_CHECKPOINT,
+      predicted.key,
+      decision.figures,
+      predicted,
+      {
+        waitedMs,
+        resumeAtMs: decision.untilMs,
+      },
+    );
+    if (config.on_checkpoint === "auto_resume") scheduleResume(call, predicted.key, decision.untilMs);
+    if (predicted.ceiling === undefined) {
+      const left = predicted.sinceMs + maxWaitMs - clock();
+      predicted.ceiling = setTimeout(
+        () => {
+          call.giveUp.abort(waitedTooLong(Math.max(0, decision.untilMs - clock())));
+        },
+        Math.max(0, left),
+      );
+      predicted.ceiling.unref();
+    }
+    const trip: Trip = {
+      limit: LimitKind.LIMIT_KIND_RATE_LIMIT,
+      limitValue: Math.round(decision.figures.limit),
+      spentValue: Math.round(decision.figures.needed),
+      budgetKey: "",
+      period: "",
+      crossedByStepId: "",
+      callModel: call.view.model,
+      prediction,
+    };
+    return { kind: "trip", trip, action: "hold" };
+  };
+
+  /** On this gateway, resumes the run at `atMs` if the checkpoint still holds it then. */
+  const scheduleResume = (call: Call, key: Key, atMs: number): void => {
+    const runId = call.run.runId;
+    clearTimeout(resumes.get(runId));
+    const labels: RunLabels = { tag: call.run.tag, tenant: call.run.tenant };
+    const timer = setTimeout(
+      () => {
+        resumes.delete(runId);
+        void resume(runId, labels, key);
+      },
+      Math.max(0, atMs - clock()),
+    );
+    timer.unref();
+    resumes.set(runId, timer);
+  };
+
+  const resume = async (runId: string, labels: RunLabels, key: Key): Promise<void> => {
+    try {
+      await ledger.execute(runId, labels, {
+        type: "ResumeRun",
+        actor: { kind: ActorKind.ACTOR_KIND_PREDICTOR, name: `predict ${key.keyId}` },
+        reason: "the provider's rate-limit window allows the run's next call",
+        onlyIfHeld: true,
+        checkpoint: true,
+      });
+    } catch (error) {
+      options.log.error({ err: error, runId }, "could not resume a rate-limit checkpoint");
+    }
+  };
+
+  /**
+   * A call that finds the window open while its run is still checkpointed (the gateway
+   * that checkpointed it died, or its timer has not fired yet) resumes the run itself.
+   */
+  const resumeIfCheckpointed = async (call: Call, key: Key): Promise<void> => {
+    if (config.on_checkpoint !== "auto_resume") return;
+    const state = ledger.cached(call.run.runId);
+    if (state === undefined || !heldByCheckpoint(state)) return;
+    clearTimeout(resumes.get(call.run.runId));
+    resumes.delete(call.run.runId);
+    await resume(call.run.runId, { tag: call.run.tag, tenant: call.run.tenant }, key);
+  };
+
+  /** Every answer's rate-limit headers update its key's window; a reading that moved it is an event. */
+  const onAnswer = (call: Call, answer: UpstreamAnswer): void => {
+    const key = calls.get(call)?.key ?? keyOf(call);
+    const nowMs = clock();
+    const reading = readRateLimits(answer.headers, key.names, nowMs);
+    if (reading === undefined) return;
+    if (!key.window.observe(reading, answer.sentAtMs, nowMs)) return;
+    const envelope = makeEnvelope({
+      id: options.newId(),
+      runId: "",
+      sequence: 0,
+      timestampMs: nowMs,
+      tag: "",
+      payload: { $case: "rateLimitObserved", value: observed(key, reading, options.gateway) },
+    });
+    options.keyEvents
+      .appendKeyEvent(key.keyId, envelope)
+      .catch((error: unknown) =>
+        options.log.warn({ err: error, keyId: key.keyId }, "could not record a rate-limit reading"),
+      );
+  };
+
+  /** A 429 that slipped through: wait what the provider asked (or the window says), then send again. */
+  const retryAfter = (call: Call, answer: UpstreamAnswer, attempt: number): number | undefined => {
+    const predicted = calls.get(call);
+    if (predicted === undefined || attempt > config.max_retries) return undefined;
+    estimator.slipped();
+    const nowMs = clock();
+    const asked = readRateLimits(answer.headers, predicted.key.names, nowMs)?.retryAfterMs;
+    predicted.key.window.release(call);
+    const decision = decideFor(call, predicted, nowMs);
+    const window =
+      decision.action === "wait" || decision.action === "checkpoint" ? decision.untilMs - nowMs : 0;
+    const waitMs = Math.max(
+      asked ?? 0,
+      window,
+      asked === undefined && window === 0 ? BACKOFF_MS * 2 ** (attempt - 1) : 0,
+    );
+    if (decision.action === "too_large" || nowMs + waitMs - predicted.sinceMs > maxWaitMs) return undefined;
+    predicted.key.window.reserve(call, predicted.need, nowMs + waitMs);
+    return waitMs;
+  };
+
+  const feature: GatewayFeature = async (app) => {
+    app.pipeline.beforeForward.push(beforeForward);
+    app.pipeline.upstreamAnswered.push(onAnswer);
+    app.pipeline.retry = retryAfter;
+    app.pipeline.afterOutcome.push((call, _cost, observedOutcome) => {
+      const predicted = calls.get(call);
+      if (predicted === undefined) return;
+      predicted.key.window.release(call);
+      const usage = observedOutcome.usage;
+      if (usage?.reported !== true || observedOutcome.status >= 300) return;
+      estimator.record(predicted.features, predicted.estimate, {
+        input: Number(usage.inputTokens),
+        output: Number(usage.outputTokens),
+        latencyMs: observedOutcome.latencyMs,
+      });
+    });
+    app.pipeline.callEnded.push((call) => {
+      const predicted = calls.get(call);
+      if (predicted === undefined) return;
+      predicted.key.window.release(call);
+      clearTimeout(predicted.ceiling);
+      calls.delete(call);
+    });
+  };
+
+  return {
+    feature,
+    close() {
+      for (const timer of resumes.values()) clearTimeout(timer);
+      resumes.clear();
+    },
+  };
+}
+
+const ESTIMATOR_BASE = { alpha: 0.3, defaultOutput: 1_024, maxRuns: 10_000 };
+
+function refuse(error: GatewayError): Verdict {
+  return { kind: "refuse", error };
+}
+
+/** Whether a call let through is close enough to the window's end to be counted exactly. */
+function close(decision: Decision): boolean {
+  if (decision.action !== "continue") return decision.action !== "too_large";
+  const { dimension, remaining, needed } = decision.figures;
+  return dimension !== undefined && dimension !== "requests" && remaining - needed < needed * CLOSE_SHARE;
+}
+
+/**
+ * What a call takes from each dimension of its key's window: a request, its estimate plus
+ * margin in tokens; where the input and output windows are apart (Anthropic's), they take
+ * the input and the rest, and the combined "tokens" figure (the more restrictive of the
+ * two) is not asked for the sum.
+ */
+function needOf(estimate: Estimate, names: RateLimitHeaderNames): Need {
+  const split = names.dimensions.inputTokens !== undefined || names.dimensions.outputTokens !== undefined;
+  return {
+    requests: 1,
+    tokens: split ? 0 : estimate.need,
+    inputTokens: estimate.input,
+    outputTokens: Math.max(0, estimate.need - estimate.input),
+  };
+}
+
+/** What a call takes for certain: its input, and its output cap when it sets one (its estimated output when not). */
+function floorOf(estimate: Estimate, features: CallFeatures, names: RateLimitHeaderNames): Need {
+  const output = features.maxOutput ?? estimate.output;
+  const split = names.dimensions.inputTokens !== undefined || names.dimensions.outputTokens !== undefined;
+  return {
+    requests: 1,
+    tokens: split ? 0 : estimate.input + output,
+    inputTokens: estimate.input,
+    outputTokens: output,
+  };
+}
+
+/** The run's deadline: the end of its max_minutes window, when it has one. */
+function deadlineOf(
+  call: Call,
+  state: RunState | undefined,
+  limitsFor: (tag: string) => ConfiguredLimits,
+): number | undefined {
+  if (state === undefined) return undefined;
+  const limits = windowLimits(limitsFor(state.tag || call.run.tag), state);
+  if (limits.maxMinutes <= 0 || state.window.startedMs <= 0) return undefined;
+  return state.window.startedMs + limits.maxMinutes * 60_000;
+}
+
+/** The header names an upstream writes its window in: configured per origin, else by the API's family. */
+function headerNames(config: PredictConfig, upstream: string, call: Call): RateLimitHeaderNames {
+  const configured = config.headers[upstream];
+  if (configured === "openai") return OPENAI_HEADERS;
+  if (configured === "anthropic") return ANTHROPIC_HEADERS;
+  if (configured !== undefined) {
+    const dimension = (d: { limit: string; remaining: string; reset: string } | undefined) =>
+      d === undefined
+        ? undefined
+        : {
+            limit: d.limit.toLowerCase(),
+            remaining: d.remaining.toLowerCase(),
+            reset: d.reset.toLowerCase(),
+          };
+    const dimensions: Partial<Record<Dimension, { limit: string; remaining: string; reset: string }>> = {};
+    for (const [name, key] of [
+      ["requests", "requests"],
+      ["tokens", "tokens"],
+      ["inputTokens", "input_tokens"],
+      ["outputTokens", "output_tokens"],
+    ] as const) {
+      const headers = dimension(configured[key]);
+      if (headers !== undefined) dimensions[name] = headers;
+    }
+    return { dimensions, resetFormat: configured.reset_format };
+  }
+  return call.shape.family === "anthropic" ? ANTHROPIC_HEADERS : OPENAI_HEADERS;
+}
+
+const DIMENSION_NAMES: Readonly<Record<Dimension, string>> = {
+  requests: "requests",
+  tokens: "tokens",
+  inputTokens: "input_tokens",
+  outputTokens: "output_tokens",
+};
+
+function predictionOf(
+  action: PredictAction,
+  key: Key,
+  figures: Figures,
+  predicted: Pick<Predicted, "estimate" | "features">,
+  at: { waitedMs: number; resumeAtMs: number },
+): Prediction {
+  const { estimate } = predicted;
+  return {
+    action,
+    keyId: key.keyId,
+    dimension: figures.dimension === undefined ? "" : DIMENSION_NAMES[figures.dimension],
+    limit: Math.round(figures.limit),
+    remaining: Math.round(figures.remaining),
+    needed: Math.round(figures.needed),
+    resetAtMs: Math.round(figures.resetAtMs),
+    estimatedInputTokens: estimate.input,
+    estimatedOutputTokens: estimate.output,
+    estimatedTotalTokens: estimate.total,
+    sigma: estimate.sigma,
+    k: estimate.k,
+    waitedMs: Math.round(at.waitedMs),
+    resumeAtMs: Math.round(at.resumeAtMs),
+    exactInput: predicted.features.exact,
+  };
+}
+
+function observed(key: Key, reading: RateLimitReading, gateway: string) {
+  const window = (dimension: Dimension): RateWindow => {
+    const read = reading[dimension];
+    return read === undefined
+      ? { reported: false, limit: 0, remaining: 0, resetAtMs: 0 }
+      : {
+          reported: true,
+          limit: Math.round(read.limit ?? 0),
+          remaining: Math.round(read.remaining),
+          resetAtMs: Math.round(read.resetAtMs ?? 0),
+        };
+  };
+  return {
+    keyId: key.keyId,
+    upstream: key.window.upstream,
+    requests: window("requests"),
+    tokens: window("tokens"),
+    inputTokens: window("inputTokens"),
+    outputTokens: window("outputTokens"),
+    retryAfterMs: Math.round(reading.retryAfterMs ?? 0),
+    gateway,
+  };
+}
+
+function tooLarge(call: Call, figures: Figures): GatewayError {
+  const what =
+    figures.dimension === "inputTokens"
+      ? "input tokens"
+      : figures.dimension === "outputTokens"
+        ? "output tokens"
+        : figures.dimension;
+  return new TooLargeForRateLimitError(
+    `This call to ${call.view.model} needs about ${figures.needed} ${what} of its API key's rate-limit window, which holds ${figures.limit} in all: no wait can make room for it. Send less (a shorter conversation, a lower max_tokens), or use a key with a larger limit.`,
+  );
+}
+
+function waitedTooLong(retryAfterMs: number): GatewayError {
+  return new RateLimitWaitExceededError(
+    `The API key's rate-limit window will not have room for this call for another ${Math.ceil(retryAfterMs / 1_000)} s, past the longest Holdfast waits (predict.max_wait_s). Retry after that.`,
+    retryAfterMs,
+  );
+}

@@ -1,0 +1,226 @@
+import { type RunningControl, startControl } from "@holdfast/control";
+import { isKnown } from "@holdfast/events";
+import { createLogger } from "@holdfast/log";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Stack, startStack } from "./stack.js";
+
+// Rate-limit prediction through the official SDKs (no retries of their own: a 429 would
+// reach the test): each API key has a small window at the fake provider, which answers
+// with OpenAI's or Anthropic's rate-limit headers and refuses what does not fit with a 429.
+// Calls past a key's window wait in place (wait_threshold_s: 2) or checkpoint their run;
+// none of them sees a 429, and the provider never has to send one.
+let stack: Stack;
+let control: RunningControl;
+const TOKEN = "control-token-for-predict-tests-01234";
+const KEY_WAIT = "sk-wait-00000000000000000000000000";
+const KEY_CHECKPOINT = "sk-checkpoint-000000000000000000000";
+const KEY_SMALL = "sk-small-0000000000000000000000000";
+const KEY_SLIP = "sk-slip-00000000000000000000000000";
+const KEY_ANTHROPIC = "sk-ant-0000000000000000000000000000";
+
+beforeAll(async () => {
+  stack = await startStack({
+    config: { predict: { wait_threshold_s: 2, max_wait_s: 20 }, hold: { keepalive_ms: 1_000 } },
+    provider: {
+      limitsByKey: {
+        // 500 tokens a second; a call below takes about 506.
+        [KEY_WAIT]: { tpm: 30_000 },
+        // 50 tokens a second; a call below takes 150: once spent, a call waits 3 s.
+        [KEY_CHECKPOINT]: { tpm: 3_000 },
+        [KEY_SMALL]: { tpm: 600 },
+        // 100 tokens a second.
+        [KEY_SLIP]: { tpm: 6_000 },
+        // Output tokens: 100 a second; a call below asks for 150 (1.5 s once spent).
+        [KEY_ANTHROPIC]: { tpm: 1_000_000, otpm: 6_000 },
+      },
+    },
+  });
+  control = await startControl(
+    { ...stack.config, control: { ...stack.config.control, port: 0, grpc_port: 0, token: TOKEN } },
+    createLogger({ name: "control", level: "silent" }),
+  );
+});
+afterAll(async () => {
+  await control?.close();
+  await stack?.close();
+});
+
+const chat = (apiKey: string, runId: string) => (content: string, maxTokens: number) =>
+  stack.client({ apiKey, headers: { "X-Holdfast-Run": runId } }).chat.completions.create({
+    model: "gpt-4o-mini",
+    max_tokens: maxTokens,
+    messages: [{ role: "user", content }],
+  });
+
+/** The provider's answers to one key: how many it refused with a 429, and how many it served. */
+function provider(apiKey: string): { refused: number; served: number } {
+  const mine = stack.provider.requests.filter((r) => r.apiKey === apiKey);
+  return {
+    refused: mine.filter((r) => r.status === 429).length,
+    served: mine.filter((r) => r.status === 200).length,
+  };
+}
+
+describe("rate-limit prediction", () => {
+  it("an agent loop past its key's window waits in place: no 429 reaches it, none is even sent", async () => {
+    const call = chat(KEY_WAIT, "predict-wait");
+    const started = Date.now();
+    for (let i = 0; i < 64; i++) await call(`${i} ${"x".repeat(1_600)}`, 100);
+    const elapsed = Date.now() - started;
+    expect(provider(KEY_WAIT)).toEqual({ refused: 0, served: 64 });
+    // 64 calls of ~506 tokens from a 30,000-token window refilling 500 a second: ~2.4 s of waits.
+    expect(elapsed).toBeGreaterThan(1_500);
+
+    const run = await stack.settled("predict-wait", 64);
+    const waited = run.steps.filter((s) => s.prediction?.action === "wait");
+    expect(waited.length).toBeGreaterThan(0);
+    expect(waited[0]?.prediction).toMatchObject({ dimension: "tokens", limit: 30_000 });
+    expect(waited[0]!.prediction!.remaining).toBeLessThan(waited[0]!.prediction!.needed);
+    expect(waited[0]!.prediction!.waitedMs).toBeGreaterThan(100);
+    // Every call went through prediction, its figures on its StepStarted.
+    expect(run.steps.every((s) => s.prediction !== null && s.prediction.keyId.length === 16)).toBe(true);
+    expect(run.status).not.toBe("held");
+  }, 60_000);
+
+  it("a wait longer than the threshold checkpoints the run (held: rate_limit), which resumes by itself", async () => {
+    const call = chat(KEY_CHECKPOINT, "predict-checkpoint");
+    for (let i = 0; i < 20; i++) await call(`${i} ${"y".repeat(400)}`, 44);
+    // The window is spent: the next call needs 3 s of refill, more than the 2 s threshold.
+    const started = Date.now();
+    const answer = call(`20 ${"y".repeat(400)}`, 44);
+    const held = await waitForStatus("predict-checkpoint", "held");
+    expect(held.hold?.trip).toMatchObject({ limit: "rate_limit", prediction: { action: "checkpoint" } });
+    expect(held.hold!.trip!.prediction!.resumeAtMs).toBeGreaterThan(started);
+    expect((await answer).choices[0]?.message).toBeDefined();
+    expect(Date.now() - started).toBeGreaterThan(1_500);
+    expect(provider(KEY_CHECKPOINT)).toEqual({ refused: 0, served: 21 });
+
+    const run = await stack.settled("predict-checkpoint", 21);
+    const tripped = run.control.find((c) => c.what === "tripped");
+    const resumed = run.control.find((c) => c.what === "resumed");
+    expect(tripped).toMatchObject({ actor: "predictor", trip: { limit: "rate_limit" } });
+    expect(resumed?.actor).toMatch(/^predictor/);
+    expect(run.status).not.toBe("held");
+    // The checkpoint's resume keeps the run's window of limits: no new window was started.
+    expect(run.window.startedMs).toBe(run.firstSeenMs);
+  }, 60_000);
+
+  it("a call its window cannot fit within max_wait_s gets the provider's own 429 and retry-after, at once", async () => {
+    const call = chat(KEY_SMALL, "predict-ceiling");
+    await call("z".repeat(800), 94);
+    await call("z".repeat(800), 94).catch(() => undefined);
+    const before = provider(KEY_SMALL).served;
+    const started = Date.now();
+    const error = (await call("z".repeat(800), 94).catch((e: unknown) => e)) as InstanceType<
+      typeof OpenAI.APIError
+    >;
+    expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(Number(error.headers?.get("retry-after"))).toBeGreaterThanOrEqual(20);
+    expect(Date.now() - started).toBeLessThan(1_500);
+    expect(provider(KEY_SMALL)).toEqual({ refused: 0, served: before });
+  });
+
+  it("a call larger than its key's whole window is refused at once with a clear error, never parked", async () => {
+    const error = (await chat(KEY_SMALL, "predict-large")("w".repeat(4_000), 50).catch(
+      (e: unknown) => e,
+    )) as InstanceType<typeof OpenAI.APIError>;
+    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(error.code).toBe("request_too_large_for_rate_limit");
+    expect(error.message).toMatch(/holds 600 in all/);
+    expect(provider(KEY_SMALL).refused).toBe(0);
+  });
+
+  it("a 429 that slips through (another client spent the key) is retried inside the gateway; the agent never sees it", async () => {
+    const call = chat(KEY_SLIP, "predict-slip");
+    await call("v".repeat(1_600), 100);
+    // Someone outside Holdfast spends the key's window directly at the provider, leaving ~410 of the ~506 the next call takes.
+    const outside = (maxTokens: number) =>
+      fetch(`${stack.provider.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${KEY_SLIP}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "gpt-4o-mini",
+          max_tokens: maxTokens,
+          messages: [{ role: "user", content: "hi" }],
+        }),
+      });
+    const left = Number((await outside(1)).headers.get("x-ratelimit-remaining-tokens"));
+    expect((await outside(left - 420)).status).toBe(200);
+    const answer = await call("v".repeat(1_600), 100);
+    expect(answer.choices[0]?.message).toBeDefined();
+    expect(provider(KEY_SLIP)).toMatchObject({ refused: 1 });
+
+    const run = await stack.settled("predict-slip", 2);
+    expect(run.steps[1]?.status).toBe("completed");
+    expect(run.steps[1]?.retries).toEqual([
+      expect.objectContaining({ attempt: 2, upstreamStatus: 429, wastedInputTokens: expect.any(Number) }),
+    ]);
+    expect(run.steps[1]!.retries[0]!.retryAfterMs).toBeGreaterThan(0);
+    expect(run.totals).toMatchObject({ retries: 1 });
+    expect(run.totals.wastedInputTokens).toBeGreaterThan(300);
+  });
+
+  it("Anthropic Messages: the output-token window is read apart, and its calls wait for it", async () => {
+    const client = stack.anthropic({
+      apiKey: KEY_ANTHROPIC,
+      headers: { "X-Holdfast-Run": "predict-anthropic" },
+    });
+    const started = Date.now();
+    for (let i = 0; i < 42; i++) {
+      await client.messages.create({
+        model: "claude-haiku-4-5",
+        max_tokens: 150,
+        messages: [{ role: "user", content: `${i}` }],
+      });
+    }
+    expect(provider(KEY_ANTHROPIC)).toEqual({ refused: 0, served: 42 });
+    expect(Date.now() - started).toBeGreaterThan(1_000);
+    const run = await stack.settled("predict-anthropic", 42);
+    const waited = run.steps.filter((s) => s.prediction?.action === "wait");
+    expect(waited.length).toBeGreaterThan(0);
+    expect(waited[0]?.prediction).toMatchObject({ dimension: "output_tokens", limit: 6_000 });
+  }, 60_000);
+
+  it("each key's window is an event on the key's own subject, and `holdfast windows` lists it; the key is nowhere", async () => {
+    const readings = await stack.bus.lastOnSubjects([stack.bus.subjects.ofKeyType("RateLimitObserved")]);
+    const observed = readings.flatMap(({ envelope }) =>
+      isKnown(envelope) && envelope.payload.$case === "rateLimitObserved" ? [envelope.payload.value] : [],
+    );
+    expect(observed.length).toBeGreaterThanOrEqual(5);
+    const wait = observed.find((o) => o.tokens?.limit === 30_000);
+    expect(wait).toMatchObject({ upstream: new URL(stack.provider.url).origin, tokens: { reported: true } });
+    expect(wait?.keyId).toMatch(/^[0-9a-f]{16}$/);
+    const raw = JSON.stringify(readings, (_k, v) => (typeof v === "bigint" ? String(v) : v));
+    for (const key of [KEY_WAIT, KEY_CHECKPOINT, KEY_SMALL, KEY_SLIP, KEY_ANTHROPIC])
+      expect(raw).not.toContain(key);
+
+    const response = await fetch(`${control.url}/windows`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(response.status).toBe(200);
+    const { windows } = (await response.json()) as {
+      windows: {
+        key_id: string;
+        dimensions: { dimension: string; limit: number; remaining_now: number }[];
+      }[];
+    };
+    const listed = windows.find((w) => w.key_id === wait?.keyId);
+    const tokens = listed?.dimensions.find((d) => d.dimension === "tokens");
+    expect(tokens?.limit).toBe(30_000);
+    // Refilled since it was read: at most the whole window, at least what was read.
+    expect(tokens!.remaining_now).toBeLessThanOrEqual(30_000);
+    expect(tokens!.remaining_now).toBeGreaterThanOrEqual(Number(wait!.tokens!.remaining));
+    expect(
+      windows.find((w) => w.dimensions.some((d) => d.dimension === "output_tokens" && d.limit === 6_000)),
+    ).toBeDefined();
+  });
+});
+
+async function waitForStatus(runId: string, status: string) {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const run = await stack.run(runId);
+    if (run.status === status) return run;
+    if (Date.now() > deadline) throw new Error(`run ${runId} never became ${status} (it is ${run.status})`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
