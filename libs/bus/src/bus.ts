@@ -414,7 +414,12 @@ export class Bus {
    * recreates itself past a gap, calling the gap handlers so holders of cached state can
    * re-read.
    */
-  async watch(handler: (event: WatchedEvent) => void, options: { afterSeq?: number } = {}): Promise<Watch> {
+  async watch(
+    handler: (event: WatchedEvent) => void,
+    options: { afterSeq?: number; keys?: boolean } = {},
+  ): Promise<Watch> {
+    // Runs' events, or (keys) the provider keys' own events, whose run id is "".
+    const filter = options.keys === true ? this.subjects.allKeys : this.subjects.allRuns;
     const gaps: (() => void)[] = [];
     // Fixed now, and moved on with every event delivered: a consumer recreated later
     // starts right after the last event this watch handed on.
@@ -425,7 +430,7 @@ export class Bus {
     const open = async (): Promise<ConsumerMessages> => {
       const mine = ++generation;
       const consumer = await this.js.consumers.get(this.eventsStream, {
-        filter_subjects: this.subjects.allRuns,
+        filter_subjects: filter,
         deliver_policy: DeliverPolicy.StartSequence,
         opt_start_seq: after + 1,
       });
@@ -438,7 +443,7 @@ export class Bus {
           after = message.seq;
           const subject = message.subject;
           handler({
-            runId: this.subjects.runIdOf(subject),
+            runId: options.keys === true ? "" : this.subjects.runIdOf(subject),
             type: subject.slice(subject.lastIndexOf(".") + 1),
             streamSequence: message.seq,
             data: message.data,

@@ -162,7 +162,20 @@ describe("KeyWindow: which readings are worth an event", () => {
     expect(read(5_300, NOW + 2)).toBe(true);
     expect(read(5_290, NOW + 3)).toBe(false);
     expect(read(5_280, NOW + 20_000)).toBe(true);
+    // Under a fifth of the limit left, every move is worth it: other gateways need each one.
+    expect(read(1_100, NOW + 20_001)).toBe(true);
+    expect(read(1_090, NOW + 20_002)).toBe(true);
+    expect(read(1_090, NOW + 20_003)).toBe(false);
     expect(window.observe({ retryAfterMs: 1_000 }, NOW + 20_001, NOW + 20_001)).toBe(true);
+  });
+
+  it("learns another gateway's newer reading, and ignores an older one", () => {
+    const window = new KeyWindow("k1", "https://api.example");
+    window.observe({ tokens: { limit: 6_000, remaining: 5_000, resetAtMs: NOW + 10_000 } }, NOW, NOW);
+    window.learn({ tokens: { limit: 6_000, remaining: 1_000, resetAtMs: NOW + 50_000 } }, NOW + 5, NOW + 6);
+    expect(window.view("tokens", NOW + 6)?.remaining).toBeLessThan(1_001);
+    window.learn({ tokens: { limit: 6_000, remaining: 5_500, resetAtMs: NOW + 5_000 } }, NOW + 1, NOW + 7);
+    expect(window.view("tokens", NOW + 7)?.remaining).toBeLessThan(1_002);
   });
 
   it("keeps the newer reading when an answer to an older call comes back later", () => {

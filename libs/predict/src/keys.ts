@@ -22,9 +22,12 @@ export interface DimensionView {
 }
 
 // A reading is worth recording when a dimension moved by this share of its limit since
-// the last one recorded, or when the last one recorded is this old and anything moved.
+// the last one recorded, or when the last one recorded is this old and anything moved;
+// and every reading that moved while a dimension has less than TIGHT_SHARE of its limit
+// left (other gateways on the key then need every one).
 const RECORD_SHARE = 0.1;
 const RECORD_EVERY_MS = 10_000;
+const TIGHT_SHARE = 0.2;
 
 /**
  * One provider key's window as this process knows it: the last reading of each
@@ -69,6 +72,8 @@ export class KeyWindow {
         moved = true;
       } else if (before !== read.remaining && nowMs - (this.recorded?.atMs ?? 0) >= RECORD_EVERY_MS) {
         moved = true;
+      } else if (before !== read.remaining && read.remaining < limit * TIGHT_SHARE) {
+        moved = true;
       }
     }
     this.asOfMs = asOfMs;
@@ -80,6 +85,21 @@ export class KeyWindow {
       return true;
     }
     return false;
+  }
+
+  /**
+   * Takes in a reading another gateway recorded (a RateLimitObserved event): the same as
+   * one of this process's own answers, read at `readAtMs` from a call sent at `asOfMs`,
+   * except that it is never recorded again.
+   */
+  learn(reading: RateLimitReading, asOfMs: number, readAtMs: number): void {
+    if (reading.retryAfterMs !== undefined) this.coolDown(readAtMs + reading.retryAfterMs);
+    if (asOfMs <= this.asOfMs) return;
+    for (const dimension of DIMENSIONS) {
+      const read = reading[dimension];
+      if (read !== undefined) this.dimensions.set(dimension, WindowState.from(read, readAtMs));
+    }
+    this.asOfMs = asOfMs;
   }
 
   /** The provider asked for no calls on this key before `untilMs` (a 429's retry-after). */

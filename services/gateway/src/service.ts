@@ -165,6 +165,7 @@ export async function startGateway(
         shutdown: shutdown.signal,
       })
     : undefined;
+  await predict?.start();
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
@@ -200,7 +201,7 @@ export async function startGateway(
     port,
     async close() {
       shutdown.abort();
-      predict?.close();
+      await predict?.close();
       await reaper.stop();
       await app.close();
       await budgets?.close();

@@ -18,6 +18,7 @@ const KEY_CHECKPOINT = "sk-checkpoint-000000000000000000000";
 const KEY_SMALL = "sk-small-0000000000000000000000000";
 const KEY_SLIP = "sk-slip-00000000000000000000000000";
 const KEY_ANTHROPIC = "sk-ant-0000000000000000000000000000";
+const KEY_FLEET = "sk-fleet-0000000000000000000000000";
 
 beforeAll(async () => {
   stack = await startStack({
@@ -33,6 +34,8 @@ beforeAll(async () => {
         [KEY_SLIP]: { tpm: 6_000 },
         // Output tokens: 100 a second; a call below asks for 150 (1.5 s once spent).
         [KEY_ANTHROPIC]: { tpm: 1_000_000, otpm: 6_000 },
+        // 300 tokens a second, shared by agents on two gateways; a call below takes 150.
+        [KEY_FLEET]: { tpm: 18_000 },
       },
     },
   });
@@ -180,6 +183,42 @@ describe("rate-limit prediction", () => {
     const waited = run.steps.filter((s) => s.prediction?.action === "wait");
     expect(waited.length).toBeGreaterThan(0);
     expect(waited[0]?.prediction).toMatchObject({ dimension: "output_tokens", limit: 6_000 });
+  }, 60_000);
+
+  it("agents on two gateways sharing one key: each gateway learns the other's readings, and no agent sees a 429", async () => {
+    const other = await stack.extraGateway({});
+    const agent = async (client: OpenAI, runId: string) => {
+      for (let i = 0; i < 64; i++) {
+        await client.chat.completions.create({
+          model: "gpt-4o-mini",
+          max_tokens: 44,
+          messages: [{ role: "user", content: `${i} ${"f".repeat(400)}` }],
+        });
+      }
+      return runId;
+    };
+    const here = new OpenAI({
+      apiKey: KEY_FLEET,
+      baseURL: stack.gatewayUrl,
+      maxRetries: 0,
+      defaultHeaders: { "X-Holdfast-Run": "fleet-a" },
+    });
+    const there = new OpenAI({
+      apiKey: KEY_FLEET,
+      baseURL: other.baseUrl,
+      maxRetries: 0,
+      defaultHeaders: { "X-Holdfast-Run": "fleet-b" },
+    });
+    await Promise.all([agent(here, "fleet-a"), agent(there, "fleet-b")]);
+    const { refused, served } = provider(KEY_FLEET);
+    expect(served).toBe(128);
+    // Both gateways waited for the one window: 128 calls of 150 tokens from 18,000 refilling 300 a second.
+    const runs = [await stack.settled("fleet-a", 64), await stack.settled("fleet-b", 64)];
+    for (const run of runs) expect(run.steps.some((s) => s.prediction?.action === "wait")).toBe(true);
+    // Each gateway sees the other's calls only through the readings both record, so a
+    // 429 can slip between them; the gateway retries it, and it stays rare.
+    expect(refused).toBeLessThanOrEqual(3);
+    console.log(`two gateways, one key: the provider refused ${refused} of ${served + refused} calls`);
   }, 60_000);
 
   it("each key's window is an event on the key's own subject, and `holdfast windows` lists it; the key is nowhere", async () => {

@@ -1,11 +1,15 @@
 import { createHash } from "node:crypto";
+import type { Watch, WatchedEvent } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
 import {
   type ConfiguredLimits,
+  decodeEnvelope,
   heldByCheckpoint,
+  isKnown,
   makeEnvelope,
   type RunCommand,
   type RunState,
+  type StoredEnvelope,
   type Trip,
   windowLimits,
 } from "@holdfast/events";
@@ -36,6 +40,7 @@ import {
   LimitKind,
   PredictAction,
   type Prediction,
+  type RateLimitObserved,
   type RateWindow,
 } from "@holdfast/proto";
 import type { Ledger, RunLabels } from "@holdfast/runs";
@@ -56,15 +61,21 @@ import {
 
 type PredictConfig = Config["predict"];
 
-/** Where readings worth an event go: the key's own subject in the event log. */
-export interface KeyEventSink {
+/**
+ * The provider keys' events in the log: where readings worth an event go (the key's own
+ * subject), and where this gateway learns the readings other gateways recorded.
+ */
+export interface KeyEventLog {
   appendKeyEvent(keyId: string, envelope: Envelope): Promise<void>;
+  lastOnSubjects(filters: string[]): Promise<{ envelope: StoredEnvelope }[]>;
+  watch(handler: (event: WatchedEvent) => void, options: { keys: true }): Promise<Watch>;
+  readonly subjects: { ofKeyType(type: "RateLimitObserved"): string };
 }
 
 export interface PredictFeatureOptions {
   config: PredictConfig;
   ledger: Ledger<RunState, RunCommand>;
-  keyEvents: KeyEventSink;
+  keyEvents: KeyEventLog;
   /** The run's per-run limits by tag (a run's deadline is the end of its max_minutes window). */
   limitsFor: (tag: string) => ConfiguredLimits;
   /** This gateway process, as its events name it. */
@@ -119,7 +130,9 @@ const KEY_IDS_KEPT = 10_000;
  */
 export function predictFeature(options: PredictFeatureOptions): {
   feature: GatewayFeature;
-  close(): void;
+  /** Learns every key's last recorded window, then follows what other gateways record. */
+  start(): Promise<void>;
+  close(): Promise<void>;
 } {
   const { config, ledger, clock } = options;
   const waitThresholdMs = config.wait_threshold_s * 1_000;
@@ -350,7 +363,10 @@ export function predictFeature(options: PredictFeatureOptions): {
       sequence: 0,
       timestampMs: nowMs,
       tag: "",
-      payload: { $case: "rateLimitObserved", value: observed(key, reading, options.gateway) },
+      payload: {
+        $case: "rateLimitObserved",
+        value: observed(key, reading, options.gateway, answer.sentAtMs),
+      },
     });
     options.keyEvents
       .appendKeyEvent(key.keyId, envelope)
@@ -405,13 +421,63 @@ export function predictFeature(options: PredictFeatureOptions): {
     });
   };
 
+  /** A reading another gateway recorded: the window it read becomes this gateway's too. */
+  const learn = (envelope: StoredEnvelope): void => {
+    if (!isKnown(envelope) || envelope.payload.$case !== "rateLimitObserved") return;
+    const observed = envelope.payload.value;
+    if (observed.gateway === options.gateway || !/^[0-9a-f]{16}$/.test(observed.keyId)) return;
+    const window = windows.of(observed.keyId, observed.upstream);
+    window.learn(readingOf(observed), Number(observed.asOfMs) || envelope.timestampMs, envelope.timestampMs);
+  };
+  let watch: Watch | undefined;
+
   return {
     feature,
-    close() {
+    async start() {
+      const last = await options.keyEvents.lastOnSubjects([
+        options.keyEvents.subjects.ofKeyType("RateLimitObserved"),
+      ]);
+      for (const { envelope } of last) learn(envelope);
+      watch = await options.keyEvents.watch(
+        (event) => {
+          try {
+            learn(decodeEnvelope(event.data));
+          } catch (error) {
+            options.log.warn({ err: error }, "could not read a rate-limit reading from the log");
+          }
+        },
+        { keys: true },
+      );
+    },
+    async close() {
       for (const timer of resumes.values()) clearTimeout(timer);
       resumes.clear();
+      await watch?.stop();
     },
   };
+}
+
+/** A recorded reading as the window takes it in. */
+function readingOf(observed: RateLimitObserved): RateLimitReading {
+  const dimension = (window: RateWindow | undefined) =>
+    window?.reported === true
+      ? {
+          limit: window.limit > 0 ? Number(window.limit) : undefined,
+          remaining: Number(window.remaining),
+          resetAtMs: window.resetAtMs > 0 ? Number(window.resetAtMs) : undefined,
+        }
+      : undefined;
+  const reading: { -readonly [K in keyof RateLimitReading]: RateLimitReading[K] } = {};
+  const requests = dimension(observed.requests);
+  const tokens = dimension(observed.tokens);
+  const inputTokens = dimension(observed.inputTokens);
+  const outputTokens = dimension(observed.outputTokens);
+  if (requests !== undefined) reading.requests = requests;
+  if (tokens !== undefined) reading.tokens = tokens;
+  if (inputTokens !== undefined) reading.inputTokens = inputTokens;
+  if (outputTokens !== undefined) reading.outputTokens = outputTokens;
+  if (observed.retryAfterMs > 0) reading.retryAfterMs = Number(observed.retryAfterMs);
+  return reading;
 }
 
 const ESTIMATOR_BASE = { alpha: 0.3, defaultOutput: 1_024, maxRuns: 10_000 };
@@ -530,7 +596,7 @@ function predictionOf(
   };
 }
 
-function observed(key: Key, reading: RateLimitReading, gateway: string) {
+function observed(key: Key, reading: RateLimitReading, gateway: string, asOfMs: number): RateLimitObserved {
   const window = (dimension: Dimension): RateWindow => {
     const read = reading[dimension];
     return read === undefined
@@ -551,6 +617,7 @@ function observed(key: Key, reading: RateLimitReading, gateway: string) {
     outputTokens: window("outputTokens"),
     retryAfterMs: Math.round(reading.retryAfterMs ?? 0),
     gateway,
+    asOfMs: Math.round(asOfMs),
   };
 }
 
