@@ -52,5 +52,6 @@ const PLACEHOLDER: Record<string, string> = {
   limits_by_tag: "<tag>",
   budgets: "<tag>",
   tool_gate_by_tag: "<tag>",
+  priority_by_tag: "<tag>",
   headers: "<origin>",
 };

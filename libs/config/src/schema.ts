@@ -253,6 +253,33 @@ const predictSection = z.strictObject(
     )
       .default(["model", "tag", "tools", "messages", "input"])
       .describe("What the features estimator learns output tokens and latency from."),
+    shared: flag()
+      .default(true)
+      .describe(
+        "Share each provider key's window across every gateway through the budget service (budget.url): calls take room from one account, queued by priority; off, or while the service cannot be reached, each gateway decides from what it has read.",
+      ),
+    slice_ms: integer(100, 60_000)
+      .default(2_000)
+      .describe(
+        "How long a gateway may spend a slice of a shared window before it asks again (what it did not spend goes back).",
+      ),
+    priority_by_tag: z
+      .record(
+        text("a tag"),
+        integer(-1_000, 1_000).describe("The tag's priority, from -1000 to 1000 (default 0)."),
+        {
+          error: "expected a mapping of tags to integer priorities",
+        },
+      )
+      .default({})
+      .describe(
+        "A run's priority for a shared window by its tag (X-Holdfast-Priority overrides it): higher is served first.",
+      ),
+    priority_aging_s: positiveNumber()
+      .default(10)
+      .describe(
+        "A call waiting for a shared window gains one priority level per this many seconds waited, so none starves.",
+      ),
     headers: z
       .record(url("http", "https"), rateLimitHeaders, {
         error: "expected a mapping of upstream origins to rate-limit header names",

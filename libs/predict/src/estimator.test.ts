@@ -50,6 +50,26 @@ describe("Estimator (agentpause's rule, per run and model)", () => {
     expect(next.sigma).toBeLessThan(100);
   });
 
+  it("does not let a tokenizer the provider has not been compared with yet lower an input it learned to count", () => {
+    const estimator = new Estimator();
+    // The provider counts 1.3x the characters' estimate.
+    for (let i = 0; i < 5; i++) {
+      const features = call({ countedInput: 1_000 });
+      estimator.record(features, estimator.estimate(features), { input: 1_300, output: 50, latencyMs: 1 });
+    }
+    // Near a window's end the call is counted exactly: 800 by the tokenizer, 1,000 by characters.
+    const first = estimator.estimate(call({ countedInput: 800, exact: true, approxInput: 1_000 }));
+    expect(first.input).toBe(1_300);
+    // Once the tokenizer's counts have been compared with the provider's twice, they are used.
+    for (let i = 0; i < 2; i++) {
+      const features = call({ countedInput: 800, exact: true, approxInput: 1_000 });
+      estimator.record(features, estimator.estimate(features), { input: 1_300, output: 50, latencyMs: 1 });
+    }
+    const later = estimator.estimate(call({ countedInput: 800, exact: true, approxInput: 1_000 }));
+    expect(later.input).toBeGreaterThan(1_250);
+    expect(later.input).toBeLessThan(1_350);
+  });
+
   it("keeps runs apart, and predicts a new run from what its model cost across the fleet", () => {
     const estimator = new Estimator();
     for (let i = 0; i < 5; i++) {

@@ -6,6 +6,8 @@ export interface CallFeatures {
   /** Input tokens as counted from the request: a tokenizer's count (`exact`), or about four characters a token. */
   readonly countedInput: number;
   readonly exact: boolean;
+  /** The input at about four characters a token, whichever way `countedInput` was counted. */
+  readonly approxInput?: number;
   /** The output cap the request sets (max_tokens, max_output_tokens), when it sets one. */
   readonly maxOutput: number | undefined;
   readonly toolCount: number;
@@ -79,6 +81,21 @@ export class InputRatio {
     return call.exact ? this.tokenizer.ratio : this.characters.ratio;
   }
 
+  /**
+   * The call's input as the provider will count it: its count scaled by how the provider's
+   * counts compared. A tokenizer's count the provider has not been compared with yet (the
+   * first calls counted exactly, near a window's end) is taken no lower than the character
+   * count scaled as learned: a tokenizer that differs from the provider's must not turn a
+   * careful estimate into a low one.
+   */
+  input(call: Pick<CallFeatures, "exact" | "countedInput" | "approxInput">): number {
+    const counted = Math.ceil(call.countedInput * this.of(call));
+    if (!call.exact || this.tokenizer.n >= 2 || call.approxInput === undefined || this.characters.n === 0) {
+      return counted;
+    }
+    return Math.max(counted, Math.ceil(call.approxInput * this.characters.ratio));
+  }
+
   learn(alpha: number, call: Pick<CallFeatures, "exact" | "countedInput">, actual: Actual): void {
     if (call.countedInput <= 0 || actual.input <= 0) return;
     const ratio = actual.input / call.countedInput;
@@ -142,7 +159,7 @@ export class Estimator implements CostEstimator {
 
   estimate(call: CallFeatures): Estimate {
     const history = this.runs.get(runKey(call)) ?? this.models.get(call.model);
-    const input = Math.ceil(call.countedInput * (history?.ratio.of(call) ?? 1));
+    const input = history?.ratio.input(call) ?? call.countedInput;
     let output = history !== undefined && history.n > 0 ? history.output : this.options.defaultOutput;
     if (call.maxOutput !== undefined) output = Math.min(output, call.maxOutput);
     const total = Math.max(1, input + output + (history?.error ?? 0));

@@ -128,7 +128,7 @@ export class FeatureEstimator implements CostEstimator {
 
   estimate(call: CallFeatures): Estimate {
     const x = this.vector(call);
-    const input = Math.ceil(call.countedInput * this.ratio.of(call));
+    const input = this.ratio.input(call);
     let output = this.n === 0 ? this.options.defaultOutput : Math.max(0, this.output.predict(x));
     if (call.maxOutput !== undefined) output = Math.min(output, call.maxOutput);
     const total = Math.max(1, input + output + this.error);

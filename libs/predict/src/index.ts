@@ -22,5 +22,16 @@ export {
   type WindowReading,
 } from "./headers.js";
 export { DIMENSIONS, type DimensionView, KeyWindow, KeyWindows, type Need } from "./keys.js";
+export { type RecordedReading, type RecordedWindow, readingOfRecorded } from "./observed.js";
+export {
+  type Grant,
+  type KeyReport,
+  type ReserveOutcome,
+  type ReserveRequest,
+  type SharedWindowOptions,
+  SharedWindows,
+  SLICE_MEMORY_MS,
+  type SliceRecord,
+} from "./shared.js";
 export { CHARS_PER_TOKEN, encodingOf, TokenCounter } from "./tokens.js";
 export { WindowState } from "./window.js";

@@ -43,6 +43,7 @@ export class KeyWindow {
   private readonly inFlight = new Map<object, InFlight>();
   private asOfMs = Number.NEGATIVE_INFINITY;
   private cooldownUntilMs = 0;
+  private unread = 0;
   private recorded: { atMs: number; remaining: Map<Dimension, number> } | undefined;
 
   constructor(
@@ -100,6 +101,16 @@ export class KeyWindow {
       if (read !== undefined) this.dimensions.set(dimension, WindowState.from(read, readAtMs));
     }
     this.asOfMs = asOfMs;
+  }
+
+  /** An answer on this key carried no reading. */
+  noteUnread(): void {
+    this.unread += 1;
+  }
+
+  /** Answers came back on this key, and none of them said anything of its window. */
+  get silent(): boolean {
+    return this.unread > 0 && this.dimensions.size === 0;
   }
 
   /** The provider asked for no calls on this key before `untilMs` (a 429's retry-after). */

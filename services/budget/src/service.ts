@@ -1,19 +1,25 @@
 import { randomUUID } from "node:crypto";
 import { connectBus } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
-import { decodeEnvelope } from "@holdfast/events";
+import { decodeEnvelope, isKnown, type StoredEnvelope } from "@holdfast/events";
 import { serve, unary } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
+import { readingOfRecorded, SLICE_MEMORY_MS, type SliceRecord } from "@holdfast/predict";
 import {
   type AcquireRequest,
   type AcquireResponse,
   BudgetService,
   FILE_DESCRIPTOR_SET_BASE64,
+  type ListSharedWindowsResponse,
+  RateWindowsService,
   type ReleaseRequest,
   type ReleaseResponse,
+  type ReleaseSliceRequest,
+  type ReleaseSliceResponse,
 } from "@holdfast/proto";
 import { BudgetBook, type BudgetLimit, type Lease } from "./book.js";
 import { BudgetNotReadyError, budgetStatus, InvalidBudgetRequestError } from "./errors.js";
+import { type ReserveStream, WindowCoordinator } from "./windows.js";
 
 export interface RunningBudget {
   /** host:port of the gRPC API (holdfast.v1.Budget). */
@@ -39,6 +45,12 @@ export function budgetLimits(config: Pick<Config, "budgets">): BudgetLimit[] {
  * slices to gateways over gRPC. Leases are kept in the KV bucket `<PREFIX>_BUDGET_LEASES`,
  * so a restarted service still counts the slices gateways hold. One instance serves a
  * deployment (the supervisor restarts it; its state is the log's and the bucket's).
+ *
+ * It also coordinates every provider key's rate-limit window (`holdfast.v1.RateWindows`):
+ * its account of each key starts from the last reading recorded in the log and follows
+ * the readings gateways record. Every slice it grants is kept in the KV bucket
+ * `<PREFIX>_RATE_SLICES` before its gateway may spend it, so a restarted coordinator
+ * counts what it granted before (all of it spent, until the gateway says otherwise).
  */
 export async function startBudget(config: Config, log: Logger): Promise<RunningBudget> {
   if (!config.nats.url) throw new Error("nats.url is not set: the budget service needs a NATS server");
@@ -79,6 +91,49 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     log.warn("the budget service's follow of the log reconnected");
   });
   log.info({ folded, upTo }, "budgets folded from the log");
+
+  // Slices granted are kept here before gateways spend them, so a restarted coordinator
+  // counts what its predecessor granted; their history outlives any slice's use.
+  const slices = await bus.keyValue("RATE_SLICES", { ttlMs: SLICE_MEMORY_MS });
+  const coordinator = new WindowCoordinator({
+    sliceMs: config.predict.slice_ms,
+    agingMs: config.predict.priority_aging_s * 1_000,
+    clock,
+    log,
+    persist: async (record) => {
+      await slices.put(record.leaseId, JSON.stringify(record));
+    },
+  });
+  for await (const key of await slices.keys()) {
+    const entry = await slices.get(key);
+    if (entry?.operation === "PUT") coordinator.windows.restore(entry.json<SliceRecord>(), clock());
+  }
+  const observe = (envelope: StoredEnvelope) => {
+    if (!isKnown(envelope) || envelope.payload.$case !== "rateLimitObserved") return;
+    const observed = envelope.payload.value;
+    if (!/^[0-9a-f]{16}$/.test(observed.keyId)) return;
+    coordinator.windows.observe(observed.keyId, observed.upstream, readingOfRecorded(observed), {
+      asOfMs: observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
+      readAtMs: envelope.timestampMs,
+      nowMs: clock(),
+    });
+  };
+  for (const { envelope } of await bus.lastOnSubjects([bus.subjects.ofKeyType("RateLimitObserved")])) {
+    observe(envelope);
+  }
+  const readings = await bus.watch(
+    (event) => {
+      try {
+        observe(decodeEnvelope(event.data));
+      } catch (error) {
+        log.error(
+          { err: error, seq: event.streamSequence },
+          "a rate-limit reading the coordinator cannot read",
+        );
+      }
+    },
+    { keys: true },
+  );
 
   const expiry = setInterval(() => {
     const before = new Set(book.openLeases().map((l) => l.leaseId));
@@ -123,6 +178,12 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     return {};
   };
 
+  const releaseSlice = async (request: ReleaseSliceRequest): Promise<ReleaseSliceResponse> => {
+    coordinator.release(request);
+    return {};
+  };
+  const listSharedWindows = async (): Promise<ListSharedWindowsResponse> => coordinator.list();
+
   const server = await serve({
     host: config.budget.host,
     port: config.budget.port,
@@ -130,6 +191,14 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
       {
         definition: BudgetService,
         implementation: { acquire: unary(acquire, budgetStatus), release: unary(release, budgetStatus) },
+      },
+      {
+        definition: RateWindowsService,
+        implementation: {
+          reserve: (call: ReserveStream) => coordinator.reserve(call),
+          releaseSlice: unary(releaseSlice, budgetStatus),
+          listSharedWindows: unary(listSharedWindows, budgetStatus),
+        },
       },
     ],
     health: true,
@@ -144,8 +213,10 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     async close() {
       ready = false;
       clearInterval(expiry);
+      coordinator.close();
       await server.close();
       await watch.stop();
+      await readings.stop();
       await bus.close();
     },
   };

@@ -16,7 +16,10 @@ import {
   type AcquireRequest,
   type AcquireResponse,
   BudgetClient,
+  RateWindowsClient,
   type ReleaseRequest,
+  type ReserveResponse,
+  type SliceGranted,
 } from "@holdfast/proto";
 import { createPricer } from "@holdfast/providers";
 import { fleetAggregate, HeldRuns, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
@@ -31,6 +34,7 @@ import { Liveness } from "./liveness/liveness.js";
 import { Reaper } from "./liveness/reaper.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
 import { predictFeature } from "./predict/feature.js";
+import { type RateWindowsApi, type Reservation, SharedSlices } from "./predict/shared.js";
 import { Upstreams } from "./upstream/upstream.js";
 
 export interface RunningGateway {
@@ -149,6 +153,22 @@ export async function startGateway(
         keepalive1xx: config.hold.keepalive_1xx,
         shutdown: shutdown.signal,
       });
+  // One window per provider key for the whole fleet, kept by the budget service's coordinator.
+  const shared =
+    config.predict.enabled && config.predict.shared && config.budget.url !== undefined
+      ? new SharedSlices({
+          api: rateWindowsApi(config.budget.url, config.predict.max_wait_s * 1_000),
+          gateway: gatewayId,
+          clock,
+          onAvailability: (up, error) =>
+            up
+              ? log.info("the rate-limit coordinator answers again: windows are shared")
+              : log.warn(
+                  { err: error },
+                  "the rate-limit coordinator cannot be reached: this gateway decides from its own readings",
+                ),
+        })
+      : undefined;
   // Rate-limit prediction: every answer's headers read, each call decided before forward.
   const predict = config.predict.enabled
     ? predictFeature({
@@ -163,6 +183,7 @@ export async function startGateway(
         keepaliveMs: config.hold.keepalive_ms,
         keepalive1xx: config.hold.keepalive_1xx,
         shutdown: shutdown.signal,
+        ...(shared === undefined ? {} : { shared }),
       })
     : undefined;
   await predict?.start();
@@ -205,6 +226,7 @@ export async function startGateway(
       await reaper.stop();
       await app.close();
       await budgets?.close();
+      await shared?.close();
       await ledger.drain();
       await fleet.drain();
       await follower.stop();
@@ -255,4 +277,43 @@ function budgetFeatureFor(
     gateway,
     clock,
   });
+}
+
+/** The coordinator's RateWindows over gRPC: a reservation is a server stream, cancelled to leave the queue. */
+function rateWindowsApi(address: string, maxWaitMs: number): RateWindowsApi {
+  const client = connect(RateWindowsClient, { address, deadlineMs: 5_000 });
+  return {
+    reserve(request): Reservation {
+      const stream = client.reserve(request, { deadline: Date.now() + maxWaitMs + 10_000 });
+      let answered = 0;
+      let first!: { resolve: (m: ReserveResponse) => void; reject: (e: unknown) => void };
+      let turn!: { resolve: (g: SliceGranted) => void; reject: (e: unknown) => void };
+      const firstAnswer = new Promise<ReserveResponse>((resolve, reject) => {
+        first = { resolve, reject };
+      });
+      const turnAnswer = new Promise<SliceGranted>((resolve, reject) => {
+        turn = { resolve, reject };
+      });
+      // Whoever does not wait for its turn must not leave an unhandled rejection behind.
+      turnAnswer.catch(() => undefined);
+      stream.on("data", (message: ReserveResponse) => {
+        answered += 1;
+        if (answered === 1) first.resolve(message);
+        else if (message.outcome?.$case === "granted") turn.resolve(message.outcome.value);
+      });
+      stream.on("error", (error: unknown) => {
+        first.reject(error);
+        turn.reject(error);
+      });
+      stream.on("end", () => {
+        first.reject(new Error("the coordinator ended the reservation without an answer"));
+        turn.reject(new Error("the coordinator ended the reservation without a turn"));
+      });
+      return { first: firstAnswer, turn: turnAnswer, cancel: () => stream.cancel() };
+    },
+    release: (request) =>
+      new Promise<void>((resolve, reject) => {
+        client.releaseSlice(request, (error) => (error === null ? resolve() : reject(error)));
+      }),
+  };
 }

@@ -78,9 +78,10 @@ export async function startStack(
   const captured: string[] = [];
   const destination = new PassThrough();
   destination.on("data", (chunk: Buffer) => captured.push(chunk.toString()));
-  // Budgets across runs need the budget service, which gateways find at budget.url.
+  // Budgets across runs and the fleet's shared rate-limit windows need the budget service,
+  // which gateways find at budget.url (as `holdfast up` starts it).
   const budget =
-    Object.keys(config.budgets).length === 0
+    Object.keys(config.budgets).length === 0 && !(config.predict.enabled && config.predict.shared)
       ? undefined
       : await startBudget(config, createLogger({ name: "budget", level: "trace", destination }));
   if (budget !== undefined) config.budget.url = budget.address;

@@ -218,3 +218,48 @@ export function pause(
     for (const [signal, how] of signals) if (signal.aborted) return settle(how);
   }).finally(keepalive);
 }
+
+/**
+ * Waits in place for `promise` (a turn in a shared window's queue), without holding the
+ * run, with the keepalives a parked call gets; cut short after `ms`, or when the client
+ * leaves, the gateway shuts down, or a feature gives up on the call.
+ */
+export function pauseUntil<T>(
+  call: Call,
+  promise: Promise<T>,
+  ms: number,
+  options: Pick<ParkingOptions, "keepaliveMs" | "keepalive1xx" | "shutdown">,
+): Promise<
+  | { readonly how: "ready"; readonly value: T }
+  | { readonly how: "failed"; readonly error: unknown }
+  | { readonly how: "timeout" | "client_gone" | "shutdown" | "gave_up" }
+> {
+  type Outcome = Awaited<ReturnType<typeof pauseUntil<T>>>;
+  const keepalive = startKeepalive(call, options);
+  return new Promise<Outcome>((resolve) => {
+    const signals: Array<[AbortSignal, "client_gone" | "shutdown" | "gave_up"]> = [
+      [call.clientGone, "client_gone"],
+      [options.shutdown, "shutdown"],
+      [call.giveUp.signal, "gave_up"],
+    ];
+    let done = false;
+    const listeners = signals.map(([signal, how]) => {
+      const listener = () => settle({ how });
+      signal.addEventListener("abort", listener, { once: true });
+      return [signal, listener] as const;
+    });
+    const timer = setTimeout(() => settle({ how: "timeout" }), Math.max(0, ms));
+    function settle(outcome: Outcome): void {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      for (const [signal, listener] of listeners) signal.removeEventListener("abort", listener);
+      resolve(outcome);
+    }
+    promise.then(
+      (value) => settle({ how: "ready", value }),
+      (error: unknown) => settle({ how: "failed", error }),
+    );
+    for (const [signal, how] of signals) if (signal.aborted) return settle({ how });
+  }).finally(keepalive);
+}

@@ -46,11 +46,12 @@ import {
 import type { Ledger, RunLabels } from "@holdfast/runs";
 import {
   type GatewayError,
+  InvalidRequestError,
   RateLimitWaitExceededError,
   ShuttingDownError,
   TooLargeForRateLimitError,
 } from "../errors.js";
-import { pause } from "../hold/park.js";
+import { pause, pauseUntil } from "../hold/park.js";
 import {
   type Call,
   CONTINUE,
@@ -58,6 +59,7 @@ import {
   type UpstreamAnswer,
   type Verdict,
 } from "../pipeline/hooks.js";
+import type { SharedDecision, SharedSlices, Slice } from "./shared.js";
 
 type PredictConfig = Config["predict"];
 
@@ -86,6 +88,8 @@ export interface PredictFeatureOptions {
   keepaliveMs: number;
   keepalive1xx: boolean;
   shutdown: AbortSignal;
+  /** The fleet's shared windows (the budget service's coordinator); undefined: this gateway decides alone. */
+  shared?: SharedSlices;
 }
 
 /** A provider key as the gateway knows it: its id (a hash, never the key) and its window. */
@@ -107,6 +111,8 @@ interface Predicted {
   floor: Need;
   /** Gives up on the call (a 429 with retry-after) once it has waited its ceiling. */
   ceiling: NodeJS.Timeout | undefined;
+  /** The shared window's slice the call's reservation came out of. */
+  slice?: { readonly slice: Slice; readonly need: Need } | undefined;
 }
 
 // A call whose window would keep less than this share of what it needs to spare is
@@ -181,6 +187,7 @@ export function predictFeature(options: PredictFeatureOptions): {
       tag: call.run.tag,
       countedInput: counted.tokens,
       exact: counted.exact,
+      approxInput: call.estimatedInputTokens,
       maxOutput: call.view.maxOutputTokens,
       toolCount: call.view.toolCount,
       messageCount: call.view.messageCount,
@@ -211,9 +218,13 @@ export function predictFeature(options: PredictFeatureOptions): {
   const beforeForward = async (call: Call): Promise<Verdict> => {
     const key = calls.get(call)?.key ?? keyOf(call);
     const sinceMs = calls.get(call)?.sinceMs ?? clock();
+    const priority = priorityOf(call, config.priority_by_tag);
+    if (typeof priority !== "number") return refuse(priority);
     let waitedMs = 0;
     // Why the call waited: the figures of the decision to wait, not those of the one that let it go.
     let waitedFor: Figures | undefined;
+    // The fleet's window decides while its coordinator answers; this gateway alone when not.
+    let sharing = options.shared !== undefined;
     for (;;) {
       const nowMs = clock();
       let predicted: Predicted = {
@@ -230,6 +241,29 @@ export function predictFeature(options: PredictFeatureOptions): {
         decision = decideFor(call, predicted, nowMs);
       }
       calls.set(call, predicted);
+      if (sharing && options.shared !== undefined) {
+        const answer = await options.shared.decide({
+          keyId: key.keyId,
+          upstream: key.window.upstream,
+          need: predicted.need,
+          floor: predicted.floor,
+          silent: key.window.silent,
+          priority,
+          sinceMs,
+          thresholdMs: waitThresholdMs,
+          deadlineMs: deadlineOf(call, ledger.cached(call.run.runId), options.limitsFor),
+        });
+        if (answer.kind !== "unavailable") {
+          const waited = { ms: waitedMs, figures: waitedFor };
+          const verdict = await sharedVerdict(call, predicted, answer, waited, decision.figures);
+          if (verdict !== undefined) return verdict;
+          waitedMs = waited.ms;
+          waitedFor = waited.figures;
+        }
+        // The coordinator could not be asked, or failed while the call waited its turn: decide here.
+        sharing = false;
+        continue;
+      }
       switch (decision.action) {
         case "continue": {
           await resumeIfCheckpointed(call, key);
@@ -264,6 +298,82 @@ export function predictFeature(options: PredictFeatureOptions): {
           return checkpoint(call, predicted, decision, waitedMs);
       }
     }
+  };
+
+  /**
+   * What the fleet's shared window said, as the call's verdict: go on (its reservation out
+   * of a slice), wait its turn in place, checkpoint the run, or refuse a call too large.
+   * Undefined when the coordinator failed while the call waited (it is decided here then).
+   */
+  const sharedVerdict = async (
+    call: Call,
+    predicted: Predicted,
+    answer: Exclude<SharedDecision, { kind: "unavailable" }>,
+    /** How long the call has waited so far, and why: moved on when it waits its turn here. */
+    waited: { ms: number; figures: Figures | undefined },
+    local: Figures,
+  ): Promise<Verdict | undefined> => {
+    const { key } = predicted;
+    const goOn = (slice: Slice | undefined): Verdict => {
+      if (slice !== undefined) predicted.slice = { slice, need: predicted.need };
+      key.window.reserve(call, predicted.need, clock());
+      clearTimeout(predicted.ceiling);
+      predicted.ceiling = undefined;
+      call.prediction = predictionOf(
+        waited.ms > 0 ? PredictAction.PREDICT_ACTION_WAIT : PredictAction.PREDICT_ACTION_CONTINUE,
+        key,
+        waited.figures ?? local,
+        predicted,
+        { waitedMs: waited.ms, resumeAtMs: 0 },
+      );
+      return CONTINUE;
+    };
+    switch (answer.kind) {
+      case "continue":
+        await resumeIfCheckpointed(call, key);
+        return goOn(answer.slice);
+      case "too_large":
+        return refuse(tooLarge(call, answer.figures));
+      case "checkpoint":
+        if (answer.untilMs - predicted.sinceMs > maxWaitMs && config.on_checkpoint === "auto_resume") {
+          return refuse(waitedTooLong(answer.untilMs - clock()));
+        }
+        return checkpoint(
+          call,
+          predicted,
+          { action: "checkpoint", untilMs: answer.untilMs, why: answer.why, figures: answer.figures },
+          waited.ms,
+        );
+      case "queued": {
+        const nowMs = clock();
+        const leftMs = predicted.sinceMs + maxWaitMs - nowMs;
+        if (answer.etaMs - nowMs > leftMs) {
+          answer.cancel();
+          giveBackLate(answer.turn, predicted.need);
+          return refuse(waitedTooLong(answer.etaMs - nowMs));
+        }
+        const turn = await pauseUntil(call, answer.turn, leftMs, options);
+        waited.ms += clock() - nowMs;
+        waited.figures ??= answer.figures;
+        if (turn.how === "ready") {
+          await resumeIfCheckpointed(call, key);
+          return goOn(turn.value);
+        }
+        answer.cancel();
+        giveBackLate(answer.turn, predicted.need);
+        if (turn.how === "failed") return undefined;
+        if (turn.how === "shutdown") return refuse(new ShuttingDownError());
+        return refuse(waitedTooLong(Math.max(0, answer.etaMs - clock())));
+      }
+    }
+  };
+
+  /** A turn that came as its call stopped waiting: nothing of it was spent. */
+  const giveBackLate = (turn: Promise<Slice>, need: Need): void => {
+    turn.then(
+      (slice) => options.shared?.settle(slice, need, NOTHING),
+      () => undefined,
+    );
   };
 
   /** Holds the run until the window allows its call; the call parks, with a ceiling. */
@@ -355,7 +465,10 @@ export function predictFeature(options: PredictFeatureOptions): {
     const key = calls.get(call)?.key ?? keyOf(call);
     const nowMs = clock();
     const reading = readRateLimits(answer.headers, key.names, nowMs);
-    if (reading === undefined) return;
+    if (reading === undefined) {
+      key.window.noteUnread();
+      return;
+    }
     if (!key.window.observe(reading, answer.sentAtMs, nowMs)) return;
     const envelope = makeEnvelope({
       id: options.newId(),
@@ -404,6 +517,11 @@ export function predictFeature(options: PredictFeatureOptions): {
       const predicted = calls.get(call);
       if (predicted === undefined) return;
       predicted.key.window.release(call);
+      if (predicted.slice !== undefined) {
+        const { slice, need } = predicted.slice;
+        predicted.slice = undefined;
+        options.shared?.settle(slice, need, chargedOf(call, predicted, observedOutcome));
+      }
       const usage = observedOutcome.usage;
       if (usage?.reported !== true || observedOutcome.status >= 300) return;
       estimator.record(predicted.features, predicted.estimate, {
@@ -416,6 +534,11 @@ export function predictFeature(options: PredictFeatureOptions): {
       const predicted = calls.get(call);
       if (predicted === undefined) return;
       predicted.key.window.release(call);
+      if (predicted.slice !== undefined) {
+        // Never sent (refused, parked and left, or the log would not start it): nothing was spent.
+        options.shared?.settle(predicted.slice.slice, predicted.slice.need, NOTHING);
+        predicted.slice = undefined;
+      }
       clearTimeout(predicted.ceiling);
       calls.delete(call);
     });
@@ -638,4 +761,56 @@ function waitedTooLong(retryAfterMs: number): GatewayError {
     `The API key's rate-limit window will not have room for this call for another ${Math.ceil(retryAfterMs / 1_000)} s, past the longest Holdfast waits (predict.max_wait_s). Retry after that.`,
     retryAfterMs,
   );
+}
+
+const NOTHING: Need = Object.freeze({ requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 });
+
+/**
+ * What the provider counted of a call against its key's window, as far as the gateway can
+ * tell: nothing for a refusal it answered before doing the work (a 429, a 4xx); for an
+ * answer, a request, its input (Anthropic counts no cache reads) and its output cap (or
+ * its output, when larger or uncapped): both providers take the cap when they admit a call,
+ * and what they give back later, if anything, is left to the next readings. When no usage
+ * came back (an error, a cut connection), what the call was sure to take.
+ */
+function chargedOf(
+  call: Call,
+  predicted: Predicted,
+  observed: {
+    usage:
+      | { reported: boolean; inputTokens: number; outputTokens: number; cachedInputTokens: number }
+      | undefined;
+    status: number;
+  },
+): Need {
+  const { status, usage } = observed;
+  if (status === 429 || (status >= 400 && status < 500)) return NOTHING;
+  if (usage?.reported !== true || status < 200 || status >= 300) return predicted.floor;
+  const input =
+    call.shape.family === "anthropic"
+      ? Math.max(0, usage.inputTokens - usage.cachedInputTokens)
+      : usage.inputTokens;
+  const output = Math.max(usage.outputTokens, predicted.features.maxOutput ?? 0);
+  return {
+    requests: 1,
+    tokens: predicted.need.tokens > 0 ? input + output : 0,
+    inputTokens: predicted.need.inputTokens > 0 ? input : 0,
+    outputTokens: predicted.need.outputTokens > 0 ? output : 0,
+  };
+}
+
+// An integer priority, higher first: the header's, else the run's tag's.
+const PRIORITY = /^[+-]?\d{1,4}$/;
+
+function priorityOf(call: Call, byTag: Readonly<Record<string, number>>): number | GatewayError {
+  const header = call.request.headers["x-holdfast-priority"];
+  if (header === undefined) return byTag[call.run.tag] ?? 0;
+  const value = Array.isArray(header) ? header[0] : header;
+  if (value === undefined || !PRIORITY.test(value.trim()) || Math.abs(Number(value)) > 1_000) {
+    return new InvalidRequestError(
+      `X-Holdfast-Priority must be an integer from -1000 to 1000 (higher is served first), not ${JSON.stringify(String(header)).slice(0, 80)}.`,
+      { param: "X-Holdfast-Priority" },
+    );
+  }
+  return Number(value);
 }

@@ -1,0 +1,317 @@
+import { describe, expect, it } from "vitest";
+import type { Need } from "./keys.js";
+import { type ReserveOutcome, type ReserveRequest, SharedWindows } from "./shared.js";
+
+const NOW = Date.parse("2026-12-04T12:00:00Z");
+const KEY = "0123456789abcdef";
+const UPSTREAM = "https://api.example";
+
+const need = (tokens: number, requests = 1): Need => ({ requests, tokens, inputTokens: 0, outputTokens: 0 });
+
+let tickets = 0;
+function ask(overrides: Partial<ReserveRequest> & { need: Need }): ReserveRequest {
+  return {
+    ticket: `t${++tickets}`,
+    keyId: KEY,
+    gateway: "gw-a",
+    floor: overrides.need,
+    wantCalls: 1,
+    priority: 0,
+    sinceMs: NOW,
+    thresholdMs: 15_000,
+    ...overrides,
+  };
+}
+
+/** A key read at NOW with `tokens` of 6,000 a minute left (100 a second) and `requests` of 600 (10 a second). */
+function windowsWith(tokens: number, requests = 600): SharedWindows {
+  const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+  windows.observe(
+    KEY,
+    UPSTREAM,
+    {
+      tokens: { limit: 6_000, remaining: tokens, resetAtMs: NOW + (6_000 - tokens) * 10 },
+      requests: { limit: 600, remaining: requests, resetAtMs: NOW + (600 - requests) * 100 },
+    },
+    { asOfMs: NOW - 1, readAtMs: NOW, nowMs: NOW },
+  );
+  return windows;
+}
+
+function granted(outcome: ReserveOutcome) {
+  if (outcome.kind !== "granted") throw new Error(`expected a grant, got ${JSON.stringify(outcome)}`);
+  return outcome.lease;
+}
+
+describe("SharedWindows: one window per key for every gateway", () => {
+  it("says nothing is known of a key before its first reading, so the call goes on", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    expect(windows.reserve(ask({ need: need(100) }), NOW)).toEqual({ kind: "unknown", validForMs: 1_000 });
+  });
+
+  it("grants a slice of several calls while the window has plenty, and just the call when asked for one", () => {
+    const windows = windowsWith(6_000);
+    const slice = granted(windows.reserve(ask({ need: need(100), wantCalls: 8 }), NOW));
+    expect(slice.calls).toBe(8);
+    expect(slice.amounts.tokens).toBe(800);
+    const single = granted(windows.reserve(ask({ need: need(100) }), NOW));
+    expect(single.calls).toBe(1);
+    expect(windows.list(NOW)[0]?.dimensions.find((d) => d.dimension === "tokens")?.left).toBe(5_100);
+  });
+
+  it("near the window's end grants no more than a quarter of what is left beyond the call", () => {
+    const windows = windowsWith(1_000);
+    // 900 beyond the call; a quarter of that is 225: two more calls of 100.
+    expect(granted(windows.reserve(ask({ need: need(100), wantCalls: 8 }), NOW)).calls).toBe(3);
+  });
+
+  it("queues a call that does not fit, and grants it when the window has refilled enough", () => {
+    const windows = windowsWith(300);
+    const queued = windows.reserve(ask({ ticket: "late", need: need(1_000) }), NOW);
+    expect(queued).toMatchObject({
+      kind: "queued",
+      figures: { dimension: "tokens", remaining: 300, needed: 1_000 },
+    });
+    if (queued.kind !== "queued") return;
+    // 700 missing at 100 a second.
+    expect(queued.etaMs - NOW).toBeGreaterThanOrEqual(7_000);
+    expect(queued.etaMs - NOW).toBeLessThan(7_100);
+    expect(windows.tick(NOW + 6_900).granted).toEqual([]);
+    const { granted: turn } = windows.tick(queued.etaMs);
+    expect(turn.map((g) => g.ticket)).toEqual(["late"]);
+    expect(turn[0]?.lease.amounts.tokens).toBe(1_000);
+  });
+
+  it("serves the queue in order, each waiter's turn after those ahead of it", () => {
+    const windows = windowsWith(0);
+    const first = windows.reserve(ask({ ticket: "first", need: need(500), sinceMs: NOW }), NOW);
+    const second = windows.reserve(ask({ ticket: "second", need: need(500), sinceMs: NOW + 1 }), NOW + 1);
+    if (first.kind !== "queued" || second.kind !== "queued") throw new Error("expected both queued");
+    expect(second.etaMs - first.etaMs).toBeGreaterThanOrEqual(4_900);
+    expect(windows.tick(first.etaMs).granted.map((g) => g.ticket)).toEqual(["first"]);
+    expect(windows.tick(first.etaMs + 10).granted).toEqual([]);
+    expect(windows.tick(second.etaMs).granted.map((g) => g.ticket)).toEqual(["second"]);
+  });
+
+  it("serves a higher priority first, and a waiter's priority grows as it waits, so nobody starves", () => {
+    const windows = windowsWith(0);
+    windows.reserve(ask({ ticket: "low", need: need(500), priority: 0, sinceMs: NOW }), NOW);
+    windows.reserve(ask({ ticket: "high", need: need(500), priority: 2, sinceMs: NOW + 1 }), NOW + 1);
+    expect(windows.tick(NOW + 5_100).granted.map((g) => g.ticket)).toEqual(["high"]);
+    // Priority 1 arriving now is behind "low", which has waited 10 s (priority 0 + 1) since NOW.
+    windows.reserve(
+      ask({ ticket: "later", need: need(500), priority: 1, sinceMs: NOW + 10_001 }),
+      NOW + 10_001,
+    );
+    expect(windows.tick(NOW + 10_300).granted.map((g) => g.ticket)).toEqual(["low"]);
+  });
+
+  it("a call arriving with a long wait behind it (a checkpointed run coming back) is ahead of newer waiters", () => {
+    const windows = windowsWith(0);
+    windows.reserve(ask({ ticket: "new", need: need(500), sinceMs: NOW }), NOW);
+    const back = windows.reserve(ask({ ticket: "back", need: need(500), sinceMs: NOW - 30_000 }), NOW);
+    expect(back.kind).toBe("queued");
+    expect(windows.tick(NOW + 5_100).granted.map((g) => g.ticket)).toEqual(["back"]);
+  });
+
+  it("tells a call to checkpoint when its turn is further off than its threshold, or past its deadline", () => {
+    const windows = windowsWith(0);
+    expect(windows.reserve(ask({ need: need(2_000), thresholdMs: 15_000 }), NOW)).toMatchObject({
+      kind: "checkpoint",
+      why: "threshold",
+    });
+    expect(
+      windows.reserve(ask({ need: need(500), thresholdMs: 15_000, deadlineMs: NOW + 1_000 }), NOW),
+    ).toMatchObject({ kind: "checkpoint", why: "deadline" });
+    // Neither queued: the next call's turn is not pushed back by them.
+    const next = windows.reserve(ask({ need: need(500) }), NOW);
+    expect(next.kind === "queued" && next.etaMs - NOW).toBeLessThan(5_100);
+  });
+
+  it("refuses at once a call that takes for certain more than the whole window", () => {
+    const windows = windowsWith(6_000);
+    expect(windows.reserve(ask({ need: need(7_000), floor: need(6_500) }), NOW)).toMatchObject({
+      kind: "too_large",
+      figures: { dimension: "tokens", limit: 6_000, needed: 6_500 },
+    });
+    // A margin beyond the window (the floor fits) is cut to the window.
+    expect(windows.reserve(ask({ need: need(7_000), floor: need(5_000) }), NOW).kind).toBe("granted");
+  });
+
+  it("blocks on requests left however many tokens are", () => {
+    const windows = windowsWith(6_000, 0);
+    const outcome = windows.reserve(ask({ need: need(10) }), NOW);
+    expect(outcome).toMatchObject({ kind: "queued", figures: { dimension: "requests" } });
+  });
+
+  it("takes back what a slice's calls did not use, by what the gateway says is left in all, and takes more when they cost more", () => {
+    const windows = windowsWith(1_000);
+    const lease = granted(windows.reserve(ask({ need: need(1_000) }), NOW));
+    const left = () => windows.list(NOW)[0]?.dimensions.find((d) => d.dimension === "tokens")?.left;
+    expect(left()).toBe(0);
+    windows.release(lease.leaseId, need(400, 0), NOW);
+    expect(left()).toBe(400);
+    // Said again (a retried request): nothing more.
+    windows.release(lease.leaseId, need(400, 0), NOW);
+    expect(left()).toBe(400);
+    // More came back since (another of its calls finished): the difference.
+    windows.release(lease.leaseId, need(500, 0), NOW);
+    expect(left()).toBe(500);
+    // Never more than the slice held.
+    windows.release(lease.leaseId, need(5_000, 0), NOW);
+    expect(left()).toBe(1_000);
+    const more = granted(windows.reserve(ask({ need: need(400) }), NOW));
+    windows.release(more.leaseId, need(-100, 0), NOW);
+    expect(left()).toBe(500);
+  });
+
+  it("hands back the previous slice with the next ask", () => {
+    const windows = windowsWith(1_000);
+    const lease = granted(windows.reserve(ask({ need: need(1_000) }), NOW));
+    const next = windows.reserve(
+      ask({ need: need(600), returned: { leaseId: lease.leaseId, left: need(700, 0) } }),
+      NOW,
+    );
+    expect(next.kind).toBe("granted");
+  });
+
+  it("lowers the account when a reading shows the key spent elsewhere, and never raises it from one", () => {
+    const windows = windowsWith(6_000);
+    granted(windows.reserve(ask({ need: need(1_000) }), NOW));
+    const tokensLeft = () =>
+      windows.list(NOW + 10)[0]?.dimensions.find((d) => d.dimension === "tokens")?.left;
+    // 5,000, and 10 ms of refill at 100 a second.
+    expect(tokensLeft()).toBe(5_001);
+    // A client outside Holdfast spent 3,000 before our call, sent at NOW + 5, was admitted.
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      { tokens: { limit: 6_000, remaining: 2_000, resetAtMs: NOW + 40_000 } },
+      { asOfMs: NOW + 5, readAtMs: NOW + 10, nowMs: NOW + 10 },
+    );
+    expect(tokensLeft()).toBe(2_000);
+    // A reading of a fuller window (nothing else spent) does not undo what the account granted.
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      { tokens: { limit: 6_000, remaining: 6_000, resetAtMs: NOW + 10 } },
+      { asOfMs: NOW + 6, readAtMs: NOW + 10, nowMs: NOW + 10 },
+    );
+    expect(tokensLeft()).toBe(2_000);
+  });
+
+  it("counts what it granted after a reading's call against that reading", () => {
+    const windows = windowsWith(6_000);
+    // Granted at NOW + 20, after the call the next reading answers (sent at NOW + 10).
+    granted(windows.reserve(ask({ need: need(1_000) }), NOW + 20));
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      { tokens: { limit: 6_000, remaining: 4_000, resetAtMs: NOW + 30_000 } },
+      { asOfMs: NOW + 10, readAtMs: NOW + 30, nowMs: NOW + 30 },
+    );
+    // 4,000 then, and our 1,000 granted since: 3,000.
+    expect(windows.list(NOW + 30)[0]?.dimensions.find((d) => d.dimension === "tokens")?.left).toBe(3_000);
+  });
+
+  it("holds every grant back until a 429's retry-after has passed", () => {
+    const windows = windowsWith(6_000);
+    windows.observe(KEY, UPSTREAM, { retryAfterMs: 2_000 }, { asOfMs: NOW, readAtMs: NOW, nowMs: NOW });
+    const outcome = windows.reserve(ask({ need: need(10) }), NOW + 100);
+    expect(outcome.kind === "queued" && outcome.etaMs).toBeGreaterThanOrEqual(NOW + 2_000);
+    expect(windows.tick(NOW + 1_900).granted).toEqual([]);
+    expect(windows.tick(NOW + 2_010).granted).toHaveLength(1);
+  });
+
+  it("forgets a waiter that leaves: the next in line gets its turn", () => {
+    const windows = windowsWith(0);
+    windows.reserve(ask({ ticket: "gone", need: need(500), sinceMs: NOW }), NOW);
+    windows.reserve(ask({ ticket: "stays", need: need(500), sinceMs: NOW + 1 }), NOW + 1);
+    windows.cancel("gone");
+    expect(windows.tick(NOW + 5_100).granted.map((g) => g.ticket)).toEqual(["stays"]);
+  });
+
+  it("never grants two gateways together more than the provider admits, whatever the order of their asks", () => {
+    // The provider: 6,000 tokens a minute, refilled continuously, charged input + max_tokens.
+    let level = 6_000;
+    let at = NOW;
+    let spent = 0;
+    const provider = (now: number, cost: number) => {
+      level = Math.min(6_000, level + ((now - at) * 6_000) / 60_000);
+      at = now;
+      if (level < cost) return false;
+      level -= cost;
+      spent += cost;
+      return true;
+    };
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    let seed = 42;
+    const random = () => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    let refused = 0;
+    let admitted = 0;
+    const slices = new Map<string, { leaseId: string; left: number }>();
+    const waiting: Array<{ gateway: string; cost: number }> = [];
+    for (let now = NOW; now < NOW + 120_000; now += 50) {
+      // Each gateway sends a call every 250 ms or so, of 200–700 tokens (input + max_tokens):
+      // together about three times what the window refills.
+      for (const gateway of ["gw-a", "gw-b"]) {
+        if (random() < 0.2) waiting.push({ gateway, cost: 200 + Math.floor(random() * 500) });
+      }
+      for (const { ticket } of windows.tick(now).granted) {
+        const [gateway, cost] = ticket.split("|") as [string, string];
+        if (provider(now, Number(cost))) admitted++;
+        else refused++;
+        void gateway;
+      }
+      while (waiting.length > 0) {
+        const call = waiting.shift()!;
+        const slice = slices.get(call.gateway);
+        if (slice !== undefined && slice.left >= call.cost) {
+          slice.left -= call.cost;
+          if (provider(now, call.cost)) admitted++;
+          else refused++;
+          continue;
+        }
+        const outcome = windows.reserve(
+          ask({
+            ticket: `${call.gateway}|${call.cost}|${now}|${Math.random()}`,
+            gateway: call.gateway,
+            need: need(call.cost),
+            wantCalls: 4,
+            sinceMs: now,
+            returned: slice === undefined ? undefined : { leaseId: slice.leaseId, left: need(slice.left, 0) },
+          }),
+          now,
+        );
+        slices.delete(call.gateway);
+        if (outcome.kind === "unknown") {
+          if (provider(now, call.cost)) admitted++;
+          else refused++;
+        } else if (outcome.kind === "granted") {
+          slices.set(call.gateway, {
+            leaseId: outcome.lease.leaseId,
+            left: outcome.lease.amounts.tokens - call.cost,
+          });
+          if (provider(now, call.cost)) admitted++;
+          else refused++;
+        }
+        // The first answer's reading (the provider's own level after it).
+        if (admitted === 1) {
+          windows.observe(
+            KEY,
+            UPSTREAM,
+            { tokens: { limit: 6_000, remaining: Math.floor(level), resetAtMs: now + (6_000 - level) * 10 } },
+            { asOfMs: now, readAtMs: now, nowMs: now },
+          );
+        }
+      }
+    }
+    expect(refused).toBe(0);
+    // And the window is used: the first 6,000, then nearly all of 100 a second for 120 s.
+    expect(spent).toBeGreaterThan(0.95 * (6_000 + 12_000));
+    expect(admitted).toBeGreaterThan(30);
+  });
+});

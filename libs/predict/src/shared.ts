@@ -1,0 +1,509 @@
+import type { Figures } from "./decide.js";
+import type { Dimension, RateLimitReading } from "./headers.js";
+import { DIMENSIONS, type Need } from "./keys.js";
+
+/**
+ * One provider key's window shared by every gateway of a deployment: the coordinator's own
+ * account of it (a token bucket per dimension the provider reports, refilling at the rate
+ * the readings show), the slices it granted gateways, and the calls queued for room.
+ *
+ * The account follows the coordinator's grants, not the provider's readings: a grant takes
+ * what it covers out of the bucket at once, and a gateway gives back what its calls did not
+ * use (their reservation less what the provider counted) when it next asks, or releases
+ * the slice. Readings only ever lower the account: a reading says what the provider had
+ * left when it admitted a call, so what the account may hold now is that, refilled since,
+ * less what was granted after that call and not given back; anything else spending the key
+ * (a client that bypasses Holdfast) shows up there. So, granted calls never add up to more
+ * than the provider will admit, as long as each reservation covers what the provider counts
+ * (input plus the output cap, or the estimate plus its margin).
+ *
+ * Calls that do not fit wait in one queue per key, strictly in order: highest priority
+ * first, a waiter's priority growing by one for every `agingMs` it has waited (nobody
+ * starves), the longest waiting first among equals. A call whose turn would come later
+ * than its threshold (or its run's deadline) is told to checkpoint instead of queueing.
+ *
+ * Pure: every method takes the time, and nothing here does I/O.
+ */
+export class SharedWindows {
+  private readonly keys = new Map<string, SharedKey>();
+  private readonly leases = new Map<string, Lease>();
+  private readonly waiting = new Map<string, Waiter>();
+
+  constructor(private readonly options: SharedWindowOptions) {}
+
+  /**
+   * Takes in a reading of a key, from the answer to a call sent at `asOfMs`, read at
+   * `readAtMs` (by a gateway), at `nowMs` (here).
+   */
+  observe(
+    keyId: string,
+    upstream: string,
+    reading: RateLimitReading,
+    at: { asOfMs: number; readAtMs: number; nowMs: number },
+  ): void {
+    const { asOfMs, readAtMs, nowMs } = at;
+    const key = this.keyOf(keyId, upstream);
+    if (reading.retryAfterMs !== undefined && reading.retryAfterMs > 0) {
+      key.cooldownUntilMs = Math.max(key.cooldownUntilMs, readAtMs + reading.retryAfterMs);
+    }
+    if (asOfMs < key.asOfMs) return;
+    key.asOfMs = asOfMs;
+    for (const dimension of DIMENSIONS) {
+      const read = reading[dimension];
+      if (read === undefined) continue;
+      const limit = read.limit ?? Math.max(read.remaining, key.buckets.get(dimension)?.limit ?? 0);
+      if (limit <= 0) continue;
+      let bucket = key.buckets.get(dimension);
+      const perMs =
+        refillRate(read.remaining, limit, read.resetAtMs, readAtMs) ?? bucket?.perMs ?? limit / MINUTE_MS;
+      // What the provider had left then, refilled to now, less what was granted since and not given back.
+      const provider = Math.min(limit, read.remaining + perMs * Math.max(0, nowMs - readAtMs));
+      const implied = provider - this.outstandingSince(keyId, dimension, asOfMs);
+      if (bucket === undefined) {
+        bucket = { limit, perMs, level: implied, atMs: nowMs, resetAtMs: read.resetAtMs ?? 0 };
+        key.buckets.set(dimension, bucket);
+        continue;
+      }
+      const level = levelAt(bucket, nowMs);
+      bucket.limit = limit;
+      bucket.perMs = perMs;
+      bucket.level = Math.min(level, implied);
+      bucket.atMs = nowMs;
+      bucket.resetAtMs = read.resetAtMs ?? bucket.resetAtMs;
+    }
+  }
+
+  /**
+   * A gateway asks for room for one call (and, when the window has plenty, a slice for more
+   * like it), handing back what is left of its previous slice of the key. Granted at once,
+   * queued (the coordinator grants it by `tick` when its turn comes), told to checkpoint, or
+   * told the call is larger than the whole window.
+   */
+  reserve(request: ReserveRequest, nowMs: number): ReserveOutcome {
+    if (request.returned !== undefined) this.release(request.returned.leaseId, request.returned.left, nowMs);
+    const key = this.keys.get(request.keyId);
+    if (key === undefined || key.buckets.size === 0) return { kind: "unknown", validForMs: UNKNOWN_MS };
+    this.expire(nowMs);
+    for (const [dimension, bucket] of key.buckets) {
+      const floor = request.floor[dimension];
+      if (floor > bucket.limit)
+        return { kind: "too_large", figures: figuresOf(dimension, bucket, floor, 0, nowMs) };
+    }
+    const waiter: Waiter = {
+      ticket: request.ticket,
+      keyId: request.keyId,
+      gateway: request.gateway,
+      need: cutToWindow(key, request.need, request.floor),
+      priority: request.priority,
+      sinceMs: Math.min(request.sinceMs, nowMs),
+    };
+    const ahead = this.queueOf(key, nowMs).filter((other) =>
+      ranksBefore(other, waiter, nowMs, this.options.agingMs),
+    );
+    if (ahead.length === 0 && key.cooldownUntilMs <= nowMs && fits(key, waiter.need, nowMs)) {
+      const extra = key.queue.length === 0 ? this.extraCalls(key, waiter.need, request.wantCalls, nowMs) : 0;
+      return { kind: "granted", lease: this.grant(key, waiter, 1 + extra, nowMs) };
+    }
+    const eta = this.etaOf(key, [...ahead.map((a) => a.need), waiter.need], nowMs);
+    if (request.deadlineMs !== undefined && eta.atMs > request.deadlineMs) {
+      return { kind: "checkpoint", untilMs: eta.atMs, why: "deadline", figures: eta.figures };
+    }
+    if (eta.atMs - nowMs > request.thresholdMs) {
+      return { kind: "checkpoint", untilMs: eta.atMs, why: "threshold", figures: eta.figures };
+    }
+    key.queue.push(waiter);
+    this.waiting.set(waiter.ticket, waiter);
+    return { kind: "queued", etaMs: eta.atMs, figures: eta.figures };
+  }
+
+  /** A queued call no longer waits (its client left, its gateway gave up on it or went away). */
+  cancel(ticket: string): void {
+    const waiter = this.waiting.get(ticket);
+    if (waiter === undefined) return;
+    this.waiting.delete(ticket);
+    const key = this.keys.get(waiter.keyId);
+    if (key !== undefined) key.queue = key.queue.filter((w) => w !== waiter);
+  }
+
+  /**
+   * A gateway says what is left of a slice (its unspent part, and what its finished calls'
+   * reservations held beyond what the provider counted; negative when they cost more): in
+   * all, so far. The account moves by the difference from what it said last, so saying the
+   * same twice (a retried request) changes nothing, and a slice can never give back more
+   * than it was granted.
+   */
+  release(leaseId: string, left: Need, nowMs: number): void {
+    const lease = this.leases.get(leaseId);
+    if (lease === undefined) return;
+    const key = this.keys.get(lease.keyId);
+    if (key === undefined) return;
+    for (const dimension of DIMENSIONS) {
+      const bucket = key.buckets.get(dimension);
+      if (bucket === undefined || lease.amounts[dimension] === 0) continue;
+      const total = Math.min(left[dimension], lease.amounts[dimension]);
+      const delta = total - lease.returned[dimension];
+      if (delta === 0) continue;
+      bucket.level = Math.min(bucket.limit, levelAt(bucket, nowMs) + delta);
+      bucket.atMs = nowMs;
+      lease.returned[dimension] = total;
+    }
+  }
+
+  /** Grants the queued calls whose turn has come; says when to look again (undefined: nobody waits). */
+  tick(nowMs: number): { granted: Array<{ ticket: string; lease: Grant }>; nextMs: number | undefined } {
+    const granted: Array<{ ticket: string; lease: Grant }> = [];
+    let nextMs: number | undefined;
+    for (const key of this.keys.values()) {
+      if (key.queue.length === 0) continue;
+      const queue = this.queueOf(key, nowMs);
+      while (queue.length > 0) {
+        const head = queue[0]!;
+        if (key.cooldownUntilMs > nowMs || !fits(key, head.need, nowMs)) break;
+        queue.shift();
+        this.waiting.delete(head.ticket);
+        granted.push({ ticket: head.ticket, lease: this.grant(key, head, 1, nowMs) });
+      }
+      key.queue = queue;
+      const head = queue[0];
+      if (head !== undefined) {
+        const at = this.etaOf(key, [head.need], nowMs).atMs;
+        nextMs = nextMs === undefined ? at : Math.min(nextMs, at);
+      }
+    }
+    return { granted, nextMs };
+  }
+
+  /** A slice as it is kept across a restart of the coordinator. */
+  record(leaseId: string): SliceRecord | undefined {
+    const lease = this.leases.get(leaseId);
+    if (lease === undefined) return undefined;
+    const key = this.keys.get(lease.keyId);
+    return {
+      leaseId: lease.leaseId,
+      keyId: lease.keyId,
+      upstream: key?.upstream ?? "",
+      gateway: lease.gateway,
+      atMs: lease.atMs,
+      expiresMs: lease.expiresMs,
+      amounts: lease.amounts,
+    };
+  }
+
+  /**
+   * Takes back a slice an earlier coordinator granted (before any reading is taken in):
+   * until its gateway says what is left of it, all of it counts as spent after its grant.
+   */
+  restore(record: SliceRecord, nowMs: number): void {
+    if (record.expiresMs + FORGET_MS < nowMs) return;
+    this.keyOf(record.keyId, record.upstream);
+    this.leases.set(record.leaseId, {
+      leaseId: record.leaseId,
+      keyId: record.keyId,
+      gateway: record.gateway,
+      atMs: record.atMs,
+      expiresMs: record.expiresMs,
+      amounts: record.amounts,
+      returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
+    });
+  }
+
+  /** Each key's account now, for `holdfast windows` and reports. */
+  list(nowMs: number): KeyReport[] {
+    return [...this.keys.entries()].map(([keyId, key]) => ({
+      keyId,
+      upstream: key.upstream,
+      cooldownUntilMs: key.cooldownUntilMs > nowMs ? key.cooldownUntilMs : 0,
+      queued: key.queue.length,
+      dimensions: [...key.buckets.entries()].map(([dimension, bucket]) => ({
+        dimension,
+        limit: bucket.limit,
+        left: Math.floor(levelAt(bucket, nowMs)),
+        perMinute: Math.round(bucket.perMs * MINUTE_MS),
+      })),
+      slices: [...this.leases.values()].filter((l) => l.keyId === keyId && l.expiresMs > nowMs).length,
+    }));
+  }
+
+  /** Forgets slices past their end and long after it (their calls are in the readings by then). */
+  expire(nowMs: number): void {
+    for (const [leaseId, lease] of this.leases) {
+      if (lease.expiresMs + FORGET_MS < nowMs) this.leases.delete(leaseId);
+    }
+  }
+
+  private keyOf(keyId: string, upstream: string): SharedKey {
+    let key = this.keys.get(keyId);
+    if (key === undefined) {
+      key = { upstream, buckets: new Map(), asOfMs: Number.NEGATIVE_INFINITY, cooldownUntilMs: 0, queue: [] };
+      this.keys.set(keyId, key);
+    }
+    return key;
+  }
+
+  private grant(key: SharedKey, waiter: Waiter, calls: number, nowMs: number): Grant {
+    const amounts = scale(waiter.need, calls);
+    for (const [dimension, bucket] of key.buckets) {
+      bucket.level = levelAt(bucket, nowMs) - amounts[dimension];
+      bucket.atMs = nowMs;
+    }
+    const lease: Lease = {
+      leaseId: waiter.ticket,
+      keyId: waiter.keyId,
+      gateway: waiter.gateway,
+      atMs: nowMs,
+      expiresMs: nowMs + this.options.sliceMs,
+      amounts,
+      returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
+    };
+    this.leases.set(lease.leaseId, lease);
+    return { leaseId: lease.leaseId, amounts, calls, validForMs: this.options.sliceMs };
+  }
+
+  /** How many more calls like this one a slice may cover: a share of what is left beyond it. */
+  private extraCalls(key: SharedKey, need: Need, wantCalls: number, nowMs: number): number {
+    let extra = Math.max(0, Math.floor(wantCalls) - 1);
+    for (const [dimension, bucket] of key.buckets) {
+      if (need[dimension] <= 0) continue;
+      const spare = (levelAt(bucket, nowMs) - need[dimension]) * SHARE;
+      extra = Math.min(extra, Math.max(0, Math.floor(spare / need[dimension])));
+    }
+    return extra;
+  }
+
+  /** What was granted on a key after `asOfMs` in one dimension and not given back. */
+  private outstandingSince(keyId: string, dimension: Dimension, asOfMs: number): number {
+    let sum = 0;
+    for (const lease of this.leases.values()) {
+      if (lease.keyId !== keyId || lease.atMs <= asOfMs) continue;
+      sum += lease.amounts[dimension] - lease.returned[dimension];
+    }
+    return sum;
+  }
+
+  /** The queue in the order it is served now. */
+  private queueOf(key: SharedKey, nowMs: number): Waiter[] {
+    return [...key.queue].sort((a, b) => order(a, b, nowMs, this.options.agingMs));
+  }
+
+  /** When the account holds all of `needs` at once (calls served in turn), and the figures of the dimension that decides it. */
+  private etaOf(key: SharedKey, needs: readonly Need[], nowMs: number): { atMs: number; figures: Figures } {
+    let atMs = Math.max(nowMs, key.cooldownUntilMs);
+    let figures: Figures | undefined;
+    const own = needs[needs.length - 1]!;
+    for (const [dimension, bucket] of key.buckets) {
+      const total = needs.reduce((sum, n) => sum + n[dimension], 0);
+      if (own[dimension] <= 0) continue;
+      const level = levelAt(bucket, nowMs);
+      // Calls ahead take their part as it refills: the account never fills to its cap meanwhile.
+      const at = level >= total ? nowMs : nowMs + (total - level) / bucket.perMs + SETTLE_MS;
+      if (figures === undefined || at > atMs || (at === atMs && figures.dimension === undefined)) {
+        figures = figuresOf(dimension, bucket, own[dimension], total - own[dimension], nowMs);
+      }
+      atMs = Math.max(atMs, at);
+    }
+    return { atMs: Math.ceil(atMs), figures: figures ?? NO_FIGURES };
+  }
+}
+
+export interface SharedWindowOptions {
+  /** How long a slice may be spent. */
+  readonly sliceMs: number;
+  /** A waiter's priority grows by one for each this long it has waited. */
+  readonly agingMs: number;
+}
+
+export interface ReserveRequest {
+  /** Names the grant (its lease id) or the place in the queue. Unique per request. */
+  readonly ticket: string;
+  readonly keyId: string;
+  readonly gateway: string;
+  /** What the call reserves: its estimate plus margin. */
+  readonly need: Need;
+  /** What it takes for certain: a call whose floor is more than the window is too large. */
+  readonly floor: Need;
+  /** How many calls like this one the gateway would like its slice to cover (1: just this one). */
+  readonly wantCalls: number;
+  readonly priority: number;
+  /** Since when the call has waited for room (its first ask), for fairness. */
+  readonly sinceMs: number;
+  /** A turn further off than this is a checkpoint, not a wait. */
+  readonly thresholdMs: number;
+  readonly deadlineMs?: number;
+  /** The gateway's previous slice of the key, done with, and what is left of it in all (see `release`). */
+  readonly returned?: { readonly leaseId: string; readonly left: Need };
+}
+
+/** Room granted: `amounts` (the call's need times `calls`) may be spent until `validForMs` from now. */
+export interface Grant {
+  readonly leaseId: string;
+  readonly amounts: Need;
+  readonly calls: number;
+  readonly validForMs: number;
+}
+
+export type ReserveOutcome =
+  | { readonly kind: "granted"; readonly lease: Grant }
+  /** Nothing is known of the key yet: the call goes on, and the gateway asks again after `validForMs`. */
+  | { readonly kind: "unknown"; readonly validForMs: number }
+  | { readonly kind: "queued"; readonly etaMs: number; readonly figures: Figures }
+  | {
+      readonly kind: "checkpoint";
+      readonly untilMs: number;
+      readonly why: "threshold" | "deadline";
+      readonly figures: Figures;
+    }
+  | { readonly kind: "too_large"; readonly figures: Figures };
+
+/** A granted slice, as the coordinator keeps it for a restart. */
+export interface SliceRecord {
+  readonly leaseId: string;
+  readonly keyId: string;
+  readonly upstream: string;
+  readonly gateway: string;
+  readonly atMs: number;
+  readonly expiresMs: number;
+  readonly amounts: Need;
+}
+
+export interface KeyReport {
+  readonly keyId: string;
+  readonly upstream: string;
+  readonly cooldownUntilMs: number;
+  readonly queued: number;
+  readonly slices: number;
+  readonly dimensions: ReadonlyArray<{
+    readonly dimension: Dimension;
+    readonly limit: number;
+    readonly left: number;
+    readonly perMinute: number;
+  }>;
+}
+
+interface Bucket {
+  limit: number;
+  /** Refill per millisecond. */
+  perMs: number;
+  /** What the account held at `atMs` (may be below 0: calls cost more than they reserved). */
+  level: number;
+  atMs: number;
+  resetAtMs: number;
+}
+
+interface SharedKey {
+  readonly upstream: string;
+  readonly buckets: Map<Dimension, Bucket>;
+  /** The send time of the call whose answer gave the newest reading taken in. */
+  asOfMs: number;
+  cooldownUntilMs: number;
+  queue: Waiter[];
+}
+
+interface Waiter {
+  readonly ticket: string;
+  readonly keyId: string;
+  readonly gateway: string;
+  readonly need: Need;
+  readonly priority: number;
+  readonly sinceMs: number;
+}
+
+interface Lease {
+  readonly leaseId: string;
+  readonly keyId: string;
+  readonly gateway: string;
+  readonly atMs: number;
+  readonly expiresMs: number;
+  readonly amounts: Need;
+  /** What the gateway last said is left of it, in all. */
+  readonly returned: Record<Dimension, number>;
+}
+
+const MINUTE_MS = 60_000;
+// A slice covers at most this share of what the window has beyond the call in hand.
+const SHARE = 0.25;
+// Asked again after this long when nothing is known of a key.
+const UNKNOWN_MS = 1_000;
+// A slice is remembered this long past its end (readings of its calls are in by then).
+export const SLICE_MEMORY_MS = 120_000;
+const FORGET_MS = SLICE_MEMORY_MS;
+// A turn is granted a little after the account says, so a refill rate read a hair high never lands a call early.
+const SETTLE_MS = 5;
+// A reading's refill rate is trusted when at least this share of the window was missing.
+const RATE_FROM_SHARE = 0.02;
+
+const NO_FIGURES: Figures = Object.freeze({
+  dimension: undefined,
+  limit: 0,
+  remaining: 0,
+  needed: 0,
+  resetAtMs: 0,
+});
+
+function levelAt(bucket: Bucket, nowMs: number): number {
+  if (nowMs <= bucket.atMs) return bucket.level;
+  return Math.min(bucket.limit, bucket.level + bucket.perMs * (nowMs - bucket.atMs));
+}
+
+/** The refill rate a reading shows (what was missing over the time to full), when it shows one well enough. */
+function refillRate(
+  remaining: number,
+  limit: number,
+  resetAtMs: number | undefined,
+  readAtMs: number,
+): number | undefined {
+  if (resetAtMs === undefined || resetAtMs <= readAtMs) return undefined;
+  const missing = limit - remaining;
+  if (missing < Math.max(1, limit * RATE_FROM_SHARE)) return undefined;
+  return missing / (resetAtMs - readAtMs);
+}
+
+function fits(key: SharedKey, need: Need, nowMs: number): boolean {
+  for (const [dimension, bucket] of key.buckets) {
+    if (need[dimension] > 0 && levelAt(bucket, nowMs) < need[dimension]) return false;
+  }
+  return true;
+}
+
+/** A margin larger than the whole window is cut to it (the floor already fits). */
+function cutToWindow(key: SharedKey, need: Need, floor: Need): Need {
+  const cut = { ...need };
+  for (const [dimension, bucket] of key.buckets) {
+    cut[dimension] = Math.min(need[dimension], Math.max(floor[dimension], bucket.limit));
+  }
+  return cut;
+}
+
+function scale(need: Need, calls: number): Need {
+  return {
+    requests: need.requests * calls,
+    tokens: need.tokens * calls,
+    inputTokens: need.inputTokens * calls,
+    outputTokens: need.outputTokens * calls,
+  };
+}
+
+/** Negative when `a` is served before `b`: higher priority (grown by waiting) first, then the longest waiting. */
+function order(a: Waiter, b: Waiter, nowMs: number, agingMs: number): number {
+  const score = (w: Waiter) => w.priority + Math.max(0, nowMs - w.sinceMs) / agingMs;
+  return score(b) - score(a) || a.sinceMs - b.sinceMs;
+}
+
+function ranksBefore(a: Waiter, b: Waiter, nowMs: number, agingMs: number): boolean {
+  return order(a, b, nowMs, agingMs) < 0;
+}
+
+function figuresOf(
+  dimension: Dimension,
+  bucket: Bucket,
+  needed: number,
+  ahead: number,
+  nowMs: number,
+): Figures {
+  return {
+    dimension,
+    limit: Math.round(bucket.limit),
+    remaining: Math.max(0, Math.floor(levelAt(bucket, nowMs) - ahead)),
+    needed: Math.ceil(needed),
+    resetAtMs: Math.round(bucket.resetAtMs),
+  };
+}

@@ -1,0 +1,328 @@
+import type { Figures, Need } from "@holdfast/predict";
+import type {
+  ReleaseSliceRequest,
+  ReserveRequest,
+  ReserveResponse,
+  SliceGranted,
+  WindowAmounts,
+  WindowFigures,
+} from "@holdfast/proto";
+
+/** The coordinator's RateWindows API as the gateway uses it. */
+export interface RateWindowsApi {
+  /**
+   * Asks for room for one call: `first` is the coordinator's decision; when it is `queued`,
+   * `turn` resolves with the grant when the call's turn comes. `cancel` leaves the queue.
+   */
+  reserve(request: ReserveRequest): Reservation;
+  release(request: ReleaseSliceRequest): Promise<void>;
+}
+
+export interface Reservation {
+  readonly first: Promise<ReserveResponse>;
+  readonly turn: Promise<SliceGranted>;
+  cancel(): void;
+}
+
+/** Room for calls on one key, granted by the coordinator and spent here. */
+export interface Slice {
+  readonly leaseId: string;
+  readonly keyId: string;
+  /** What is left to spend (less what calls in flight reserved), per dimension. */
+  readonly left: Record<keyof Need, number>;
+  readonly validUntilMs: number;
+  /** Calls spending it now. */
+  inFlight: number;
+  /** Other calls may spend it (it covers more than the call it was asked for). */
+  current: boolean;
+}
+
+/** What the shared window says of one call. */
+export type SharedDecision =
+  | { readonly kind: "continue"; readonly slice: Slice | undefined; readonly figures: Figures }
+  | {
+      readonly kind: "queued";
+      readonly etaMs: number;
+      readonly figures: Figures;
+      /** The slice granted when the call's turn comes (spent by the call already). */
+      readonly turn: Promise<Slice>;
+      cancel(): void;
+    }
+  | {
+      readonly kind: "checkpoint";
+      readonly untilMs: number;
+      readonly why: "threshold" | "deadline";
+      readonly figures: Figures;
+    }
+  | { readonly kind: "too_large"; readonly figures: Figures }
+  /** The coordinator cannot be asked (not configured, down, starting): decide locally. */
+  | { readonly kind: "unavailable" };
+
+export interface SharedAsk {
+  readonly keyId: string;
+  readonly upstream: string;
+  readonly need: Need;
+  readonly floor: Need;
+  /** Answers on the key came back with nothing said of its window (a provider that sends none). */
+  readonly silent: boolean;
+  readonly priority: number;
+  readonly sinceMs: number;
+  readonly thresholdMs: number;
+  readonly deadlineMs: number | undefined;
+}
+
+export interface SharedSlicesOptions {
+  readonly api: RateWindowsApi;
+  readonly gateway: string;
+  readonly clock: () => number;
+  /** Told when the coordinator stops or starts answering (for the log). */
+  readonly onAvailability: (up: boolean, error?: unknown) => void;
+}
+
+// A slice asks for room for this many calls like the one in hand; the coordinator grants
+// that only while the window has plenty (a share of what is left), else the call alone.
+const CALLS_PER_SLICE = 8;
+// The coordinator's first answer is awaited this long; longer, the call is decided here.
+const FIRST_ANSWER_MS = 1_000;
+// After the coordinator failed, the gateway decides alone for this long before asking again.
+const RETRY_AFTER_DOWN_MS = 1_000;
+// A slice is given up this long before the coordinator would count it expired.
+const EXPIRY_MARGIN_MS = 100;
+
+/**
+ * The gateway's side of the shared rate-limit windows: a call spends the key's current
+ * slice when it covers it (no round trip); otherwise the coordinator is asked, and the call
+ * goes on, waits its turn, checkpoints its run, or is too large, as the coordinator says.
+ * What a call's reservation held beyond what the provider counted goes back to its slice;
+ * a slice done with (replaced, expired, its last call finished) is handed back with what is
+ * left of it, so the fleet's account gets it back at once. While the coordinator cannot
+ * be reached the gateway decides alone, from what it has read.
+ */
+export class SharedSlices {
+  private readonly current = new Map<string, Slice>();
+  private readonly unknownUntil = new Map<string, number>();
+  private downUntilMs = 0;
+  private up = true;
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(private readonly options: SharedSlicesOptions) {
+    this.sweeper = setInterval(() => this.sweep(), 1_000);
+    this.sweeper.unref();
+  }
+
+  async decide(ask: SharedAsk): Promise<SharedDecision> {
+    const nowMs = this.options.clock();
+    if (nowMs < this.downUntilMs) return { kind: "unavailable" };
+    if ((this.unknownUntil.get(ask.keyId) ?? 0) > nowMs) return { kind: "unavailable" };
+    const slice = this.current.get(ask.keyId);
+    if (slice !== undefined) {
+      if (slice.validUntilMs > nowMs && covers(slice, ask.need)) {
+        spend(slice, ask.need);
+        return { kind: "continue", slice, figures: NO_FIGURES };
+      }
+      this.retire(slice);
+    }
+    const request: ReserveRequest = {
+      keyId: ask.keyId,
+      upstream: ask.upstream,
+      gateway: this.options.gateway,
+      need: amountsOf(ask.need),
+      floor: amountsOf(ask.floor),
+      wantCalls: CALLS_PER_SLICE,
+      priority: ask.priority,
+      sinceMs: ask.sinceMs,
+      thresholdMs: Math.round(ask.thresholdMs),
+      deadlineMs: ask.deadlineMs ?? 0,
+      returnedLeaseId: "",
+      returnedLeft: undefined,
+    };
+    let reservation: Reservation | undefined;
+    let first: ReserveResponse;
+    try {
+      reservation = this.options.api.reserve(request);
+      first = await withTimeout(reservation.first, FIRST_ANSWER_MS);
+    } catch (error) {
+      reservation?.cancel();
+      this.down(nowMs, error);
+      return { kind: "unavailable" };
+    }
+    this.reachable();
+    const outcome = first.outcome;
+    switch (outcome?.$case) {
+      case "granted": {
+        const granted = this.take(ask, outcome.value);
+        return { kind: "continue", slice: granted, figures: NO_FIGURES };
+      }
+      case "unknown":
+        // A key whose answers say nothing of its window (a provider that sends none) is not
+        // asked about on every call; any other is asked again at once: its first reading is
+        // on its way to the coordinator.
+        if (ask.silent) {
+          this.unknownUntil.set(ask.keyId, nowMs + outcome.value.validForMs);
+          if (this.unknownUntil.size > 10_000) this.unknownUntil.clear();
+        }
+        return { kind: "unavailable" };
+      case "queued":
+        return {
+          kind: "queued",
+          etaMs: outcome.value.etaMs,
+          figures: figuresOf(outcome.value.figures),
+          turn: reservation.turn.then((grant) => this.take(ask, grant)),
+          cancel: () => reservation?.cancel(),
+        };
+      case "checkpoint":
+        return {
+          kind: "checkpoint",
+          untilMs: outcome.value.untilMs,
+          why: outcome.value.why === "deadline" ? "deadline" : "threshold",
+          figures: figuresOf(outcome.value.figures),
+        };
+      case "tooLarge":
+        return { kind: "too_large", figures: figuresOf(outcome.value.figures) };
+      default:
+        return { kind: "unavailable" };
+    }
+  }
+
+  /**
+   * A call that spent `need` of `slice` is over: what the provider counted of it is
+   * `charged` (nothing, when it was never sent or refused), and the rest goes back.
+   */
+  settle(slice: Slice, need: Need, charged: Need): void {
+    for (const dimension of DIMENSION_KEYS) slice.left[dimension] += need[dimension] - charged[dimension];
+    slice.inFlight -= 1;
+    if (!slice.current && slice.inFlight <= 0) this.handBack(slice);
+  }
+
+  /** Hands every slice back (the gateway is closing). */
+  async close(): Promise<void> {
+    clearInterval(this.sweeper);
+    const slices = [...this.current.values()];
+    this.current.clear();
+    await Promise.allSettled(slices.map((slice) => this.options.api.release(releaseOf(slice))));
+  }
+
+  /** A granted slice: the call in hand spends its part; covering more, it becomes the key's current one. */
+  private take(ask: SharedAsk, grant: SliceGranted): Slice {
+    const amounts = grant.amounts;
+    const slice: Slice = {
+      leaseId: grant.leaseId,
+      keyId: ask.keyId,
+      left: {
+        requests: amounts?.requests ?? 0,
+        tokens: amounts?.tokens ?? 0,
+        inputTokens: amounts?.inputTokens ?? 0,
+        outputTokens: amounts?.outputTokens ?? 0,
+      },
+      validUntilMs: this.options.clock() + grant.validForMs - EXPIRY_MARGIN_MS,
+      inFlight: 0,
+      current: grant.calls > 1,
+    };
+    spend(slice, ask.need);
+    if (slice.current) {
+      const previous = this.current.get(ask.keyId);
+      if (previous !== undefined) this.retire(previous);
+      this.current.set(ask.keyId, slice);
+    }
+    return slice;
+  }
+
+  /** No other call spends it now; handed back once its calls are over. */
+  private retire(slice: Slice): void {
+    if (this.current.get(slice.keyId) === slice) this.current.delete(slice.keyId);
+    slice.current = false;
+    if (slice.inFlight <= 0) this.handBack(slice);
+  }
+
+  private handBack(slice: Slice): void {
+    this.options.api.release(releaseOf(slice)).catch(() => {
+      // Lost: the coordinator's account refills to what the provider has all the same.
+    });
+  }
+
+  /** Slices that ended unspent go back. */
+  private sweep(): void {
+    const nowMs = this.options.clock();
+    for (const slice of [...this.current.values()]) if (slice.validUntilMs <= nowMs) this.retire(slice);
+  }
+
+  private down(nowMs: number, error: unknown): void {
+    this.downUntilMs = nowMs + RETRY_AFTER_DOWN_MS;
+    if (this.up) {
+      this.up = false;
+      this.options.onAvailability(false, error);
+    }
+  }
+
+  private reachable(): void {
+    if (this.up) return;
+    this.up = true;
+    this.options.onAvailability(true);
+  }
+}
+
+const DIMENSION_KEYS = ["requests", "tokens", "inputTokens", "outputTokens"] as const;
+
+const NO_FIGURES: Figures = Object.freeze({
+  dimension: undefined,
+  limit: 0,
+  remaining: 0,
+  needed: 0,
+  resetAtMs: 0,
+});
+
+function covers(slice: Slice, need: Need): boolean {
+  return DIMENSION_KEYS.every((d) => need[d] <= 0 || slice.left[d] >= need[d]);
+}
+
+function spend(slice: Slice, need: Need): void {
+  for (const dimension of DIMENSION_KEYS) slice.left[dimension] -= need[dimension];
+  slice.inFlight += 1;
+}
+
+function releaseOf(slice: Slice): ReleaseSliceRequest {
+  return { leaseId: slice.leaseId, left: amountsOf(slice.left) };
+}
+
+function amountsOf(need: Need): WindowAmounts {
+  return {
+    requests: Math.round(need.requests),
+    tokens: Math.round(need.tokens),
+    inputTokens: Math.round(need.inputTokens),
+    outputTokens: Math.round(need.outputTokens),
+  };
+}
+
+const DIMENSIONS_BY_NAME = {
+  requests: "requests",
+  tokens: "tokens",
+  input_tokens: "inputTokens",
+  output_tokens: "outputTokens",
+} as const;
+
+function figuresOf(figures: WindowFigures | undefined): Figures {
+  if (figures === undefined) return NO_FIGURES;
+  return {
+    dimension: DIMENSIONS_BY_NAME[figures.dimension as keyof typeof DIMENSIONS_BY_NAME],
+    limit: figures.limit,
+    remaining: figures.remaining,
+    needed: figures.needed,
+    resetAtMs: figures.resetAtMs,
+  };
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
+  });
+}
