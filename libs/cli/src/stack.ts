@@ -18,6 +18,8 @@ export interface StackFile {
   controlUrl?: string;
   /** host:port of the control gRPC API (holdfast.v1.Control). */
   controlGrpc?: string;
+  /** host:port of the budget service (budgets and the fleet's shared rate-limit windows). */
+  budgetUrl?: string;
   /** The config file `up` was started with: where the other commands find the control token. */
   configFile?: string;
 }

@@ -242,6 +242,7 @@ export async function up(argv: string[]): Promise<void> {
       logsDir,
       controlUrl: controlApi!,
       controlGrpc: controlGrpc!,
+      budgetUrl,
       ...(configFile === undefined ? {} : { configFile }),
     };
     writeStack(stack);

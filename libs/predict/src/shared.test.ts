@@ -82,6 +82,27 @@ describe("SharedWindows: one window per key for every gateway", () => {
     expect(turn[0]?.lease.amounts.tokens).toBe(1_000);
   });
 
+  it("reads the refill rate as a lower bound of what readings show, the highest one seen for the limit", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    const read = (remaining: number, resetInMs: number, atMs: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { requests: { limit: 60, remaining, resetAtMs: atMs + resetInMs } },
+        { asOfMs: atMs - 1, readAtMs: atMs, nowMs: atMs },
+      );
+    const perMinute = () => windows.list(NOW + 60_000)[0]?.dimensions[0]?.perMinute;
+    // 60 a minute, one a second: 10.4 missing shows as 50 left (floored), full in 11 s (rounded up).
+    read(50, 11_000, NOW);
+    // At most 9 missing over 11 s: a rate below the truth, so a turn is never granted early.
+    expect(perMinute()).toBe(49);
+    read(40, 20_000, NOW + 1_000);
+    expect(perMinute()).toBe(57);
+    // A reading that shows a lower bound below the one known does not lower it.
+    read(30, 40_000, NOW + 2_000);
+    expect(perMinute()).toBe(57);
+  });
+
   it("serves the queue in order, each waiter's turn after those ahead of it", () => {
     const windows = windowsWith(0);
     const first = windows.reserve(ask({ ticket: "first", need: need(500), sinceMs: NOW }), NOW);

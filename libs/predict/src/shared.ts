@@ -54,19 +54,35 @@ export class SharedWindows {
       const limit = read.limit ?? Math.max(read.remaining, key.buckets.get(dimension)?.limit ?? 0);
       if (limit <= 0) continue;
       let bucket = key.buckets.get(dimension);
+      // The rate is the highest of the lower bounds readings gave for this limit (each is
+      // one), or a minute's refill before any did.
+      const measured = refillRate(read.remaining, limit, read.resetAtMs, readAtMs);
+      const known =
+        bucket !== undefined && bucket.limit === limit && bucket.measured ? bucket.perMs : undefined;
       const perMs =
-        refillRate(read.remaining, limit, read.resetAtMs, readAtMs) ?? bucket?.perMs ?? limit / MINUTE_MS;
+        measured === undefined
+          ? (known ?? bucket?.perMs ?? limit / MINUTE_MS)
+          : Math.max(measured, known ?? 0);
+      const isMeasured = measured !== undefined || known !== undefined;
       // What the provider had left then, refilled to now, less what was granted since and not given back.
       const provider = Math.min(limit, read.remaining + perMs * Math.max(0, nowMs - readAtMs));
       const implied = provider - this.outstandingSince(keyId, dimension, asOfMs);
       if (bucket === undefined) {
-        bucket = { limit, perMs, level: implied, atMs: nowMs, resetAtMs: read.resetAtMs ?? 0 };
+        bucket = {
+          limit,
+          perMs,
+          measured: isMeasured,
+          level: implied,
+          atMs: nowMs,
+          resetAtMs: read.resetAtMs ?? 0,
+        };
         key.buckets.set(dimension, bucket);
         continue;
       }
       const level = levelAt(bucket, nowMs);
       bucket.limit = limit;
       bucket.perMs = perMs;
+      bucket.measured = isMeasured;
       bucket.level = Math.min(level, implied);
       bucket.atMs = nowMs;
       bucket.resetAtMs = read.resetAtMs ?? bucket.resetAtMs;
@@ -383,6 +399,8 @@ interface Bucket {
   limit: number;
   /** Refill per millisecond. */
   perMs: number;
+  /** Read off the provider's readings (not a minute's refill assumed). */
+  measured: boolean;
   /** What the account held at `atMs` (may be below 0: calls cost more than they reserved). */
   level: number;
   atMs: number;
@@ -444,7 +462,11 @@ function levelAt(bucket: Bucket, nowMs: number): number {
   return Math.min(bucket.limit, bucket.level + bucket.perMs * (nowMs - bucket.atMs));
 }
 
-/** The refill rate a reading shows (what was missing over the time to full), when it shows one well enough. */
+/**
+ * A lower bound of the refill rate a reading shows, when it shows one: providers round what
+ * is left down to a whole unit and the time to full up, so what was missing may be up to one
+ * unit less than it says, over at most the time it says.
+ */
 function refillRate(
   remaining: number,
   limit: number,
@@ -452,7 +474,7 @@ function refillRate(
   readAtMs: number,
 ): number | undefined {
   if (resetAtMs === undefined || resetAtMs <= readAtMs) return undefined;
-  const missing = limit - remaining;
+  const missing = limit - remaining - 1;
   if (missing < Math.max(1, limit * RATE_FROM_SHARE)) return undefined;
   return missing / (resetAtMs - readAtMs);
 }

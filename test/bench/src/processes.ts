@@ -13,6 +13,7 @@ export interface UpFile {
   gatewayUrl: string;
   analyticsUrl: string;
   natsUrl: string;
+  budgetUrl: string;
 }
 
 /** Resolves with the first capture of `pattern` in the child's stdout; rejects if it exits first. */
@@ -67,7 +68,15 @@ export async function startUp(
 
 /** Another gateway process on the same event log, on a free port; its origin. */
 export async function startExtraGateway(
-  options: { dataDir: string; natsUrl: string; providerUrl: string; instanceId: string; configFile?: string },
+  options: {
+    dataDir: string;
+    natsUrl: string;
+    providerUrl: string;
+    instanceId: string;
+    configFile?: string;
+    /** The budget service of the stack: the gateway shares its rate-limit windows. */
+    budgetUrl?: string;
+  },
   children: ChildProcess[],
 ): Promise<{ url: string; child: ChildProcess }> {
   const child = spawn(process.execPath, [join(ROOT, "services/gateway/dist/main.js")], {
@@ -81,6 +90,7 @@ export async function startExtraGateway(
       HOLDFAST_GATEWAY__PORT: "0",
       HOLDFAST_GATEWAY__UPSTREAM: `${options.providerUrl}/v1`,
       HOLDFAST_GATEWAY__INSTANCE_ID: options.instanceId,
+      ...(options.budgetUrl === undefined ? {} : { HOLDFAST_BUDGET__URL: options.budgetUrl }),
     },
   });
   children.push(child);

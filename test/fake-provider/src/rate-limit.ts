@@ -10,13 +10,18 @@ export interface RateLimits {
   readonly itpm?: number;
   /** Output tokens per minute (Anthropic's OTPM); default `tpm`. */
   readonly otpm?: number;
+  /**
+   * How long a bucket takes to refill from empty (default a minute, as providers' per-minute
+   * limits do); shorter makes a benchmark's windows bind in seconds instead of minutes.
+   */
+  readonly windowMs?: number;
 }
 
 const WINDOW_MS = 60_000;
 // Refill is fractional, so a wait computed from the level can land a hair short of the cost.
 const EPSILON = 1e-9;
 
-/** A bucket of `capacity` units refilled continuously, `capacity` per minute. Starts full. */
+/** A bucket of `capacity` units refilled continuously, `capacity` per window (a minute). Starts full. */
 export class TokenBucket {
   readonly #perMs: number;
   #level: number;
@@ -25,9 +30,10 @@ export class TokenBucket {
   constructor(
     readonly capacity: number,
     private readonly clock: Clock,
+    windowMs = WINDOW_MS,
   ) {
     if (!(capacity > 0)) throw new RangeError(`a rate limit must be above 0, got ${capacity}`);
-    this.#perMs = capacity / WINDOW_MS;
+    this.#perMs = capacity / windowMs;
     this.#level = capacity;
     this.#updatedAt = clock();
   }
@@ -142,11 +148,12 @@ export class RateLimiter {
     let buckets = this.#buckets.get(apiKey);
     if (buckets === undefined) {
       const limits = { ...this.defaults, ...this.byKey[apiKey] };
+      const windowMs = limits.windowMs ?? WINDOW_MS;
       buckets = {
-        requests: new TokenBucket(limits.rpm, this.clock),
-        tokens: new TokenBucket(limits.tpm, this.clock),
-        "input-tokens": new TokenBucket(limits.itpm ?? limits.tpm, this.clock),
-        "output-tokens": new TokenBucket(limits.otpm ?? limits.tpm, this.clock),
+        requests: new TokenBucket(limits.rpm, this.clock, windowMs),
+        tokens: new TokenBucket(limits.tpm, this.clock, windowMs),
+        "input-tokens": new TokenBucket(limits.itpm ?? limits.tpm, this.clock, windowMs),
+        "output-tokens": new TokenBucket(limits.otpm ?? limits.tpm, this.clock, windowMs),
       };
       this.#buckets.set(apiKey, buckets);
     }
