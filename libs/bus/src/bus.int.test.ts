@@ -42,6 +42,7 @@ function started(step: number): EventPayload {
       reservedNanoUsd: 0,
       budgetLeases: [],
       prediction: undefined,
+      route: undefined,
     },
   };
 }

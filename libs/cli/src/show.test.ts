@@ -4,8 +4,11 @@ import {
   type EventPayload,
   LimitKind,
   makeEnvelope,
+  RouteReason,
+  RouteStanding,
   RunAction,
   StepCompleted,
+  StepRetried,
   StepStarted,
 } from "@holdfast/events";
 import { describe, expect, it } from "vitest";
@@ -151,6 +154,58 @@ describe("holdfast show", () => {
         period: "2026-12-03",
       }),
     ).toBe('daily budget "*" for 2026-12-03: $50.1000 of $50.0000');
+  });
+});
+
+describe("holdfast show: routing", () => {
+  it("says where each call to an alias went and why, every target's standing, and each fallback", () => {
+    const routedStart: EventPayload = {
+      $case: "stepStarted",
+      value: StepStarted.fromPartial({
+        stepId: "s1",
+        step: 1,
+        model: "fast",
+        route: {
+          alias: "fast",
+          target: 1,
+          upstream: "https://api.groq.com",
+          model: "llama-3.1-8b-instant",
+          reason: RouteReason.ROUTE_REASON_HEADROOM,
+          candidates: [
+            { target: 0, standing: RouteStanding.ROUTE_STANDING_WAIT, waitMs: 4_200 },
+            { target: 1, standing: RouteStanding.ROUTE_STANDING_READY, headroom: 0.62 },
+          ],
+        },
+      }),
+    };
+    const fallback: EventPayload = {
+      $case: "stepRetried",
+      value: StepRetried.fromPartial({
+        stepId: "s1",
+        step: 1,
+        attempt: 2,
+        upstreamStatus: 503,
+        route: {
+          alias: "fast",
+          target: 2,
+          upstream: "https://api.openai.com",
+          model: "gpt-4o-mini",
+          reason: RouteReason.ROUTE_REASON_FALLBACK,
+          candidates: [
+            { target: 0, standing: RouteStanding.ROUTE_STANDING_WAIT, waitMs: 4_000 },
+            { target: 1, standing: RouteStanding.ROUTE_STANDING_TRIED },
+            { target: 2, standing: RouteStanding.ROUTE_STANDING_UNKNOWN, headroom: 1 },
+          ],
+        },
+      }),
+    };
+    const text = renderRun(run([routedStart, fallback]), T0 + 5_000);
+    expect(text).toContain(
+      "routing\n  step 1  fast -> #1 llama-3.1-8b-instant at https://api.groq.com (headroom; #0 wait 4.2s, #1 ready 62% headroom)\n  step 1  after 503, attempt 2: fast -> #2 gpt-4o-mini at https://api.openai.com (fallback; #0 wait 4.0s, #1 tried, #2 unknown)",
+    );
+    // A fallback is no rate-limit retry in place (its input sent again is waste all the same).
+    expect(text).not.toContain("retry 2 after 503");
+    expect(text).toContain("waste: 0 input tokens re-sent over 1 retry");
   });
 });
 

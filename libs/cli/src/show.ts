@@ -111,9 +111,11 @@ export function renderRun(s: RunView, now = Date.now()): string {
   );
   const predicted = predictionLines(s);
   const predictions = predicted.length === 0 ? "" : `\n\n${predicted.join("\n")}`;
+  const routed = routeLines(s);
+  const routes = routed.length === 0 ? "" : `\n\n${routed.join("\n")}`;
   const gates = s.gates.length === 0 ? "" : `\n\n${gateLines(s).join("\n")}`;
   const control = s.control.length === 0 ? "" : `\n\n${controlTable(s)}`;
-  return `${head.join("\n")}\n\n${steps}${predictions}${gates}${control}`;
+  return `${head.join("\n")}\n\n${steps}${predictions}${routes}${gates}${control}`;
 }
 
 function holdLines(s: RunView, now: number): string[] {
@@ -276,6 +278,35 @@ function predictCell(step: StepView): string {
   return parts.join(", ") || "-";
 }
 
+/** Where each call to a routed alias went and why, with every target's standing; and each fallback. */
+function routeLines(s: RunView): string[] {
+  const lines: string[] = [];
+  for (const step of s.steps) {
+    if (step.route !== null) lines.push(`  step ${step.step}  ${routeText(step.route)}`);
+    for (const retry of step.retries) {
+      if (retry.route === null) continue;
+      const why = retry.upstreamStatus === 0 ? "no answer" : `${retry.upstreamStatus}`;
+      lines.push(`  step ${step.step}  after ${why}, attempt ${retry.attempt}: ${routeText(retry.route)}`);
+    }
+  }
+  return lines.length === 0 ? [] : ["routing", ...lines];
+}
+
+function routeText(route: NonNullable<StepView["route"]>): string {
+  const standings = route.candidates.map((c) => {
+    const figure =
+      c.standing === "ready"
+        ? ` ${Math.round(c.headroom * 100)}% headroom`
+        : c.standing === "wait"
+          ? ` ${seconds(c.waitMs)}`
+          : c.untilMs > 0
+            ? ` until ${new Date(c.untilMs).toISOString()}`
+            : "";
+    return `#${c.target} ${c.standing}${figure}`;
+  });
+  return `${route.alias} -> #${route.target} ${route.model} at ${route.upstream} (${route.reason.replace("_", " ")}; ${standings.join(", ")})`;
+}
+
 /** The figures of every prediction that did more than let a call through, and every retry. */
 function predictionLines(s: RunView): string[] {
   const lines: string[] = [];
@@ -285,6 +316,7 @@ function predictionLines(s: RunView): string[] {
       lines.push(`  step ${step.step}  ${p.action} ${seconds(p.waitedMs)}: ${figuresText(p)}`);
     }
     for (const retry of step.retries) {
+      if (retry.route !== null) continue;
       lines.push(
         `  step ${step.step}  retry ${retry.attempt} after ${retry.upstreamStatus}, waited ${seconds(retry.retryAfterMs)}; ${retry.wastedInputTokens} input tokens sent again`,
       );

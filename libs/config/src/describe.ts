@@ -54,4 +54,5 @@ const PLACEHOLDER: Record<string, string> = {
   tool_gate_by_tag: "<tag>",
   priority_by_tag: "<tag>",
   headers: "<origin>",
+  routes: "<alias>",
 };

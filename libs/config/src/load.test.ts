@@ -91,6 +91,8 @@ describe("loadConfig", () => {
         tool_gate_by_tag: {},
         max_repeated_tool_calls: 0,
         redact: { patterns: [] },
+        routes: {},
+        routing: { breaker_failures: 3, breaker_open_s: 30, cooldown_s: 10 },
         predict: {
           enabled: true,
           wait_threshold_s: 15,
@@ -261,6 +263,48 @@ describe("loadConfig", () => {
       });
 
       expect(config).toEqual(load());
+    });
+  });
+
+  describe("routes", () => {
+    it("take a list of targets, or {targets, expose_model}; both read the same", () => {
+      const file = givenFile(
+        [
+          "routes:",
+          "  fast:",
+          "    - { upstream: https://api.groq.com/openai/v1/, model: llama-3.1-8b-instant, key_env: GROQ_API_KEY }",
+          "    - { upstream: https://api.openai.com/v1, model: gpt-4o-mini }",
+          "  smart:",
+          "    targets: [{ upstream: https://api.anthropic.com/v1, model: claude-sonnet-4-5 }]",
+          "    expose_model: true",
+          "",
+        ].join("\n"),
+      );
+      const config = load({ file });
+      expect(config.routes).toEqual({
+        fast: {
+          targets: [
+            {
+              upstream: "https://api.groq.com/openai/v1",
+              model: "llama-3.1-8b-instant",
+              key_env: "GROQ_API_KEY",
+            },
+            { upstream: "https://api.openai.com/v1", model: "gpt-4o-mini" },
+          ],
+          expose_model: false,
+        },
+        smart: {
+          targets: [{ upstream: "https://api.anthropic.com/v1", model: "claude-sonnet-4-5" }],
+          expose_model: true,
+        },
+      });
+    });
+
+    it("a route without targets is an error naming the alias", () => {
+      const file = givenFile("routes:\n  fast: []\n");
+      const error = loadError({ file });
+      expect(error.key).toBe("routes.fast");
+      expect(error.message).toMatch(/routes\.fast: expected at least one route target/);
     });
   });
 

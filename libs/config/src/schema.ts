@@ -196,6 +196,70 @@ const rateLimitHeaders = z
     'The upstream\'s rate-limit headers: "openai" (x-ratelimit-*), "anthropic" (anthropic-ratelimit-*), or {reset_format, requests, tokens, input_tokens, output_tokens: {limit, remaining, reset}}.',
   );
 
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+const routeTarget = z.strictObject(
+  {
+    upstream: url("http", "https")
+      .transform((value) => value.replace(/\/+$/, ""))
+      .describe("The provider's base URL (with its version, …/v1); it must speak the API the call uses."),
+    model: text("a model name").describe("The model asked of this upstream."),
+    key_env: matching(ENV_NAME, "an environment variable name")
+      .optional()
+      .describe(
+        "The environment variable holding this upstream's API key; unset, the caller's own key is sent.",
+      ),
+  },
+  { error: "expected a mapping with upstream, model and optionally key_env" },
+);
+
+const routeTargets = list(routeTarget, "route targets ({upstream, model, key_env})").min(1, {
+  error: "expected at least one route target",
+});
+
+const route = z
+  .union(
+    [
+      routeTargets,
+      z.strictObject(
+        {
+          targets: routeTargets,
+          expose_model: flag()
+            .default(false)
+            .describe("Answers name the model that served them, not the alias the agent asked for."),
+        },
+        { error: "expected a mapping with targets and optionally expose_model" },
+      ),
+    ],
+    {
+      error:
+        "expected a list of route targets ({upstream, model, key_env}), or {targets: [...], expose_model: true|false}",
+    },
+  )
+  .transform((value) => (Array.isArray(value) ? { targets: value, expose_model: false } : value))
+  .describe(
+    "Where calls asking for this model go: a list of {upstream, model, key_env}, or {targets, expose_model}; each call takes the target with the most headroom for its estimate, then falls back in order.",
+  );
+
+const routingSection = z.strictObject(
+  {
+    breaker_failures: integer(1, 1_000)
+      .default(3)
+      .describe(
+        "Consecutive 5xx answers (or unreachable attempts) from a route target that open its circuit breaker.",
+      ),
+    breaker_open_s: positiveNumber()
+      .default(30)
+      .describe("How long an open breaker keeps calls off its target before one call probes it (half-open)."),
+    cooldown_s: positiveNumber()
+      .default(10)
+      .describe(
+        "How long a target that answered 429 is passed over when the provider named no reset or retry-after.",
+      ),
+  },
+  mapping,
+);
+
 const predictSection = z.strictObject(
   {
     enabled: flag()
@@ -584,6 +648,15 @@ export const configSchema = z
     predict: predictSection
       .prefault({})
       .describe("Rate-limit prediction: act on each provider key's window before the provider answers 429."),
+    routes: z
+      .record(text("a model alias"), route, { error: "expected a mapping of model aliases to routes" })
+      .default({})
+      .describe(
+        "Model aliases served by several upstreams (providers, keys, models): each call goes where its window has the most headroom, around 429 cooldowns and open breakers.",
+      ),
+    routing: routingSection
+      .prefault({})
+      .describe("How routes treat a target that fails: 429 cooldowns and the 5xx circuit breaker."),
     on_trip: z
       .enum(["hold", "stop"], { error: "expected hold or stop" })
       .default("hold")

@@ -46,6 +46,7 @@ function started(
         reservedNanoUsd: reserved,
         budgetLeases: leases,
         prediction: undefined,
+        route: undefined,
       },
     },
     at,

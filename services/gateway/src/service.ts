@@ -35,6 +35,8 @@ import { Reaper } from "./liveness/reaper.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
 import { predictFeature } from "./predict/feature.js";
 import { type RateWindowsApi, type Reservation, SharedSlices } from "./predict/shared.js";
+import { routingFeature } from "./routing/feature.js";
+import { Router, routesFrom } from "./routing/router.js";
 import { Upstreams } from "./upstream/upstream.js";
 
 export interface RunningGateway {
@@ -187,6 +189,21 @@ export async function startGateway(
       })
     : undefined;
   await predict?.start();
+  // Model aliases served by several upstreams: each call where its window has the most headroom.
+  const routes = routesFrom(config.routes, process.env);
+  const routing =
+    routes.size === 0
+      ? undefined
+      : routingFeature({
+          router: new Router(routes, {
+            breakerFailures: config.routing.breaker_failures,
+            breakerOpenMs: config.routing.breaker_open_s * 1_000,
+            cooldownMs: config.routing.cooldown_s * 1_000,
+          }),
+          upstreams,
+          clock,
+          ...(predict === undefined ? {} : { roomOf: predict.roomOf }),
+        });
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
@@ -206,6 +223,8 @@ export async function startGateway(
       runs_held: held.count,
     }),
     features: [
+      // Routing first: prediction decides for the target it chose.
+      ...(routing === undefined ? [] : [routing]),
       ...(predict === undefined ? [] : [predict.feature]),
       ...(budgets === undefined ? [] : [budgets.feature]),
       ...(gate === undefined ? [] : [gate]),

@@ -85,6 +85,7 @@ export async function call(runId: string, step: number, at?: number) {
         reservedNanoUsd: 0,
         budgetLeases: [],
         prediction: undefined,
+        route: undefined,
       },
     },
     at,

@@ -44,6 +44,7 @@ async function orphan(runId: string, step: number, previousStreamSeq: number): P
         reservedNanoUsd: 0,
         budgetLeases: [],
         prediction: undefined,
+        route: undefined,
         messageCount: 1,
         upstream: stack.provider.url,
         gateway: "gateway-that-died#0badc0",

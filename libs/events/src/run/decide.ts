@@ -7,6 +7,7 @@ import {
   type GatedToolCall,
   LimitKind,
   type Prediction,
+  type RouteChoice,
   RunAction,
   type RunIdentity,
   type Selector,
@@ -73,6 +74,8 @@ export interface StartStep {
   readonly budgetLeases: readonly string[];
   /** What rate-limit prediction decided before the call, when it is on. */
   readonly prediction?: Prediction;
+  /** Where a call asking for a routed alias went, and why. */
+  readonly route?: RouteChoice;
   /** The run's tag as this call names it (a standing rule may select on it). */
   readonly tag: string;
   readonly limits: ConfiguredLimits;
@@ -149,6 +152,8 @@ export interface RetryStep {
   readonly retryAfterMs: number;
   readonly wastedInputTokens: number;
   readonly keyId: string;
+  /** The attempt went to another route target. */
+  readonly route?: RouteChoice;
 }
 
 /** Stop the run: parked and later calls get a 409 until it is resumed. */
@@ -425,6 +430,7 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
             retryAfterMs: command.retryAfterMs,
             wastedInputTokens: command.wastedInputTokens,
             keyId: command.keyId,
+            route: command.route,
           },
         },
       ];
@@ -632,6 +638,7 @@ function decideStart(command: StartStep, state: RunState, nowMs: number): EventP
         reservedNanoUsd: command.reservedNanoUsd,
         budgetLeases: [...command.budgetLeases],
         prediction: command.prediction,
+        route: command.route,
       },
     },
   ];

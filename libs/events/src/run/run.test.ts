@@ -42,6 +42,7 @@ describe("StartStep", () => {
           reservedNanoUsd: 100,
           budgetLeases: [],
           prediction: undefined,
+          route: undefined,
         },
       });
   });

@@ -4,6 +4,9 @@ import {
   LimitKind,
   type Prediction,
   predictActionToJSON,
+  type RouteChoice,
+  routeReasonToJSON,
+  routeStandingToJSON,
   type Selector,
   type Trip,
   type WindowLimits,
@@ -48,8 +51,38 @@ export interface StepView {
   failure: { reason: string; errorType: string; errorCode: string; message: string } | null;
   /** What rate-limit prediction decided before the call, with its figures; null when it was off. */
   prediction: PredictionView | null;
-  /** Times the gateway sent the call again after a 429 that slipped past prediction. */
-  retries: { attempt: number; upstreamStatus: number; retryAfterMs: number; wastedInputTokens: number }[];
+  /** Where a call asking for a routed alias went, and why; null when the model is no alias. */
+  route: RouteView | null;
+  /**
+   * Times the gateway sent the call again: after a 429 that slipped past prediction, or to
+   * the next route target after one failed it (`route` says where).
+   */
+  retries: {
+    attempt: number;
+    upstreamStatus: number;
+    retryAfterMs: number;
+    wastedInputTokens: number;
+    route: RouteView | null;
+  }[];
+}
+
+/** A route choice as people read it. */
+export interface RouteView {
+  alias: string;
+  /** The target's place in routes.<alias> (0 first), its origin, and the model asked of it. */
+  target: number;
+  upstream: string;
+  model: string;
+  /** "headroom", "soonest", "fallback", "probe" or "none_available". */
+  reason: string;
+  candidates: {
+    target: number;
+    /** "ready", "unknown", "wait", "cooling", "open", "too_large", "tried" or "probing". */
+    standing: string;
+    headroom: number;
+    waitMs: number;
+    untilMs: number;
+  }[];
 }
 
 /** A rate-limit prediction as people read it. */
@@ -270,6 +303,7 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
           upstreamStatus: e.upstreamStatus,
           retryAfterMs: Number(e.retryAfterMs),
           wastedInputTokens: Number(e.wastedInputTokens),
+          route: routeView(e.route),
         });
         continue;
       }
@@ -376,6 +410,7 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
         toolCalls: [],
         failure: null,
         prediction: predictionView(e.prediction),
+        route: routeView(e.route),
         retries: [],
       };
       steps.push(step);
@@ -486,6 +521,26 @@ function predictionView(prediction: Prediction | undefined): PredictionView | nu
     waitedMs: Number(prediction.waitedMs),
   };
 }
+
+function routeView(route: RouteChoice | undefined): RouteView | null {
+  if (route === undefined) return null;
+  return {
+    alias: route.alias,
+    target: route.target,
+    upstream: route.upstream,
+    model: route.model,
+    reason: enumName(routeReasonToJSON(route.reason), "ROUTE_REASON_"),
+    candidates: route.candidates.map((c) => ({
+      target: c.target,
+      standing: enumName(routeStandingToJSON(c.standing), "ROUTE_STANDING_"),
+      headroom: c.headroom,
+      waitMs: Number(c.waitMs),
+      untilMs: c.untilMs,
+    })),
+  };
+}
+
+const enumName = (json: string, prefix: string): string => json.replace(prefix, "").toLowerCase();
 
 function actorLabel(actor: Actor | undefined): string {
   if (actor === undefined) return "";

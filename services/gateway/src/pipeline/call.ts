@@ -12,6 +12,7 @@ import {
   type StartStep,
 } from "@holdfast/events";
 import { toolCallsSignature } from "@holdfast/gate";
+import type { RouteChoice } from "@holdfast/proto";
 import {
   type AnswerSummary,
   type ApiShape,
@@ -42,6 +43,7 @@ import type { Admission } from "../hold/admission.js";
 import { RequestHeaders } from "../http/headers.js";
 import type { ResolveRun } from "../identify/resolve.js";
 import type { ResponseIndex } from "../identify/responses.js";
+import { renamedBody, renamedEvent } from "../routing/rename.js";
 import {
   forwardHeaders,
   isTimeout,
@@ -127,13 +129,16 @@ export async function handleCall(
     reservedNanoUsd: deps.admission.reserve(run.runId, view, upstream, estimatedInputTokens),
     budgetLeases: [],
     secrets,
-    upstreamBody: upstreamBodyOf(shape, body, view, raw),
+    upstream,
     upstreamOrigin: upstream.origin,
+    upstreamBody: upstreamBodyOf(shape, body, view, raw),
+    model: view.model,
+    credentialHeaders: undefined,
+    route: undefined,
     step: 0,
     prediction: undefined,
     giveUp: new AbortController(),
   };
-  const upstreamBody = call.upstreamBody;
   const labels: RunLabels = { tag: run.tag, tenant: run.tenant };
   // From here the gateway writes the answer itself (a held call gets keepalives before
   // anything else), so every error is answered here too, in the call's API's shape.
@@ -154,8 +159,8 @@ export async function handleCall(
     const record = (ending: Ending): void => {
       const latencyMs = Math.round(performance.now() - t0);
       const command = redactSecretsDeep(
-        outcomeCommand(call, ending, latencyMs, firstByteMs, upstream, deps.pricer),
-        secrets,
+        outcomeCommand(call, ending, latencyMs, firstByteMs, call.upstream, deps.pricer),
+        call.secrets,
       );
       hooks.outcome(call, command.outcome.cost, {
         usage: command.outcome.usage,
@@ -186,7 +191,6 @@ export async function handleCall(
         markFirstByte,
         record,
         nameResponse,
-        secrets,
         shared: deps.ledger.shared(run.runId),
       });
       return;
@@ -197,23 +201,22 @@ export async function handleCall(
       bytes = Buffer.from(await response.body.arrayBuffer());
       markFirstByte();
     } catch (error) {
-      if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, view.model));
+      if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, call.model));
       const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;
-      record(upstreamReset(message, NO_USAGE, view.model, response.statusCode));
+      record(upstreamReset(message, NO_USAGE, call.model, response.statusCode));
       return answerError(call, new UpstreamUnreachableError(message, { cause: error }));
     }
 
     const text = decodeBody(bytes, response.headers["content-encoding"]);
-    const headers = returnHeaders(response.headers, bytes.length);
     if (response.statusCode >= 300) {
-      const error = readProviderError(response.statusCode, text, secrets);
+      const error = readProviderError(response.statusCode, text, call.secrets);
       record({
         kind: "failed",
         reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
         status: response.statusCode,
         error,
         usage: NO_USAGE,
-        model: view.model,
+        model: call.model,
         responseId: undefined,
       });
       // A held streaming call already answered 200: the provider's error goes as the
@@ -222,7 +225,7 @@ export async function handleCall(
         call.writer.end(shape.streamErrorEvent(error.message, { type: error.type, code: error.code }));
         return;
       }
-      call.writer.send(response.statusCode, headers, bytes);
+      call.writer.send(response.statusCode, returnHeaders(response.headers, bytes.length), bytes);
       return;
     }
     const summary = shape.summarize(safeJson(text));
@@ -232,7 +235,10 @@ export async function handleCall(
     const delivery = await hooks.deliver(call, answer);
     if (delivery.kind === "refuse") return answerError(call, delivery.error);
     if (deps.ledger.shared(run.runId)) await outcomeOnItsWay();
-    call.writer.send(response.statusCode, headers, bytes);
+    // A routed alias's answer names the alias, not the model that served it (unless expose_model).
+    const answerModel = call.route?.answerModel;
+    const delivered = answerModel === undefined ? bytes : renamedBody(Buffer.from(text), answerModel);
+    call.writer.send(response.statusCode, returnHeaders(response.headers, delivered.length), delivered);
 
     /**
      * Admits the call (parking it while the run is held) and forwards it, the start's
@@ -241,7 +247,7 @@ export async function handleCall(
      */
     async function forward(): Promise<Dispatcher.ResponseData | undefined> {
       for (;;) {
-        const admitted = await admit(call, hooks, deps, labels, upstream, secrets);
+        const admitted = await admit(call, hooks, deps, labels);
         if (admitted === undefined) return undefined;
         // This attempt's upstream call: aborted when the client leaves, or when the log
         // turns out not to have started the step (the run was held meanwhile).
@@ -272,9 +278,7 @@ export async function handleCall(
           throw error;
         }
         if (result === "started") {
-          if (answered !== undefined) return retried(answered);
-          if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, view.model));
-          return void failUnreachable(call, upstreamError, record);
+          return retried(answered === undefined ? { error: upstreamError } : { answered });
         }
         // The run was held, stopped or busy after all: whatever the provider began is
         // dropped, and the call goes back to admission (which parks it), or waits its turn.
@@ -288,52 +292,96 @@ export async function handleCall(
     /** Sends the call to the provider once, and tells the hooks what its answer's headers say. */
     async function send(signal: AbortSignal): Promise<Dispatcher.ResponseData> {
       const sentAtMs = Date.now();
-      const answered = await upstream.request({
+      const body = call.upstreamBody;
+      const headers = forwardHeaders(request.headers, body.length);
+      if (call.credentialHeaders !== undefined) {
+        for (const name of CREDENTIAL_HEADERS) delete headers[name];
+        Object.assign(headers, call.credentialHeaders);
+      }
+      const answered = await call.upstream.request({
         path: shape.upstreamPath,
         method: "POST",
-        headers: forwardHeaders(request.headers, upstreamBody.length),
-        body: upstreamBody,
+        headers,
+        body,
         signal,
       });
       hooks.answered(call, { statusCode: answered.statusCode, headers: answered.headers, sentAtMs });
       return answered;
     }
 
+    /** Sends the call again (after a retry's wait, or to another route target), for as long as the client stays. */
+    async function again(): Promise<Attempt> {
+      const retry = new AbortController();
+      const stop = () => retry.abort();
+      call.clientGone.addEventListener("abort", stop, { once: true });
+      try {
+        return { answered: await send(retry.signal) };
+      } catch (error) {
+        return { error };
+      } finally {
+        call.clientGone.removeEventListener("abort", stop);
+      }
+    }
+
+    /** Records that the step's call is sent again, and what sending it again wastes. */
+    function recordRetry(attempt: number, status: number, waitMs: number, route?: RouteChoice): void {
+      deps.ledger
+        .executeDurably(run.runId, labels, {
+          type: "RetryStep",
+          stepId: call.stepId,
+          attempt,
+          upstreamStatus: status,
+          retryAfterMs: Math.round(waitMs),
+          wastedInputTokens: call.prediction?.estimatedInputTokens ?? call.estimatedInputTokens,
+          keyId: call.prediction?.keyId ?? "",
+          ...(route === undefined ? {} : { route }),
+        })
+        .catch((error: unknown) => deps.onRecordError(error, run.runId));
+    }
+
     /**
-     * A started call the provider refused with a 429 is sent again, as the retry policy
-     * says (after the provider's retry-after), within its step: each retry is an event of
-     * the run, the input sent again its waste. Undefined when the call is answered meanwhile.
+     * A started call whose attempt failed is sent again within its step: a routed call to
+     * the next route target at once (429, 5xx, unreachable); a 429 otherwise as the retry
+     * policy says (after the provider's retry-after). Each is an event of the run, the input
+     * sent again its waste. Undefined when the call is answered meanwhile.
      */
-    async function retried(first: Dispatcher.ResponseData): Promise<Dispatcher.ResponseData | undefined> {
-      let answered = first;
+    async function retried(first: Attempt): Promise<Dispatcher.ResponseData | undefined> {
+      let current = first;
       for (let attempt = 1; ; attempt++) {
-        if (answered.statusCode !== 429 || hooks.retry === undefined) return answered;
+        if (call.clientGone.aborted) {
+          discard(current.answered);
+          return void record(clientAborted(NO_USAGE, call.model));
+        }
+        const answered = current.answered;
+        const status = answered?.statusCode ?? 0;
+        if (answered !== undefined && status !== 429 && status < 500) return answered;
+        const moved =
+          hooks.reroute?.(call, answered === undefined ? { error: current.error } : { statusCode: status }) ??
+          undefined;
+        if (moved !== undefined) {
+          discard(answered);
+          recordRetry(attempt + 1, status, 0, moved);
+          current = await again();
+          continue;
+        }
+        if (answered === undefined) return void failUnreachable(call, current.error, record);
+        if (status !== 429 || hooks.retry === undefined) return answered;
         const waitMs = hooks.retry(
           call,
-          { statusCode: answered.statusCode, headers: answered.headers, sentAtMs: Date.now() },
+          { statusCode: status, headers: answered.headers, sentAtMs: Date.now() },
           attempt,
         );
         if (waitMs === undefined) return answered;
         const refusal = Buffer.from(await answered.body.arrayBuffer().catch(() => new ArrayBuffer(0)));
-        deps.ledger
-          .executeDurably(run.runId, labels, {
-            type: "RetryStep",
-            stepId: call.stepId,
-            attempt: attempt + 1,
-            upstreamStatus: answered.statusCode,
-            retryAfterMs: Math.round(waitMs),
-            wastedInputTokens: call.prediction?.estimatedInputTokens ?? call.estimatedInputTokens,
-            keyId: call.prediction?.keyId ?? "",
-          })
-          .catch((error: unknown) => deps.onRecordError(error, run.runId));
+        recordRetry(attempt + 1, status, waitMs);
         const how = await deps.admission.pause(call, waitMs);
-        if (how === "client_gone") return void record(clientAborted(NO_USAGE, view.model));
+        if (how === "client_gone") return void record(clientAborted(NO_USAGE, call.model));
         if (how !== "ready") {
           // Shutting down (or given up on) before the retry: the client has the provider's refusal.
           const error = readProviderError(
             429,
             decodeBody(refusal, answered.headers["content-encoding"]),
-            secrets,
+            call.secrets,
           );
           record({
             kind: "failed",
@@ -341,7 +389,7 @@ export async function handleCall(
             status: 429,
             error,
             usage: NO_USAGE,
-            model: view.model,
+            model: call.model,
             responseId: undefined,
           });
           if (call.writer.headersSent) {
@@ -351,21 +399,24 @@ export async function handleCall(
           }
           return undefined;
         }
-        const retry = new AbortController();
-        const stop = () => retry.abort();
-        call.clientGone.addEventListener("abort", stop, { once: true });
-        try {
-          answered = await send(retry.signal);
-        } catch (error) {
-          if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, view.model));
-          return void failUnreachable(call, error, record);
-        } finally {
-          call.clientGone.removeEventListener("abort", stop);
-        }
+        current = await again();
       }
     }
   }
 }
+
+/** Drops an answer the client will not get (its body read to its end, so the connection is kept). */
+function discard(answered: Dispatcher.ResponseData | undefined): void {
+  answered?.body.dump().catch(() => undefined);
+}
+
+/** One attempt's fate: the provider's answer, or the error that stood for it. */
+type Attempt =
+  | { answered: Dispatcher.ResponseData; error?: undefined }
+  | { answered?: undefined; error: unknown };
+
+// What carries a client's credential: a route target with its own key replaces them.
+const CREDENTIAL_HEADERS = ["authorization", "x-api-key", "api-key", "x-goog-api-key"];
 
 /** Any error as one the gateway answers: its own as they are, anything else as a 500 (logged). */
 function toGatewayError(error: unknown, call: Call): GatewayError {
@@ -392,8 +443,6 @@ async function admit(
   hooks: PipelineHooks,
   deps: PipelineDeps,
   labels: RunLabels,
-  upstream: Upstream,
-  secrets: readonly string[],
 ): Promise<{ started: Promise<StartResult> } | undefined> {
   for (;;) {
     const verdict = await hooks.forward(call);
@@ -420,7 +469,7 @@ async function admit(
       continue;
     }
     if (!deps.logConnected()) throw logUnavailable();
-    const command = startCommand(call, upstream, deps, labels, secrets);
+    const command = startCommand(call, deps, labels);
     const started = startResult(call, deps.ledger.execute(call.run.runId, labels, command));
     // A near limit, a matching standing rule, or a hook's say: no forwarding on a guess.
     if (gate === "confirm" || verdict.kind === "confirm") {
@@ -518,7 +567,7 @@ function failUnreachable(call: Call, error: unknown, record: (ending: Ending) =>
       message,
     },
     usage: NO_USAGE,
-    model: call.view.model,
+    model: call.model,
     responseId: undefined,
   });
   answerError(
@@ -554,13 +603,15 @@ async function relayStream(
     markFirstByte: () => void;
     record: (ending: Ending) => void;
     nameResponse: (summary: AnswerSummary) => void;
-    secrets: readonly string[];
     /** Another gateway also serves this run (see outcomeOnItsWay). */
     shared: boolean;
   },
 ): Promise<void> {
-  const { writer, clientGone, view, shape } = call;
-  const { markFirstByte, record, secrets } = on;
+  const { writer, clientGone, shape } = call;
+  const { markFirstByte, record } = on;
+  const secrets = call.secrets;
+  // A routed alias's stream names the alias, not the model that served it (unless expose_model).
+  const answerModel = call.route?.answerModel;
   let unnamed = shape.continues;
   writer.startStream(response.statusCode, returnHeaders(response.headers, undefined));
   const parser = new SseParser();
@@ -572,8 +623,9 @@ async function relayStream(
       const seen = meter.observe(event);
       if (seen.hidden) continue;
       if (seen.terminal) terminal = true;
-      if (terminal) held += event.raw;
-      else out += event.raw;
+      const raw = answerModel === undefined ? event.raw : renamedEvent(event.raw, answerModel);
+      if (terminal) held += raw;
+      else out += raw;
     }
     return out.length === 0 || writer.write(out);
   };
@@ -593,28 +645,28 @@ async function relayStream(
     relay(parser.flush());
   } catch (error) {
     const summary = meter.summary();
-    if (clientGone.aborted) return record(clientAborted(summary.usage, summary.model ?? view.model));
+    if (clientGone.aborted) return record(clientAborted(summary.usage, summary.model ?? call.model));
     if (meter.errorEvent !== undefined) {
       // The provider said why before it hung up, and the client already has its words.
-      record(streamError(response.statusCode, meter.errorEvent, summary, view.model, secrets));
+      record(streamError(response.statusCode, meter.errorEvent, summary, call.model, secrets));
       writer.end();
       return;
     }
     const message = `The provider's connection broke before the stream was complete: ${(error as Error).message}`;
-    record(upstreamReset(message, summary.usage, summary.model ?? view.model, response.statusCode));
+    record(upstreamReset(message, summary.usage, summary.model ?? call.model, response.statusCode));
     writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
     return;
   }
   const summary = meter.summary();
   if (meter.errorEvent !== undefined) {
     // The client already has the provider's own error event; record what it said.
-    record(streamError(response.statusCode, meter.errorEvent, summary, view.model, secrets));
+    record(streamError(response.statusCode, meter.errorEvent, summary, call.model, secrets));
     writer.end(held);
     return;
   }
   if (!meter.complete) {
     const message = "The provider ended the stream before it was complete.";
-    record(upstreamReset(message, summary.usage, summary.model ?? view.model, response.statusCode));
+    record(upstreamReset(message, summary.usage, summary.model ?? call.model, response.statusCode));
     writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
     return;
   }
@@ -665,13 +717,7 @@ function readChunks(
   });
 }
 
-function startCommand(
-  call: Call,
-  upstream: Upstream,
-  deps: PipelineDeps,
-  labels: RunLabels,
-  secrets: readonly string[],
-): StartStep {
+function startCommand(call: Call, deps: PipelineDeps, labels: RunLabels): StartStep {
   return redactSecretsDeep(
     {
       type: "StartStep",
@@ -681,18 +727,19 @@ function startCommand(
       stream: call.view.stream,
       identity: call.run.identity,
       messageCount: call.view.messageCount,
-      upstream: upstream.origin,
+      upstream: call.upstream.origin,
       gateway: deps.instanceId,
       estimatedInputTokens: call.estimatedInputTokens,
       promptHash: call.run.promptHash,
       reservedNanoUsd: call.reservedNanoUsd,
       budgetLeases: [...call.budgetLeases],
       prediction: call.prediction,
+      ...(call.route === undefined ? {} : { route: call.route.choice }),
       tag: labels.tag,
       limits: deps.admission.limitsFor(labels.tag),
       rules: deps.admission.rules(),
     },
-    secrets,
+    call.secrets,
   );
 }
 
@@ -706,7 +753,7 @@ function outcomeCommand(
 ): Extract<RunCommand, { type: "CompleteStep" | "FailStep" }> {
   if (ending.kind === "completed") {
     const { summary, toolCallsSignature } = ending.answer;
-    const model = summary.model ?? call.view.model;
+    const model = summary.model ?? call.model;
     return {
       type: "CompleteStep",
       stepId: call.stepId,
@@ -725,7 +772,7 @@ function outcomeCommand(
       toolCallsSignature,
     };
   }
-  const model = ending.model ?? call.view.model;
+  const model = ending.model ?? call.model;
   // A provider bills no tokens for a call it refused; a call cut off midway consumed an
   // unknown amount unless usage arrived before the break.
   const cost =

@@ -1,9 +1,10 @@
 import type { Api, Trip } from "@holdfast/events";
-import type { Prediction, Usage } from "@holdfast/proto";
+import type { Prediction, RouteChoice, Usage } from "@holdfast/proto";
 import type { AnswerSummary, ApiShape, RequestView } from "@holdfast/providers";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { GatewayError } from "../errors.js";
 import type { ResolvedRun } from "../identify/resolve.js";
+import type { Upstream } from "../upstream/upstream.js";
 import type { ResponseWriter } from "./writer.js";
 
 /** One model call as the pipeline's hooks see it. */
@@ -24,12 +25,26 @@ export interface Call {
   readonly reservedNanoUsd: number;
   /** Budget leases this call's reservation was taken from (a budget feature fills it). */
   readonly budgetLeases: string[];
-  /** The call's credentials (its API key), kept out of everything recorded about it. */
-  readonly secrets: readonly string[];
-  /** The body as forwarded to the provider. */
-  readonly upstreamBody: Buffer;
-  /** The origin (scheme://host:port) of the upstream the call goes to. */
-  readonly upstreamOrigin: string;
+  /**
+   * The call's credentials (its API key, and a route target's own), kept out of everything
+   * recorded about it; the first is the one the provider is sent.
+   */
+  secrets: readonly string[];
+  /** Where the call goes: its API shape's upstream, or the route target a routing feature chose. */
+  upstream: Upstream;
+  /** The origin (scheme://host:port) of that upstream. */
+  upstreamOrigin: string;
+  /** The body as forwarded to the provider (its model a route target's). */
+  upstreamBody: Buffer;
+  /** The model asked of the provider: the request's, or a route target's. */
+  model: string;
+  /** Headers that replace the client's credential when forwarded (a route target's own key). */
+  credentialHeaders: Readonly<Record<string, string>> | undefined;
+  /**
+   * A call to a routed model alias: where it went and why (recorded with its start), and
+   * the model name its answer shows the agent (the alias; undefined: as the provider says).
+   */
+  route: { readonly choice: RouteChoice; readonly answerModel: string | undefined } | undefined;
   /** The step's number in its run, once the log has started it (0 before). */
   step: number;
   /** What rate-limit prediction decided before the call went on (recorded with its start). */
@@ -101,6 +116,16 @@ export type OnUpstreamAnswer = (call: Call, answer: UpstreamAnswer) => void;
  */
 export type RetryPolicy = (call: Call, answer: UpstreamAnswer, attempt: number) => number | undefined;
 
+/**
+ * Asked when a started call's attempt failed (a 429, a 5xx, or no answer at all): the
+ * route target the call goes to next (the call already moved there), or undefined to keep
+ * it where it is (a 429 is then retried in place, as the retry policy says).
+ */
+export type Reroute = (
+  call: Call,
+  failure: { statusCode: number } | { error: unknown },
+) => RouteChoice | undefined;
+
 /** Told once a call is over, however it ended (answered, refused, abandoned). */
 export type OnCallEnd = (call: Call) => void;
 
@@ -113,6 +138,8 @@ export class PipelineHooks {
   readonly callEnded: OnCallEnd[] = [];
   /** The one policy for sending a refused call again (rate-limit prediction sets it). */
   retry: RetryPolicy | undefined;
+  /** Where a failed attempt goes next (routing sets it). */
+  reroute: Reroute | undefined;
 
   async forward(call: Call): Promise<Verdict> {
     let confirm = false;

@@ -59,6 +59,7 @@ import {
   type UpstreamAnswer,
   type Verdict,
 } from "../pipeline/hooks.js";
+import type { Room } from "../routing/router.js";
 import type { SharedDecision, SharedSlices, Slice } from "./shared.js";
 
 type PredictConfig = Config["predict"];
@@ -101,7 +102,8 @@ interface Key {
 
 /** What prediction knows of one call in the gateway. */
 interface Predicted {
-  readonly key: Key;
+  /** The key of the upstream the call goes to (a route may move it to another before it is sent). */
+  key: Key;
   /** When the call first came to prediction: its ceiling (max_wait_s) counts from here. */
   readonly sinceMs: number;
   features: CallFeatures;
@@ -136,6 +138,8 @@ const KEY_IDS_KEPT = 10_000;
  */
 export function predictFeature(options: PredictFeatureOptions): {
   feature: GatewayFeature;
+  /** How much room a route target's key window has for a call (routing chooses by it). */
+  roomOf(call: Call, target: { origin: string; credential: string; model: string }): Room;
   /** Learns every key's last recorded window, then follows what other gateways record. */
   start(): Promise<void>;
   close(): Promise<void>;
@@ -160,9 +164,9 @@ export function predictFeature(options: PredictFeatureOptions): {
   const calls = new WeakMap<Call, Predicted>();
   const resumes = new Map<string, NodeJS.Timeout>();
 
-  const keyOf = (call: Call): Key => {
-    const upstream = call.upstreamOrigin;
-    const credential = call.secrets[0] ?? "";
+  const keyOf = (call: Call): Key => keyFor(call, call.upstreamOrigin, call.secrets[0] ?? "");
+
+  const keyFor = (call: Call, upstream: string, credential: string): Key => {
     const cacheKey = `${upstream}\n${credential}`;
     let keyId = keyIds.get(cacheKey);
     if (keyId === undefined) {
@@ -177,13 +181,14 @@ export function predictFeature(options: PredictFeatureOptions): {
     call: Call,
     key: Key,
     exact: boolean,
+    model = call.model,
   ): Omit<Predicted, "sinceMs" | "ceiling" | "key"> => {
     const counted = exact
-      ? counter.count(call.upstreamBody.toString("utf8"), call.view.model)
+      ? counter.count(call.upstreamBody.toString("utf8"), model)
       : { tokens: call.estimatedInputTokens, exact: false };
     const features: CallFeatures = {
       runId: call.run.runId,
-      model: call.view.model,
+      model,
       tag: call.run.tag,
       countedInput: counted.tokens,
       exact: counted.exact,
@@ -215,8 +220,49 @@ export function predictFeature(options: PredictFeatureOptions): {
       deadlineMs: deadlineOf(call, ledger.cached(call.run.runId), options.limitsFor),
     });
 
+  /** What the call knows of prediction, moved to the key of the upstream it goes to now (a route moved it). */
+  const predictedOf = (call: Call): Predicted | undefined => {
+    const predicted = calls.get(call);
+    if (predicted === undefined) return undefined;
+    const key = keyOf(call);
+    if (key.keyId !== predicted.key.keyId) {
+      predicted.key.window.release(call);
+      predicted.key = key;
+    }
+    return predicted;
+  };
+
+  /**
+   * How much room a route target's key window has for the call, had it gone there: what
+   * routing chooses a target by (its estimate counted for that target's model).
+   */
+  const roomOf = (call: Call, target: { origin: string; credential: string; model: string }): Room => {
+    const key = keyFor(call, target.origin, target.credential);
+    if (key.window.known().length === 0) return { kind: "unknown" };
+    const nowMs = clock();
+    const { need, floor } = estimateOf(call, key, false, target.model);
+    const decision = decide({
+      window: key.window,
+      need,
+      floor,
+      nowMs,
+      waitThresholdMs: Number.POSITIVE_INFINITY,
+    });
+    switch (decision.action) {
+      case "continue": {
+        const { dimension, remaining, needed, limit } = decision.figures;
+        if (dimension === undefined) return { kind: "ready", headroom: 1 };
+        return { kind: "ready", headroom: Math.max(0, (remaining - needed) / Math.max(1, limit)) };
+      }
+      case "too_large":
+        return { kind: "too_large" };
+      default:
+        return { kind: "wait", waitMs: decision.untilMs - nowMs };
+    }
+  };
+
   const beforeForward = async (call: Call): Promise<Verdict> => {
-    const key = calls.get(call)?.key ?? keyOf(call);
+    const key = predictedOf(call)?.key ?? keyOf(call);
     const sinceMs = calls.get(call)?.sinceMs ?? clock();
     const priority = priorityOf(call, config.priority_by_tag);
     if (typeof priority !== "number") return refuse(priority);
@@ -462,7 +508,7 @@ export function predictFeature(options: PredictFeatureOptions): {
 
   /** Every answer's rate-limit headers update its key's window; a reading that moved it is an event. */
   const onAnswer = (call: Call, answer: UpstreamAnswer): void => {
-    const key = calls.get(call)?.key ?? keyOf(call);
+    const key = predictedOf(call)?.key ?? keyOf(call);
     const nowMs = clock();
     const reading = readRateLimits(answer.headers, key.names, nowMs);
     if (reading === undefined) {
@@ -490,7 +536,7 @@ export function predictFeature(options: PredictFeatureOptions): {
 
   /** A 429 that slipped through: wait what the provider asked (or the window says), then send again. */
   const retryAfter = (call: Call, answer: UpstreamAnswer, attempt: number): number | undefined => {
-    const predicted = calls.get(call);
+    const predicted = predictedOf(call);
     if (predicted === undefined || attempt > config.max_retries) return undefined;
     estimator.slipped();
     const nowMs = clock();
@@ -556,6 +602,7 @@ export function predictFeature(options: PredictFeatureOptions): {
 
   return {
     feature,
+    roomOf,
     async start() {
       const last = await options.keyEvents.lastOnSubjects([
         options.keyEvents.subjects.ofKeyType("RateLimitObserved"),

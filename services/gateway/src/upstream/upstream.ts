@@ -180,6 +180,11 @@ export class Upstreams {
     await Promise.all([...this.pools.values()].map((upstream) => upstream.close()));
   }
 
+  /** The upstream at a base URL (a route target's), its connection pool shared with every call there. */
+  at(baseUrl: string): Upstream {
+    return this.pool(baseUrl);
+  }
+
   private pool(baseUrl: string): Upstream {
     let upstream = this.pools.get(baseUrl);
     if (upstream === undefined) {
