@@ -43,6 +43,10 @@ describe("holdfast hold|resume|stop arguments", () => {
     );
   });
 
+  it("asks a resume to compact the run's conversation", () => {
+    expect(actionRequest("resume", ["r1", "--compact", "summarize"]).body).toEqual({ compact: "summarize" });
+  });
+
   it("refuses what cannot be meant, with exit code 2", () => {
     const refused = (action: "hold" | "resume" | "stop", argv: string[]) => {
       try {
@@ -61,6 +65,10 @@ describe("holdfast hold|resume|stop arguments", () => {
     expect(refused("hold", ["r1", "r2"]).message).toMatch(/at most one run id/);
     expect(refused("stop", ["r1", "--steps", "3"]).message).toMatch(/--steps is for resume only/);
     expect(refused("resume", ["r1", "--cost", "lots"]).message).toMatch(/--cost must be a number/);
+    expect(refused("resume", ["r1", "--compact", "shrink"]).message).toMatch(
+      /--compact must be summarize or truncate/,
+    );
+    expect(refused("hold", ["r1", "--compact", "truncate"]).message).toMatch(/--compact is for resume only/);
   });
 });
 

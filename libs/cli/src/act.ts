@@ -30,7 +30,7 @@ the selector is about runs as they are now: no standing rule.
 ${SELECTOR_HELP}
 ${COMMON_HELP}`;
 
-export const RESUME_USAGE = `holdfast resume [<run>] [--run GLOB] [--tag T] [--model PREFIX] [--prompt HASH] [--status S] [--all] [--reason R] [--steps N] [--cost USD] [--minutes M] [--json]
+export const RESUME_USAGE = `holdfast resume [<run>] [--run GLOB] [--tag T] [--model PREFIX] [--prompt HASH] [--status S] [--all] [--reason R] [--steps N] [--cost USD] [--minutes M] [--compact summarize|truncate] [--json]
 
 Resumes a run: its parked calls go on, and a new window of limits starts (with --steps,
 --cost and --minutes its own limits; unset ones are the configured ones). By selector,
@@ -42,6 +42,9 @@ Limits of the new window:
   --steps N       model calls
   --cost USD      spend, in US dollars
   --minutes M     length of the window, in whole minutes
+Before its next call goes on (one run, by id; the gateways need predict.compaction on):
+  --compact summarize   replace its oldest messages by a summary (predict.summary_model)
+  --compact truncate    drop its oldest messages (system prompts and the latest kept)
 ${COMMON_HELP}`;
 
 export const STOP_USAGE = `holdfast stop [<run>] [--run GLOB] [--tag T] [--model PREFIX] [--prompt HASH] [--status S] [--all] [--reason R] [--json]
@@ -93,6 +96,7 @@ export function actionRequest(
       steps: { type: "string" },
       cost: { type: "string" },
       minutes: { type: "string" },
+      compact: { type: "string" },
     },
   });
   const usage = { hold: HOLD_USAGE, resume: RESUME_USAGE, stop: STOP_USAGE }[action];
@@ -108,6 +112,12 @@ export function actionRequest(
     if (text.trim() === "" || !Number.isFinite(value))
       throw new CliError(`--${name} must be a number, got "${text}"`, 2);
     body[name] = value;
+  }
+  if (values.compact !== undefined) {
+    if (action !== "resume") throw new CliError(`--compact is for resume only\n\n${usage}`, 2);
+    if (values.compact !== "summarize" && values.compact !== "truncate")
+      throw new CliError(`--compact must be summarize or truncate, got "${values.compact}"`, 2);
+    body.compact = values.compact;
   }
   const selector = {
     run: values.run,

@@ -1,5 +1,6 @@
 import {
   ActorKind,
+  CompactionMode,
   describeRun,
   type EventPayload,
   LimitKind,
@@ -102,6 +103,7 @@ describe("holdfast show", () => {
             limits: { maxSteps: 5, maxCostNanoUsd: 250_000_000, maxMinutes: 10, maxTokensPerMinute: 0 },
             overrides: true,
             checkpoint: false,
+            compact: CompactionMode.COMPACTION_MODE_UNSPECIFIED,
           },
         },
         {

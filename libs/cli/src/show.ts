@@ -192,7 +192,7 @@ function controlTable(s: RunView): string {
 }
 
 function byOf(c: ControlView): string {
-  if (c.what === "parked" || c.what === "unparked") return c.gateway || "-";
+  if (c.what === "parked" || c.what === "unparked" || c.what === "compacted") return c.gateway || "-";
   return c.actor || "-";
 }
 
@@ -213,6 +213,21 @@ function controlDetail(c: ControlView, s: RunView): string {
     case "loop":
       parts.push(c.reason, `rule ${c.ruleId}`, c.action === "stop" ? "run stopped" : "run held");
       break;
+    case "compacted": {
+      const k = c.compaction;
+      if (k === null) break;
+      const why = k.why === "too_large" ? "too large for its key's window" : "asked by an operator";
+      if (k.prefixMessages === 0) {
+        parts.push(`${k.mode} (${why}): nothing old enough to drop (${k.messagesBefore} messages)`);
+        break;
+      }
+      parts.push(
+        `${k.mode} (${why}): ${k.messagesBefore} -> ${k.messagesAfter} messages, ${k.bytesBefore} -> ${k.bytesAfter} bytes (~${k.tokensBefore} -> ~${k.tokensAfter} tokens)`,
+      );
+      if (k.summaryModel !== "")
+        parts.push(`summary by ${k.summaryModel}: ${k.summaryInputTokens} in, ${k.summaryOutputTokens} out`);
+      break;
+    }
     case "abandoned":
       parts.push(
         `held answer dropped: ${c.reason === "client_gone" ? "its client went away" : "its gateway shut down"}`,
@@ -223,6 +238,7 @@ function controlDetail(c: ControlView, s: RunView): string {
       if (c.selector) parts.push(`selector ${c.selector}`);
       if (c.ruleId) parts.push(`standing rule ${c.ruleId}`);
       if (c.limits !== null) parts.push(`new window: ${limitsText(c.limits)}`);
+      if (c.compact !== "") parts.push(`compact: ${c.compact}`);
   }
   return parts.join("; ") || "-";
 }

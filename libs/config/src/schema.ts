@@ -283,6 +283,23 @@ const predictSection = z.strictObject(
       .describe(
         "A checkpointed run resumes by itself when the window allows (auto_resume), or waits for an operator (hold).",
       ),
+    compaction: z
+      .enum(["off", "truncate", "summarize"], { error: "expected off, truncate or summarize" })
+      .default("off")
+      .describe(
+        "A call too large for its key's whole window: refused (off), or sent with the run's oldest messages dropped (truncate) or replaced by a summary (summarize); later calls of the run are sent compacted the same way.",
+      ),
+    summary_model: z
+      .string({ error: "expected a model name" })
+      .default("")
+      .describe(
+        "The model that writes a compaction's summary, through the call's own upstream and key; empty: the call's own model.",
+      ),
+    compaction_keep: integer(1, 1_000)
+      .default(4)
+      .describe(
+        "Messages at the end of a conversation a compaction keeps as they are (system prompts are always kept).",
+      ),
     k: z
       .number({ error: "expected a number of at least 0" })
       .nonnegative({ error: "expected a number of at least 0" })

@@ -23,6 +23,7 @@ const TYPE_OF_CASE = {
   toolCallAbandoned: "ToolCallAbandoned",
   stepRetried: "StepRetried",
   rateLimitObserved: "RateLimitObserved",
+  runCompacted: "RunCompacted",
 } as const satisfies Record<PayloadCase, string>;
 
 /** Past-tense event type names, as they appear in subjects and the envelope. */
@@ -53,6 +54,7 @@ export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
   ToolCallAbandoned: 1,
   StepRetried: 1,
   RateLimitObserved: 1,
+  RunCompacted: 1,
 };
 
 /** Events about a provider key, not a run: appended on the key's own subject, with no sequence. */

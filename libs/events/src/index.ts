@@ -4,6 +4,7 @@ export {
   Api,
   CallParked,
   CallUnparked,
+  CompactionMode,
   Cost,
   Envelope,
   FailureReason,
@@ -16,6 +17,7 @@ export {
   RouteReason,
   RouteStanding,
   RunAction,
+  RunCompacted,
   RunHeld,
   RunIdentity,
   RunResumed,
@@ -99,6 +101,7 @@ export {
 export {
   type AbandonAnswer,
   type ApproveAnswer,
+  type CompactRun,
   type CompleteStep,
   type ConfiguredLimits,
   type DenyAnswer,
@@ -121,6 +124,7 @@ export {
   windowLimits,
 } from "./run/decide.js";
 export {
+  type Compaction,
   evolve,
   foldRun,
   type GateDecision,
@@ -139,6 +143,7 @@ export {
   tokensInLastMinute,
 } from "./run/state.js";
 export {
+  type CompactionView,
   type ControlView,
   describeRun,
   type GateView,

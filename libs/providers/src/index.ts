@@ -3,6 +3,14 @@ export { readAnthropicRequest } from "./anthropic-messages/request.js";
 export { AnthropicStreamMeter, summarizeAnthropicMessage } from "./anthropic-messages/response.js";
 export { anthropicMessagesShape } from "./anthropic-messages/shape.js";
 export { readAnthropicUsage } from "./anthropic-messages/usage.js";
+export type { CompactionPlan, ConversationShape } from "./conversation.js";
+export {
+  applyCompaction,
+  planCompaction,
+  prefixHash,
+  SUMMARY_INSTRUCTIONS,
+  transcriptOf,
+} from "./conversation.js";
 export type {
   AnthropicErrorBody,
   OpenAIErrorBody,

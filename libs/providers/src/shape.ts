@@ -1,3 +1,4 @@
+import type { ConversationShape } from "./conversation.js";
 import type { SseEvent } from "./sse.js";
 import type { UsageReport } from "./usage.js";
 
@@ -115,4 +116,6 @@ export interface ApiShape {
   errorBody(message: string, fields?: ErrorFields): unknown;
   /** The same error as the SSE event this shape's streams end with when they fail. */
   streamErrorEvent(message: string, fields?: ErrorFields): string;
+  /** Where a request's conversation is, and how it is compacted. */
+  readonly conversation: ConversationShape;
 }

@@ -545,7 +545,11 @@ describe("the gRPC API", () => {
       needs: "change",
       call: (c, cb) =>
         c.resume(
-          { target: { target: { $case: "runId", value: "grpc-1" }, reason: "g" }, limits: undefined },
+          {
+            target: { target: { $case: "runId", value: "grpc-1" }, reason: "g" },
+            limits: undefined,
+            compact: 0,
+          },
           cb,
         ),
     },

@@ -185,6 +185,7 @@ export async function startGateway(
         keepaliveMs: config.hold.keepalive_ms,
         keepalive1xx: config.hold.keepalive_1xx,
         shutdown: shutdown.signal,
+        summaryTimeoutMs: config.gateway.upstream_timeout_ms,
         ...(shared === undefined ? {} : { shared }),
       })
     : undefined;

@@ -1,4 +1,4 @@
-import { ActorKind, Api, LimitKind, RunAction, UnparkReason } from "@holdfast/proto";
+import { ActorKind, Api, CompactionMode, LimitKind, RunAction, UnparkReason } from "@holdfast/proto";
 import { describe, expect, it } from "vitest";
 import type { EventPayload } from "../envelope.js";
 import { RunBusyError, RunHeldError, RunStoppedError } from "../errors.js";
@@ -34,6 +34,7 @@ const resumed = (
     limits: undefined,
     overrides: false,
     checkpoint: false,
+    compact: CompactionMode.COMPACTION_MODE_UNSPECIFIED,
     ...extra,
   },
 });

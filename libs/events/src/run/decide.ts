@@ -2,6 +2,7 @@ import {
   type Actor,
   ActorKind,
   type Api,
+  CompactionMode,
   type Cost,
   type FailureReason,
   type GatedToolCall,
@@ -9,6 +10,7 @@ import {
   type Prediction,
   type RouteChoice,
   RunAction,
+  type RunCompacted,
   type RunIdentity,
   type Selector,
   StepCompleted,
@@ -141,6 +143,14 @@ export interface ResumeRun {
    * held, stopped or resumed it since), and its window of limits goes on.
    */
   readonly checkpoint?: boolean;
+  /** Compact the conversation before the next call goes on. */
+  readonly compact?: CompactionMode;
+}
+
+/** The conversation was compacted before a call (the event's fields, as decided by the gateway). */
+export interface CompactRun {
+  readonly type: "CompactRun";
+  readonly compaction: RunCompacted;
 }
 
 /** A call the provider refused with a 429 is sent again (its step stays the same). */
@@ -262,7 +272,8 @@ export type RunCommand =
   | ApproveAnswer
   | DenyAnswer
   | AbandonAnswer
-  | RetryStep;
+  | RetryStep
+  | CompactRun;
 
 /**
  * What a command makes of the run as it stands: the events to append, in order, or none
@@ -364,6 +375,7 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
             limits: overrides ? limits : undefined,
             overrides,
             checkpoint: command.checkpoint === true,
+            compact: command.compact ?? CompactionMode.COMPACTION_MODE_UNSPECIFIED,
           },
         },
       ];
@@ -415,6 +427,14 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
         },
       ];
     }
+    case "CompactRun":
+      // The same compaction again (a retried write) is one compaction.
+      if (
+        state.compactions.some((c) => c.prefixHash === command.compaction.prefixHash) &&
+        state.compactNext === CompactionMode.COMPACTION_MODE_UNSPECIFIED
+      )
+        return [];
+      return [{ $case: "runCompacted", value: command.compaction }];
     case "RetryStep": {
       const open = state.open.get(command.stepId);
       // Finished, or this retry (or a later one) already recorded.

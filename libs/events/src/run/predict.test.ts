@@ -1,4 +1,4 @@
-import { ActorKind, LimitKind, RunAction } from "@holdfast/proto";
+import { ActorKind, CompactionMode, LimitKind, RunAction, RunCompacted } from "@holdfast/proto";
 import { describe, expect, it } from "vitest";
 import type { EventPayload } from "../envelope.js";
 import { decide, type RetryStep, type TripRun } from "./decide.js";
@@ -90,6 +90,7 @@ describe("a rate-limit checkpoint", () => {
         limits: undefined,
         overrides: false,
         checkpoint: false,
+        compact: CompactionMode.COMPACTION_MODE_UNSPECIFIED,
       },
     })
       .when(resumeCheckpoint)
@@ -129,5 +130,53 @@ describe("a retry after a 429", () => {
     const after = foldRun(RUN, history(started("s2"), event!));
     expect(after.open.has("s2")).toBe(true);
     expect(decide(start("s3"), after, NOW)[0]?.$case).toBe("stepStarted");
+  });
+});
+
+describe("a compaction of the run's conversation", () => {
+  const compaction = (prefixMessages: number) =>
+    RunCompacted.fromPartial({
+      mode: CompactionMode.COMPACTION_MODE_TRUNCATE,
+      why: "operator",
+      prefixHash: `h${prefixMessages}`,
+      prefixMessages,
+      replacementJson: "[]",
+    });
+  const compacted = (prefixMessages: number): EventPayload => ({
+    $case: "runCompacted",
+    value: compaction(prefixMessages),
+  });
+  const resumedCompacting: EventPayload = {
+    $case: "runResumed",
+    value: {
+      actor: operator,
+      reason: "",
+      selector: undefined,
+      limits: undefined,
+      overrides: false,
+      checkpoint: false,
+      compact: CompactionMode.COMPACTION_MODE_TRUNCATE,
+    },
+  };
+
+  it("is asked for by a resume, and done by the next call: the ask is then over", () => {
+    expect(given(started("s1"), completed("s1"), resumedCompacting).state.compactNext).toBe(
+      CompactionMode.COMPACTION_MODE_TRUNCATE,
+    );
+    given(started("s1"), completed("s1"), resumedCompacting)
+      .when({ type: "CompactRun", compaction: compaction(4) })
+      .then(compacted(4));
+    const after = given(started("s1"), completed("s1"), resumedCompacting, compacted(4)).state;
+    expect(after.compactNext).toBe(CompactionMode.COMPACTION_MODE_UNSPECIFIED);
+    expect(after.compactions.map((c) => c.prefixMessages)).toEqual([4]);
+  });
+
+  it("is recorded once when its write is retried, and one that dropped nothing replaces nothing", () => {
+    given(compacted(4))
+      .when({ type: "CompactRun", compaction: compaction(4) })
+      .then();
+    expect(
+      given(compacted(4), compacted(0), compacted(2)).state.compactions.map((c) => c.prefixMessages),
+    ).toEqual([4, 2]);
   });
 });

@@ -1,6 +1,7 @@
 import {
   type Actor,
   type Api,
+  CompactionMode,
   RunAction,
   RunSource,
   type StepOutcome,
@@ -132,6 +133,16 @@ export interface RunHold {
  * the run's length (only the calls in flight, the parked ones and the last minute's
  * token counts are kept item by item); the whole history, for people, is `describeRun`.
  */
+/** What stands for the oldest messages of a compacted conversation. */
+export interface Compaction {
+  readonly mode: CompactionMode;
+  /** Hex digest of the messages replaced (their JSON), and how many they are. */
+  readonly prefixHash: string;
+  readonly prefixMessages: number;
+  /** The messages that stand for them, a JSON array in the calls' API shape. */
+  readonly replacementJson: string;
+}
+
 export interface RunState {
   readonly runId: string;
   readonly status: RunStatus;
@@ -182,6 +193,14 @@ export interface RunState {
   readonly recentTokens: readonly { readonly ms: number; readonly tokens: number }[];
   /** Events of types or versions this code does not know, skipped. */
   readonly unknownEvents: number;
+  /**
+   * The conversation's compactions, oldest first: a later call is sent with each applied
+   * in turn (the prefix each replaced, where its conversation starts with it, by what
+   * stands for it). Empty when never compacted.
+   */
+  readonly compactions: readonly Compaction[];
+  /** An operator's resume asked for the conversation to be compacted before the next call goes on. */
+  readonly compactNext: CompactionMode;
 }
 
 const NO_TOTALS: RunTotals = Object.freeze({
@@ -244,6 +263,8 @@ export function initialState(runId: string): RunState {
     gateStop: null,
     recentTokens: [],
     unknownEvents: 0,
+    compactions: [],
+    compactNext: CompactionMode.COMPACTION_MODE_UNSPECIFIED,
   };
 }
 
@@ -378,12 +399,33 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         },
       };
     }
+    case "runCompacted": {
+      const e = payload.value;
+      return withActivity({
+        ...seen,
+        compactNext: CompactionMode.COMPACTION_MODE_UNSPECIFIED,
+        // One that found nothing to drop (an operator's, on a short conversation) replaces nothing.
+        compactions:
+          e.prefixMessages === 0
+            ? seen.compactions
+            : [
+                ...seen.compactions,
+                {
+                  mode: e.mode,
+                  prefixHash: e.prefixHash,
+                  prefixMessages: e.prefixMessages,
+                  replacementJson: e.replacementJson,
+                },
+              ],
+      });
+    }
     case "runResumed": {
       const e = payload.value;
       // A rate-limit checkpoint's own resume: the run goes on in the same window of limits.
       if (e.checkpoint) return withActivity({ ...seen, status: RunStatus.Idle, hold: null });
       return withActivity({
         ...seen,
+        compactNext: e.compact ?? CompactionMode.COMPACTION_MODE_UNSPECIFIED,
         status: RunStatus.Idle,
         hold: null,
         lastResumedMs: at,

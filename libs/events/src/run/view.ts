@@ -1,5 +1,7 @@
 import {
   type Actor,
+  CompactionMode,
+  compactionModeToJSON,
   type GatedToolCall,
   LimitKind,
   type Prediction,
@@ -133,7 +135,8 @@ export interface ControlView {
     | "loop"
     | "approved"
     | "denied"
-    | "abandoned";
+    | "abandoned"
+    | "compacted";
   /** For trips and stops by a limit: "hold" or "stop". */
   action: string;
   actor: string;
@@ -148,6 +151,30 @@ export interface ControlView {
   /** For unparked calls: released, stopped, client_gone, gateway_lost. */
   how: string;
   gateway: string;
+  /** For resumes: "summarize" or "truncate" when the operator asked for a compaction; "" otherwise. */
+  compact: string;
+  /** For compactions: what was made smaller, and how much. */
+  compaction: CompactionView | null;
+}
+
+/** A compaction of the run's conversation as people read it. */
+export interface CompactionView {
+  /** "summarize" or "truncate". */
+  mode: string;
+  /** "too_large" (the call did not fit its key's whole window) or "operator". */
+  why: string;
+  stepId: string;
+  messagesBefore: number;
+  messagesAfter: number;
+  bytesBefore: number;
+  bytesAfter: number;
+  tokensBefore: number;
+  tokensAfter: number;
+  /** The messages replaced, and what the summary call cost in tokens. */
+  prefixMessages: number;
+  summaryModel: string;
+  summaryInputTokens: number;
+  summaryOutputTokens: number;
 }
 
 /** An answer the tool-call gate held, and what became of it. */
@@ -252,6 +279,8 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
         parkId: "",
         how: "",
         gateway: "",
+        compact: "",
+        compaction: null,
         ...fields,
       });
     };
@@ -277,8 +306,31 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
           reason: payload.value.reason,
           selector: selectorLabel(payload.value.selector),
           limits: payload.value.limits ?? null,
+          compact: compactionName(payload.value.compact),
         });
         continue;
+      case "runCompacted": {
+        const e = payload.value;
+        entry("compacted", {
+          gateway: e.gateway,
+          compaction: {
+            mode: compactionName(e.mode),
+            why: e.why,
+            stepId: e.stepId,
+            messagesBefore: e.messagesBefore,
+            messagesAfter: e.messagesAfter,
+            bytesBefore: Number(e.bytesBefore),
+            bytesAfter: Number(e.bytesAfter),
+            tokensBefore: Number(e.tokensBefore),
+            tokensAfter: Number(e.tokensAfter),
+            prefixMessages: e.prefixMessages,
+            summaryModel: e.summaryModel,
+            summaryInputTokens: Number(e.summaryUsage?.inputTokens ?? 0),
+            summaryOutputTokens: Number(e.summaryUsage?.outputTokens ?? 0),
+          },
+        });
+        continue;
+      }
       case "runStopped":
         entry("stopped", {
           actor: actorLabel(payload.value.actor),
@@ -541,6 +593,11 @@ function routeView(route: RouteChoice | undefined): RouteView | null {
 }
 
 const enumName = (json: string, prefix: string): string => json.replace(prefix, "").toLowerCase();
+
+const compactionName = (mode: CompactionMode | undefined): string =>
+  mode === undefined || mode === CompactionMode.COMPACTION_MODE_UNSPECIFIED
+    ? ""
+    : enumName(compactionModeToJSON(mode), "COMPACTION_MODE_");
 
 function actorLabel(actor: Actor | undefined): string {
   if (actor === undefined) return "";

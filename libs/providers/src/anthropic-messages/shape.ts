@@ -1,6 +1,7 @@
 import { anthropicErrorBody } from "../error-shape.js";
 import type { ApiShape } from "../shape.js";
 import { formatSseEvent } from "../sse.js";
+import { anthropicConversation } from "./conversation.js";
 import { readAnthropicRequest } from "./request.js";
 import { AnthropicStreamMeter, summarizeAnthropicMessage } from "./response.js";
 
@@ -20,4 +21,5 @@ export const anthropicMessagesShape: ApiShape = {
   // Anthropic's SDKs raise an `event: error` as an APIError of the error's type; they
   // skip data without an event name, so the name is required.
   streamErrorEvent: (message, fields) => formatSseEvent("error", anthropicErrorBody(message, fields)),
+  conversation: anthropicConversation,
 };

@@ -1,6 +1,7 @@
 import { openAIErrorBody } from "../error-shape.js";
 import type { ApiShape, RequestView, StreamMeter, StreamObservation } from "../shape.js";
 import { formatSseData, type SseEvent } from "../sse.js";
+import { chatConversation } from "./conversation.js";
 import { type ChatRequestView, readChatRequest, withStreamUsage } from "./request.js";
 import { ChatStreamMeter, summarizeChatCompletion } from "./response.js";
 
@@ -27,6 +28,7 @@ export const openAIChatShape: ApiShape = {
   errorBody: openAIErrorBody,
   // OpenAI SDKs raise a `data: {"error": …}` event as an APIError.
   streamErrorEvent: (message, fields) => formatSseData(openAIErrorBody(message, fields)),
+  conversation: chatConversation,
 };
 
 class ChatMeter implements StreamMeter {

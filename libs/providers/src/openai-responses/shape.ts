@@ -1,6 +1,7 @@
 import { openAIErrorBody } from "../error-shape.js";
 import type { ApiShape, ErrorFields } from "../shape.js";
 import { formatSseEvent } from "../sse.js";
+import { responsesConversation } from "./conversation.js";
 import { readResponsesRequest } from "./request.js";
 import { ResponsesStreamMeter, summarizeResponse } from "./response.js";
 
@@ -18,6 +19,7 @@ export const openAIResponsesShape: ApiShape = {
   streamMeter: () => new ResponsesStreamMeter(),
   errorBody: openAIErrorBody,
   streamErrorEvent: responsesErrorEvent,
+  conversation: responsesConversation,
 };
 
 /**

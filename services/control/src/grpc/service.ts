@@ -8,6 +8,7 @@ import {
 } from "@holdfast/grpc";
 import {
   AffectedRun,
+  CompactionMode,
   ControlHoldRule,
   type ControlRunRow,
   ControlRunView,
@@ -70,7 +71,8 @@ export function controlGrpcService(deps: ControlGrpcDeps): ServedService {
     }, toStatus),
     resume: unary(async (request, call) => {
       const actor = authorize(call, "change");
-      const result = await operations.resume(action(request.target, request.limits), actor);
+      const compact = compactOf(request.compact);
+      const result = await operations.resume({ ...action(request.target, request.limits), compact }, actor);
       return {
         runs: result.runs.map((run) => AffectedRun.fromPartial(run)),
         liftedRules: result.liftedRules.map(holdRule),
@@ -118,6 +120,14 @@ function action(target: ProtoTarget | undefined, limits: WindowLimits | undefine
     reason: checkReason(target?.reason ?? ""),
     limits: windowLimits(limits),
   };
+}
+
+/** A resume's compaction: none, truncate or summarize; any other value is refused. */
+function compactOf(mode: CompactionMode): CompactionMode | undefined {
+  if (mode === CompactionMode.COMPACTION_MODE_UNSPECIFIED) return undefined;
+  if (mode === CompactionMode.COMPACTION_MODE_TRUNCATE || mode === CompactionMode.COMPACTION_MODE_SUMMARIZE)
+    return mode;
+  throw new InvalidArgumentError("compact must be COMPACTION_MODE_SUMMARIZE or COMPACTION_MODE_TRUNCATE");
 }
 
 function gateRequest(request: GateDecisionRequest): GateRequest {

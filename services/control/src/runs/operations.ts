@@ -177,12 +177,20 @@ export class ControlOperations {
    * that is held or stopped (as the log says now) is resumed.
    */
   async resume(request: ActionRequest, actor: Actor): Promise<ResumeResult> {
-    const { target, reason, limits } = request;
+    const { target, reason, limits, compact } = request;
     if ("runId" in target) {
       const known = await this.deps.runs.current(checkRunId(target.runId));
       if (known.lastSequence === 0) throw new NotFoundError(`no run named ${JSON.stringify(target.runId)}`);
-      const run = await this.execute(target.runId, resumeCommand(actor, reason, limits, undefined, false));
+      const run = await this.execute(target.runId, {
+        ...resumeCommand(actor, reason, limits, undefined, false),
+        ...(compact === undefined ? {} : { compact }),
+      });
       return { runs: [run], liftedRules: [] };
+    }
+    if (compact !== undefined) {
+      throw new InvalidArgumentError(
+        "compact resumes one run by id: its conversation is compacted, not a selector's",
+      );
     }
     const selector = target.selector;
     const before = await this.deps.fleet.current(FLEET);
@@ -395,7 +403,7 @@ function resumeCommand(
   limits: WindowLimits | undefined,
   selector: Selector | undefined,
   onlyIfHeld: boolean,
-): RunCommand {
+): Extract<RunCommand, { type: "ResumeRun" }> {
   return { type: "ResumeRun", actor, reason, limits, selector, onlyIfHeld };
 }
 

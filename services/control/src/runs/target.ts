@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import {
   CONTROL_CHARACTER,
+  CompactionMode,
   emptySelector,
   runIdDefect,
   SELECTOR_STATUSES,
@@ -20,6 +21,8 @@ export interface ActionRequest {
   readonly reason: string;
   /** Resume only: limits of the new window; undefined for the configured ones. */
   readonly limits?: WindowLimits | undefined;
+  /** Resume by id only: compact the run's conversation before its next call goes on. */
+  readonly compact?: CompactionMode | undefined;
 }
 
 export const MAX_REASON_LENGTH = 1_000;
@@ -109,12 +112,23 @@ type Body = Record<string, unknown>;
 
 /** `POST runs/:id/<action>`: the run from the path, the reason (and limits) from the body. */
 export function runAction(runId: string, body: unknown, withLimits: boolean): ActionRequest {
-  const fields = bodyFields(body, ["reason", ...(withLimits ? LIMIT_FIELDS : [])]);
+  const fields = bodyFields(body, ["reason", ...(withLimits ? [...LIMIT_FIELDS, "compact"] : [])]);
   return {
     target: { runId: checkRunId(runId) },
     reason: checkReason(text(fields, "reason")),
     limits: withLimits ? limitsOf(fields) : undefined,
+    compact: withLimits ? compactOf(text(fields, "compact")) : undefined,
   };
+}
+
+/** A resume's `compact`: "summarize", "truncate", or nothing. */
+export function compactOf(value: string): CompactionMode | undefined {
+  if (value === "") return undefined;
+  if (value === "summarize") return CompactionMode.COMPACTION_MODE_SUMMARIZE;
+  if (value === "truncate") return CompactionMode.COMPACTION_MODE_TRUNCATE;
+  throw new InvalidArgumentError(
+    `compact must be summarize or truncate, not ${JSON.stringify(value.slice(0, 40))}.`,
+  );
 }
 
 /** `POST runs/:id/approve|deny`: the run from the path, the gate and the reason from the body. */

@@ -19,8 +19,8 @@ export interface Call {
   readonly writer: ResponseWriter;
   /** Aborted when the client goes away. */
   readonly clientGone: AbortSignal;
-  /** Input tokens estimated from the request body (about four characters a token). */
-  readonly estimatedInputTokens: number;
+  /** Input tokens estimated from the body sent (about four characters a token; a compaction lowers it). */
+  estimatedInputTokens: number;
   /** Cost reserved for this call while in flight: its input, and the run's usual output, priced. */
   readonly reservedNanoUsd: number;
   /** Budget leases this call's reservation was taken from (a budget feature fills it). */

@@ -36,6 +36,7 @@ import {
 } from "@holdfast/predict";
 import {
   ActorKind,
+  CompactionMode,
   type Envelope,
   LimitKind,
   PredictAction,
@@ -60,6 +61,7 @@ import {
   type Verdict,
 } from "../pipeline/hooks.js";
 import type { Room } from "../routing/router.js";
+import { Compactor, type SummaryBudget } from "./compact.js";
 import type { SharedDecision, SharedSlices, Slice } from "./shared.js";
 
 type PredictConfig = Config["predict"];
@@ -91,6 +93,8 @@ export interface PredictFeatureOptions {
   shutdown: AbortSignal;
   /** The fleet's shared windows (the budget service's coordinator); undefined: this gateway decides alone. */
   shared?: SharedSlices;
+  /** Longest a compaction's summary call may take. */
+  summaryTimeoutMs: number;
 }
 
 /** A provider key as the gateway knows it: its id (a hash, never the key) and its window. */
@@ -220,6 +224,83 @@ export function predictFeature(options: PredictFeatureOptions): {
       deadlineMs: deadlineOf(call, ledger.cached(call.run.runId), options.limitsFor),
     });
 
+  const compactor = new Compactor({
+    keep: config.compaction_keep,
+    summaryModel: config.summary_model,
+    ledger,
+    gateway: options.gateway,
+    timeoutMs: options.summaryTimeoutMs,
+  });
+  const atTheWall =
+    config.compaction === "summarize"
+      ? CompactionMode.COMPACTION_MODE_SUMMARIZE
+      : config.compaction === "truncate"
+        ? CompactionMode.COMPACTION_MODE_TRUNCATE
+        : undefined;
+  // Calls a compaction was tried for (once a call).
+  const compacting = new WeakSet<Call>();
+
+  /**
+   * A compacted run's call goes compacted the same way; and the first call after an
+   * operator's resume --compact compacts the run's conversation as asked.
+   */
+  const compactAsRecorded = async (call: Call): Promise<void> => {
+    const state = ledger.cached(call.run.runId);
+    if (state === undefined) return;
+    compactor.applyRecorded(call, state.compactions);
+    const asked = state.compactNext;
+    if (
+      (asked !== CompactionMode.COMPACTION_MODE_TRUNCATE &&
+        asked !== CompactionMode.COMPACTION_MODE_SUMMARIZE) ||
+      compacting.has(call)
+    )
+      return;
+    compacting.add(call);
+    const outcome = await compactor.compact(
+      call,
+      asked,
+      "operator",
+      summaryBudget(call, keyOf(call), clock()),
+    );
+    if (outcome.kind === "failed") {
+      call.request.log.warn(
+        { err: outcome.error, runId: call.run.runId },
+        "could not summarize the run's conversation",
+      );
+    }
+  };
+
+  /**
+   * What a compaction's summary may take of the call's key window: each summary call at
+   * most half the window's tokens, sent when the window has room for it (waiting in place,
+   * within max_wait_s), its answer read like any other.
+   */
+  const summaryBudget = (call: Call, key: Key, sinceMs: number): SummaryBudget => {
+    const nowMs = clock();
+    const limits = (["tokens", "inputTokens"] as const)
+      .map((d) => key.window.view(d, nowMs)?.limit)
+      .filter((l): l is number => l !== undefined && l > 0);
+    return {
+      maxInputTokens: limits.length === 0 ? Number.POSITIVE_INFINITY : Math.floor(Math.min(...limits) / 2),
+      ready: async (tokens) => {
+        const need: Need = { requests: 1, tokens, inputTokens: tokens, outputTokens: 0 };
+        for (;;) {
+          const now = clock();
+          const decision = decide({
+            window: key.window,
+            need,
+            nowMs: now,
+            waitThresholdMs: Number.POSITIVE_INFINITY,
+          });
+          if (decision.action === "continue") return true;
+          if (decision.action === "too_large" || decision.untilMs - sinceMs > maxWaitMs) return false;
+          if ((await pause(call, decision.untilMs - now, options)) !== "ready") return false;
+        }
+      },
+      answered: (answer) => onAnswer(call, answer),
+    };
+  };
+
   /** What the call knows of prediction, moved to the key of the upstream it goes to now (a route moved it). */
   const predictedOf = (call: Call): Predicted | undefined => {
     const predicted = calls.get(call);
@@ -266,6 +347,7 @@ export function predictFeature(options: PredictFeatureOptions): {
     const sinceMs = calls.get(call)?.sinceMs ?? clock();
     const priority = priorityOf(call, config.priority_by_tag);
     if (typeof priority !== "number") return refuse(priority);
+    await compactAsRecorded(call);
     let waitedMs = 0;
     // Why the call waited: the figures of the decision to wait, not those of the one that let it go.
     let waitedFor: Figures | undefined;
@@ -287,6 +369,24 @@ export function predictFeature(options: PredictFeatureOptions): {
         decision = decideFor(call, predicted, nowMs);
       }
       calls.set(call, predicted);
+      // The overflow wall: with predict.compaction on, a call too large for its key's whole
+      // window goes on with its conversation compacted, if that makes it fit.
+      if (decision.action === "too_large" && atTheWall !== undefined && !compacting.has(call)) {
+        compacting.add(call);
+        const outcome = await compactor.compact(
+          call,
+          atTheWall,
+          "too_large",
+          summaryBudget(call, key, sinceMs),
+        );
+        if (outcome.kind === "compacted") continue;
+        if (outcome.kind === "failed") {
+          call.request.log.warn(
+            { err: outcome.error, runId: call.run.runId },
+            "could not summarize the run's conversation",
+          );
+        }
+      }
       if (sharing && options.shared !== undefined) {
         const answer = await options.shared.decide({
           keyId: key.keyId,

@@ -15,10 +15,9 @@ export interface RoutingFeatureOptions {
   roomOf?: (call: Call, target: { origin: string; credential: string; model: string }) => Room;
 }
 
-/** What a routed call was before any target moved it, and the targets that failed it. */
+/** The caller's own credentials, the route, the target the call is at, and the targets that failed it. */
 interface Routed {
   readonly route: Route;
-  readonly body: Buffer;
   readonly secrets: readonly string[];
   readonly tried: Set<number>;
   target: RouteTarget;
@@ -57,7 +56,8 @@ export function routingFeature(options: RoutingFeatureOptions): GatewayFeature {
     call.upstream = upstream;
     call.upstreamOrigin = upstream.origin;
     call.model = target.model;
-    call.upstreamBody = target.model === call.view.model ? state.body : withModel(state.body, target.model);
+    // From the body as it is now (a compaction may have made it smaller), its model the target's.
+    call.upstreamBody = withModel(call.upstreamBody, target.model);
     call.secrets = target.key === undefined ? state.secrets : [target.key, ...state.secrets];
     call.credentialHeaders =
       target.key === undefined
@@ -82,7 +82,6 @@ export function routingFeature(options: RoutingFeatureOptions): GatewayFeature {
       if (state === undefined) {
         state = {
           route,
-          body: call.upstreamBody,
           secrets: call.secrets,
           tried: new Set(),
           target: route.targets[0]!,
