@@ -1,5 +1,15 @@
 import { type Bus, connectBus } from "@holdfast/bus";
-import { ActorKind, createIdGenerator, type RunState, RunStatus } from "@holdfast/events";
+import {
+  ActorKind,
+  Api,
+  createIdGenerator,
+  NO_LIMITS,
+  RunSource,
+  type RunState,
+  RunStatus,
+  RunStoppedError,
+  type StartStep,
+} from "@holdfast/events";
 import { createLogger } from "@holdfast/log";
 import { natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,6 +28,27 @@ beforeAll(async () => {
 afterAll(async () => {
   await bus.close();
 });
+
+function startStep(stepId: string): StartStep {
+  return {
+    type: "StartStep",
+    stepId,
+    api: Api.API_OPENAI_CHAT_COMPLETIONS,
+    model: "gpt-4o-mini",
+    stream: false,
+    identity: { source: RunSource.RUN_SOURCE_HEADER, key: "X-Holdfast-Run", fingerprint: "", generation: 0 },
+    messageCount: 1,
+    upstream: "http://127.0.0.1:1",
+    gateway: "gw#1",
+    estimatedInputTokens: 10,
+    promptHash: "",
+    reservedNanoUsd: 0,
+    budgetLeases: [],
+    tag: "",
+    limits: NO_LIMITS,
+    rules: [],
+  };
+}
 
 function runLedger() {
   return new Ledger({ aggregate: runAggregate, bus, log, clock: Date.now, newId: createIdGenerator() });
@@ -126,6 +157,25 @@ describe("ledger", () => {
     });
     expect(events.map((e) => e.type)).toEqual(["RunResumed"]);
     expect(reads).toEqual([{ runId: "conflict-a", after: known }]);
+  });
+
+  it("refuses a command only on the run as the log has it: a resume appended elsewhere, not heard yet, lets a stopped run's call start", async () => {
+    const here = runLedger();
+    const elsewhere = runLedger();
+    await here.execute("refuse-a", labels, { type: "StopRun", actor: operator, reason: "stop" });
+    await elsewhere.execute("refuse-a", labels, {
+      type: "ResumeRun",
+      actor: operator,
+      reason: "go on",
+      onlyIfHeld: false,
+    });
+    // This process has heard nothing of the resume (no watch feeds it): its cache says stopped.
+    expect(here.cached("refuse-a")?.status).toBe(RunStatus.Stopped);
+    const { events } = await here.execute("refuse-a", labels, startStep("s1"));
+    expect(events.map((e) => e.type)).toEqual(["StepStarted"]);
+    // Still stopped when the log says so: the refusal stands after the read.
+    await elsewhere.execute("refuse-a", labels, { type: "StopRun", actor: operator, reason: "again" });
+    await expect(here.execute("refuse-a", labels, startStep("s2"))).rejects.toBeInstanceOf(RunStoppedError);
   });
 
   it("keeps at most maxCached runs in memory, never one somebody waits on", async () => {

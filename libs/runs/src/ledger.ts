@@ -260,6 +260,9 @@ export class Ledger<State, Command> {
     const { aggregate, bus, clock } = this.options;
     const retries = this.options.maxConflictRetries ?? 25;
     let behind: number | undefined;
+    // Whether this command has decided on the aggregate as read from the log (not only as
+    // the watch brought it): a refusal is only given on that.
+    let read = false;
     for (let attempt = 0; ; attempt++) {
       // Writers racing on one aggregate take turns: after a second conflict, back off a
       // random while (growing, capped) so the other side's queue drains instead of both
@@ -272,7 +275,10 @@ export class Ledger<State, Command> {
       // Only a command whose decision reads nothing of the past may assume an aggregate it
       // has not read is new (a first start); the first append's sequence check then says
       // whether it is. Anything else decides on the aggregate as the log has it.
-      if (entry.stale || (!entry.known && !assumesNew(command))) await this.catchUp(id, entry);
+      if (entry.stale || (!entry.known && !assumesNew(command))) {
+        await this.catchUp(id, entry);
+        read = true;
+      }
       const at = clock();
       const events: DecodedEnvelope[] = [];
       try {
@@ -297,6 +303,13 @@ export class Ledger<State, Command> {
         if (events.length > 0) this.changed(entry);
         return { events, state: entry.state };
       } catch (error) {
+        // The decider refused the command on the state this process follows: an event
+        // another process appended (a resume) may not have reached its watch yet. Read the
+        // log, and decide once more on what it says.
+        if (!(error instanceof BusError) && events.length === 0 && !read) {
+          entry.stale = true;
+          continue;
+        }
         if (!(error instanceof ConcurrencyError) || attempt >= retries) throw error;
         this.options.log.debug({ id, attempt }, "aggregate moved on in another writer; catching up");
         behind = error.actualStreamSequence ?? Number.MAX_SAFE_INTEGER;

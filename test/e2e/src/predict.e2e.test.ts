@@ -19,6 +19,8 @@ const KEY_SMALL = "sk-small-0000000000000000000000000";
 const KEY_SLIP = "sk-slip-00000000000000000000000000";
 const KEY_ANTHROPIC = "sk-ant-0000000000000000000000000000";
 const KEY_FLEET = "sk-fleet-0000000000000000000000000";
+const KEY_COLD = "sk-cold-00000000000000000000000000";
+const KEY_PRIORITY = "sk-priority-000000000000000000000000";
 
 beforeAll(async () => {
   stack = await startStack({
@@ -36,6 +38,12 @@ beforeAll(async () => {
         [KEY_ANTHROPIC]: { tpm: 1_000_000, otpm: 6_000 },
         // 300 tokens a second, shared by agents on two gateways; a call below takes 150.
         [KEY_FLEET]: { tpm: 18_000 },
+        // 6,000 tokens, refilled in 3 s (2,000 a second): far less than 20 calls of ~550 at once.
+        [KEY_COLD]: { tpm: 6_000, windowMs: 3_000 },
+        // 6,000 tokens, refilled in 3 s (2,000 a second); a call below takes about 1,350 (more
+        // with the margin earlier tests taught), so no slice holds more than the one call
+        // (none is spent ahead of the queue).
+        [KEY_PRIORITY]: { tpm: 6_000, windowMs: 3_000 },
       },
     },
   });
@@ -66,6 +74,25 @@ function provider(apiKey: string): { refused: number; served: number } {
 }
 
 describe("rate-limit prediction", () => {
+  it("a fleet starting at once on a key nothing is read of yet: one call finds out its window, the others wait for its answer", async () => {
+    // The provider takes 300 ms to answer: every agent's first call is in before any answer says what the window is.
+    const calls = Array.from({ length: 20 }, (_, i) =>
+      stack
+        .client({
+          apiKey: KEY_COLD,
+          headers: { "X-Holdfast-Run": `predict-cold-${i}`, "x-fake-latency-ms": "300" },
+        })
+        .chat.completions.create({
+          model: "gpt-4o-mini",
+          max_tokens: 44,
+          messages: [{ role: "user", content: `${i} ${"c ".repeat(1_000)}` }],
+        }),
+    );
+    const answers = await Promise.all(calls);
+    expect(answers.every((a) => a.choices[0]?.message !== undefined)).toBe(true);
+    expect(provider(KEY_COLD)).toEqual({ refused: 0, served: 20 });
+  }, 30_000);
+
   it("an agent loop past its key's window waits in place: no 429 reaches it, none is even sent", async () => {
     const call = chat(KEY_WAIT, "predict-wait");
     const started = Date.now();
@@ -219,6 +246,51 @@ describe("rate-limit prediction", () => {
     expect(refused).toBe(0);
     expect(runs.every((run) => run.totals.retries === 0)).toBe(true);
   }, 60_000);
+
+  it("calls waiting for one window on two gateways are served by priority (X-Holdfast-Priority), then by how long they waited", async () => {
+    const other = await stack.extraGateway({});
+    const ask = (baseURL: string, runId: string, priority?: number) =>
+      new OpenAI({
+        apiKey: KEY_PRIORITY,
+        baseURL,
+        maxRetries: 0,
+        defaultHeaders: {
+          "X-Holdfast-Run": runId,
+          ...(priority === undefined ? {} : { "X-Holdfast-Priority": String(priority) }),
+        },
+      }).chat.completions.create({
+        model: "gpt-4o-mini",
+        max_tokens: 44,
+        messages: [{ role: "user", content: `${runId} ${"p ".repeat(2_600)}` }],
+      });
+    // Spend the window, one call at a time (the window is read from each answer).
+    for (let i = 0; i < 5; i++) await ask(stack.gatewayUrl, `priority-spend-${i}`);
+    // Two calls wait their turn on this gateway; then an urgent one arrives on the other.
+    const low = [ask(stack.gatewayUrl, "priority-low-1"), ask(stack.gatewayUrl, "priority-low-2")];
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const high = ask(other.baseUrl, "priority-high", 500);
+    await Promise.all([...low, high]);
+    const order = stack.provider.requests
+      .filter((r) => r.apiKey === KEY_PRIORITY && r.status === 200)
+      .map((r) => String((r.body as { messages: { content: string }[] }).messages[0]?.content.split(" ")[0]))
+      .slice(5);
+    expect(order[0]).toBe("priority-high");
+    expect(order.slice(1).sort()).toEqual(["priority-low-1", "priority-low-2"]);
+    expect(provider(KEY_PRIORITY).refused).toBe(0);
+  }, 30_000);
+
+  it("refuses a priority out of range with a clear error in the API's shape", async () => {
+    const error = await new OpenAI({
+      apiKey: KEY_PRIORITY,
+      baseURL: stack.gatewayUrl,
+      maxRetries: 0,
+      defaultHeaders: { "X-Holdfast-Priority": "5000" },
+    }).chat.completions
+      .create({ model: "gpt-4o-mini", messages: [{ role: "user", content: "hi" }] })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((error as InstanceType<typeof OpenAI.BadRequestError>).message).toMatch(/X-Holdfast-Priority/);
+  });
 
   it("each key's window is an event on the key's own subject, and `holdfast windows` lists it; the key is nowhere", async () => {
     const readings = await stack.bus.lastOnSubjects([stack.bus.subjects.ofKeyType("RateLimitObserved")]);

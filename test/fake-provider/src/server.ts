@@ -107,14 +107,20 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
     const exchange = new Exchange(req, api?.name, rawBody, clock(), changed);
     if (recordRequests) requests.push(exchange);
     live.add(exchange);
-    res.once("close", () => {
+    let settled = false;
+    const settle = () => {
+      if (settled) return;
+      settled = true;
       live.delete(exchange);
       exchange.settle(res.writableFinished ? "done" : closing ? "reset" : "aborted");
       log?.(
         `${exchange.method} ${exchange.path} ${exchange.status ?? "-"} ${exchange.state} ` +
           `${Math.round(performance.now() - exchange.startedAt)}ms`,
       );
-    });
+    };
+    res.once("close", settle);
+    // The client may have gone between its body's end and now: its close is already past.
+    if (res.socket === null || res.socket.destroyed) settle();
     changed(exchange);
 
     try {

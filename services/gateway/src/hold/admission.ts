@@ -26,7 +26,7 @@ export interface AdmissionOptions extends ParkingOptions {
 }
 
 /** What admission says of a call before its start is appended. */
-export type Gate = "go" | "confirm" | "held" | "stopped";
+export type Gate = "go" | "confirm" | "held";
 
 // Output tokens assumed for a run that has not finished a call yet, when reserving.
 const FIRST_CALL_OUTPUT_TOKENS = 512;
@@ -65,7 +65,10 @@ export class Admission {
     const state = this.options.ledger.cached(runId);
     const status = state?.status ?? this.statusFromIndex(runId);
     if (status === RunStatus.Held) return "held";
-    if (status === RunStatus.Stopped) return "stopped";
+    // A stopped run's call is refused by the log, not by what this process has heard: a
+    // resume appended elsewhere a moment ago may not have reached it yet (the ledger reads
+    // the log before it refuses).
+    if (status === RunStatus.Stopped) return "confirm";
     // A run whose held answers this process could not all see at start: its fold decides.
     if (state === undefined && this.options.held.uncertain(runId)) return "confirm";
     if (this.ruleMatches(call, state)) return "confirm";

@@ -455,7 +455,6 @@ async function admit(
       });
     }
     const gate = deps.admission.gate(call);
-    if (gate === "stopped") return refuseStopped(call);
     if (gate === "held") {
       const how = await deps.admission.park(call, labels);
       if (how === "client_gone") return undefined;

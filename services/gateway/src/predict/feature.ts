@@ -127,6 +127,12 @@ const CLOSE_SHARE = 1;
 // Retries after a 429 that named no wait back off from this.
 const BACKOFF_MS = 1_000;
 const KEY_IDS_KEPT = 10_000;
+// Longest a call waits for the first reading of a key another call is finding out.
+const PROBE_MS = 5_000;
+// A key this gateway has read and the coordinator not yet: asked again this often, for at
+// most this long from the call's arrival, before this gateway decides alone.
+const COORDINATOR_CATCH_UP_MS = 20;
+const UNKNOWN_TO_COORDINATOR_MS = 2_000;
 
 /**
  * Rate-limit prediction at the pipeline's hook before forward (agentpause's rule, fleet
@@ -353,7 +359,18 @@ export function predictFeature(options: PredictFeatureOptions): {
     let waitedFor: Figures | undefined;
     // The fleet's window decides while its coordinator answers; this gateway alone when not.
     let sharing = options.shared !== undefined;
+    let probed = false;
     for (;;) {
+      // Nothing is read of the key yet, and a call on it is out: its answer will say what the
+      // window is, so this one waits for it (a fleet starting at once would otherwise all go
+      // on a guess, into the provider's 429s).
+      if (!probed && key.window.known().length === 0 && !key.window.silent && key.window.callsInFlight > 0) {
+        probed = true;
+        const how = await pauseUntil(call, firstReading(key.keyId), PROBE_MS, options);
+        if (how.how === "shutdown") return refuse(new ShuttingDownError());
+        if (how.how === "client_gone" || how.how === "gave_up") return refuse(waitedTooLong(0));
+        continue;
+      }
       const nowMs = clock();
       let predicted: Predicted = {
         key,
@@ -399,7 +416,20 @@ export function predictFeature(options: PredictFeatureOptions): {
           thresholdMs: waitThresholdMs,
           deadlineMs: deadlineOf(call, ledger.cached(call.run.runId), options.limitsFor),
         });
-        if (answer.kind !== "unavailable") {
+        if (
+          answer.kind === "unknown" &&
+          key.window.known().length > 0 &&
+          clock() - sinceMs < UNKNOWN_TO_COORDINATOR_MS
+        ) {
+          // This gateway has read the key and the coordinator not yet: the reading is on its
+          // way there. Deciding here meanwhile would spend the window another gateway spends
+          // too; ask again in a moment.
+          const how = await pause(call, COORDINATOR_CATCH_UP_MS, options);
+          if (how === "shutdown") return refuse(new ShuttingDownError());
+          if (how !== "ready") return refuse(waitedTooLong(0));
+          continue;
+        }
+        if (answer.kind !== "unavailable" && answer.kind !== "unknown") {
           const waited = { ms: waitedMs, figures: waitedFor };
           const verdict = await sharedVerdict(call, predicted, answer, waited, decision.figures);
           if (verdict !== undefined) return verdict;
@@ -454,7 +484,7 @@ export function predictFeature(options: PredictFeatureOptions): {
   const sharedVerdict = async (
     call: Call,
     predicted: Predicted,
-    answer: Exclude<SharedDecision, { kind: "unavailable" }>,
+    answer: Exclude<SharedDecision, { kind: "unavailable" | "unknown" }>,
     /** How long the call has waited so far, and why: moved on when it waits its turn here. */
     waited: { ms: number; figures: Figures | undefined },
     local: Figures,
@@ -606,6 +636,28 @@ export function predictFeature(options: PredictFeatureOptions): {
     await resume(call.run.runId, { tag: call.run.tag, tenant: call.run.tenant }, key);
   };
 
+  // Calls waiting for the first reading of a key another call went out to take.
+  const firstReadings = new Map<string, { promise: Promise<void>; resolve: () => void }>();
+  const firstReading = (keyId: string): Promise<void> => {
+    let waiting = firstReadings.get(keyId);
+    if (waiting === undefined) {
+      let resolve: () => void = () => undefined;
+      const promise = new Promise<void>((done) => {
+        resolve = done;
+      });
+      waiting = { promise, resolve };
+      firstReadings.set(keyId, waiting);
+    }
+    return waiting.promise;
+  };
+  /** The key was read (or said it tells nothing, or its probe ended unread): who waited for it goes on. */
+  const readingCame = (keyId: string): void => {
+    const waiting = firstReadings.get(keyId);
+    if (waiting === undefined) return;
+    firstReadings.delete(keyId);
+    waiting.resolve();
+  };
+
   /** Every answer's rate-limit headers update its key's window; a reading that moved it is an event. */
   const onAnswer = (call: Call, answer: UpstreamAnswer): void => {
     const key = predictedOf(call)?.key ?? keyOf(call);
@@ -613,9 +665,12 @@ export function predictFeature(options: PredictFeatureOptions): {
     const reading = readRateLimits(answer.headers, key.names, nowMs);
     if (reading === undefined) {
       key.window.noteUnread();
+      readingCame(key.keyId);
       return;
     }
-    if (!key.window.observe(reading, answer.sentAtMs, nowMs)) return;
+    const worth = key.window.observe(reading, answer.sentAtMs, nowMs);
+    readingCame(key.keyId);
+    if (!worth) return;
     const envelope = makeEnvelope({
       id: options.newId(),
       runId: "",
@@ -680,6 +735,7 @@ export function predictFeature(options: PredictFeatureOptions): {
       const predicted = calls.get(call);
       if (predicted === undefined) return;
       predicted.key.window.release(call);
+      readingCame(predicted.key.keyId);
       if (predicted.slice !== undefined) {
         // Never sent (refused, parked and left, or the log would not start it): nothing was spent.
         options.shared?.settle(predicted.slice.slice, predicted.slice.need, NOTHING);
@@ -697,6 +753,7 @@ export function predictFeature(options: PredictFeatureOptions): {
     if (observed.gateway === options.gateway || !/^[0-9a-f]{16}$/.test(observed.keyId)) return;
     const window = windows.of(observed.keyId, observed.upstream);
     window.learn(readingOf(observed), Number(observed.asOfMs) || envelope.timestampMs, envelope.timestampMs);
+    readingCame(observed.keyId);
   };
   let watch: Watch | undefined;
 

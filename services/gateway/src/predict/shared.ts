@@ -56,7 +56,9 @@ export type SharedDecision =
     }
   | { readonly kind: "too_large"; readonly figures: Figures }
   /** The coordinator cannot be asked (not configured, down, starting): decide locally. */
-  | { readonly kind: "unavailable" };
+  | { readonly kind: "unavailable" }
+  /** The coordinator has read nothing of the key yet (its first reading is on its way). */
+  | { readonly kind: "unknown" };
 
 export interface SharedAsk {
   readonly keyId: string;
@@ -160,8 +162,9 @@ export class SharedSlices {
         if (ask.silent) {
           this.unknownUntil.set(ask.keyId, nowMs + outcome.value.validForMs);
           if (this.unknownUntil.size > 10_000) this.unknownUntil.clear();
+          return { kind: "unavailable" };
         }
-        return { kind: "unavailable" };
+        return { kind: "unknown" };
       case "queued":
         return {
           kind: "queued",
