@@ -50,6 +50,7 @@ import {
   returnHeaders,
   type Upstream,
   type Upstreams,
+  withCredential,
 } from "../upstream/upstream.js";
 import type { Answer, Call, PipelineHooks } from "./hooks.js";
 import { ResponseWriter } from "./writer.js";
@@ -293,11 +294,7 @@ export async function handleCall(
     async function send(signal: AbortSignal): Promise<Dispatcher.ResponseData> {
       const sentAtMs = Date.now();
       const body = call.upstreamBody;
-      const headers = forwardHeaders(request.headers, body.length);
-      if (call.credentialHeaders !== undefined) {
-        for (const name of CREDENTIAL_HEADERS) delete headers[name];
-        Object.assign(headers, call.credentialHeaders);
-      }
+      const headers = withCredential(forwardHeaders(request.headers, body.length), call.credentialHeaders);
       const answered = await call.upstream.request({
         path: shape.upstreamPath,
         method: "POST",
@@ -414,9 +411,6 @@ function discard(answered: Dispatcher.ResponseData | undefined): void {
 type Attempt =
   | { answered: Dispatcher.ResponseData; error?: undefined }
   | { answered?: undefined; error: unknown };
-
-// What carries a client's credential: a route target with its own key replaces them.
-const CREDENTIAL_HEADERS = ["authorization", "x-api-key", "api-key", "x-goog-api-key"];
 
 /** Any error as one the gateway answers: its own as they are, anything else as a 500 (logged). */
 function toGatewayError(error: unknown, call: Call): GatewayError {

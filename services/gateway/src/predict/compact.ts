@@ -12,7 +12,7 @@ import {
 } from "@holdfast/providers";
 import type { Ledger, RunLabels } from "@holdfast/runs";
 import type { Call, UpstreamAnswer } from "../pipeline/hooks.js";
-import { forwardHeaders } from "../upstream/upstream.js";
+import { forwardHeaders, withCredential } from "../upstream/upstream.js";
 
 export interface CompactorOptions {
   /** Messages at the end of a conversation a compaction keeps as they are. */
@@ -232,12 +232,10 @@ export class Compactor {
     const conversation = call.shape.conversation;
     const request = conversation.summaryRequest(model, SUMMARY_INSTRUCTIONS, transcript, SUMMARY_MAX_TOKENS);
     const bytes = Buffer.from(JSON.stringify(request));
-    const headers = forwardHeaders(call.request.headers, bytes.length);
-    if (call.credentialHeaders !== undefined) {
-      delete headers.authorization;
-      delete headers["x-api-key"];
-      Object.assign(headers, call.credentialHeaders);
-    }
+    const headers = withCredential(
+      forwardHeaders(call.request.headers, bytes.length),
+      call.credentialHeaders,
+    );
     headers["content-type"] = "application/json";
     const sentAtMs = Date.now();
     const answered = await call.upstream.request({

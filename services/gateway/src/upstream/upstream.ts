@@ -97,6 +97,19 @@ export function forwardHeaders(incoming: IncomingHttpHeaders, bodyLength: number
   return out;
 }
 
+// What carries a client's credential: a route target with its own key replaces them.
+const CREDENTIAL_HEADERS = ["authorization", "x-api-key", "api-key", "x-goog-api-key"];
+
+/** Forwarded headers with the client's credential replaced by `credential` (a route target's own key), when given. */
+export function withCredential(
+  headers: Record<string, string | string[]>,
+  credential: Readonly<Record<string, string>> | undefined,
+): Record<string, string | string[]> {
+  if (credential === undefined) return headers;
+  for (const name of CREDENTIAL_HEADERS) delete headers[name];
+  return Object.assign(headers, credential);
+}
+
 /** The provider's response headers as the client should see them (status and rate limits included). */
 export function returnHeaders(incoming: IncomingHttpHeaders, bodyLength: number | undefined) {
   const out: Record<string, string | string[]> = {};
