@@ -238,8 +238,14 @@ export async function handleCall(
     if (deps.ledger.shared(run.runId)) await outcomeOnItsWay();
     // A routed alias's answer names the alias, not the model that served it (unless expose_model).
     const answerModel = call.route?.answerModel;
-    const delivered = answerModel === undefined ? bytes : renamedBody(Buffer.from(text), answerModel);
-    call.writer.send(response.statusCode, returnHeaders(response.headers, delivered.length), delivered);
+    if (answerModel === undefined) {
+      call.writer.send(response.statusCode, returnHeaders(response.headers, bytes.length), bytes);
+      return;
+    }
+    // Renamed from the decoded text: sent decoded.
+    const delivered = renamedBody(Buffer.from(text), answerModel);
+    const { "content-encoding": _encoding, ...plain } = response.headers;
+    call.writer.send(response.statusCode, returnHeaders(plain, delivered.length), delivered);
 
     /**
      * Admits the call (parking it while the run is held) and forwards it, the start's
