@@ -335,4 +335,28 @@ describe("SharedWindows: one window per key for every gateway", () => {
     expect(spent).toBeGreaterThan(0.95 * (6_000 + 12_000));
     expect(admitted).toBeGreaterThan(30);
   });
+
+  it("a fleet starting at once on a fresh key queues for its window rather than checkpointing on a minute's refill", () => {
+    // The first answer on a fresh key: 41 of 42 requests left, whole again in 24 ms (42 a
+    // second). One unit missing is no bound of the rate, so grants go by a minute's refill
+    // until a reading measures it; but the turns of the calls beyond the 41 are foretold at
+    // the rate the reading suggests, and none of 60 is told to checkpoint (15 s threshold:
+    // at a minute's refill the last would be 27 s off).
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      { requests: { limit: 42, remaining: 41, resetAtMs: NOW + 24 } },
+      { asOfMs: NOW - 5, readAtMs: NOW, nowMs: NOW },
+    );
+    const outcomes = Array.from({ length: 60 }, (_, i) =>
+      windows.reserve(ask({ need: need(0), sinceMs: NOW - 60 + i }), NOW),
+    );
+    expect(outcomes.filter((o) => o.kind === "granted")).toHaveLength(41);
+    const queued = outcomes.filter((o) => o.kind === "queued");
+    expect(queued).toHaveLength(19);
+    expect(outcomes.some((o) => o.kind === "checkpoint")).toBe(false);
+    // Never more granted than the bound allows: nothing more before the rate is measured.
+    expect(windows.tick(NOW + 300).granted).toEqual([]);
+  });
 });

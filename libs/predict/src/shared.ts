@@ -64,6 +64,13 @@ export class SharedWindows {
           ? (known ?? bucket?.perMs ?? limit / MINUTE_MS)
           : Math.max(measured, known ?? 0);
       const isMeasured = measured !== undefined || known !== undefined;
+      // Before a rate is measured, turns are foretold from what the reading suggests (a
+      // fresh key's first answers miss a unit or two: no bound, but the likely rate), so a
+      // fleet starting at once queues for the window rather than checkpointing on a
+      // minute's refill; grants still follow the bound.
+      const etaPerMs = isMeasured
+        ? perMs
+        : (guessedRate(read.remaining, limit, read.resetAtMs, readAtMs) ?? bucket?.etaPerMs ?? perMs);
       // What the provider had left then, refilled to now, less what was granted since and not given back.
       const provider = Math.min(limit, read.remaining + perMs * Math.max(0, nowMs - readAtMs));
       const implied = provider - this.outstandingSince(keyId, dimension, asOfMs);
@@ -71,6 +78,7 @@ export class SharedWindows {
         bucket = {
           limit,
           perMs,
+          etaPerMs,
           measured: isMeasured,
           level: implied,
           atMs: nowMs,
@@ -82,6 +90,7 @@ export class SharedWindows {
       const level = levelAt(bucket, nowMs);
       bucket.limit = limit;
       bucket.perMs = perMs;
+      bucket.etaPerMs = etaPerMs;
       bucket.measured = isMeasured;
       bucket.level = Math.min(level, implied);
       bucket.atMs = nowMs;
@@ -311,7 +320,7 @@ export class SharedWindows {
       if (own[dimension] <= 0) continue;
       const level = levelAt(bucket, nowMs);
       // Calls ahead take their part as it refills: the account never fills to its cap meanwhile.
-      const at = level >= total ? nowMs : nowMs + (total - level) / bucket.perMs + SETTLE_MS;
+      const at = level >= total ? nowMs : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
       if (figures === undefined || at > atMs || (at === atMs && figures.dimension === undefined)) {
         figures = figuresOf(dimension, bucket, own[dimension], total - own[dimension], nowMs);
       }
@@ -399,6 +408,8 @@ interface Bucket {
   limit: number;
   /** Refill per millisecond. */
   perMs: number;
+  /** The refill rate turns are foretold by: `perMs` once measured, a likelier guess before. */
+  etaPerMs: number;
   /** Read off the provider's readings (not a minute's refill assumed). */
   measured: boolean;
   /** What the account held at `atMs` (may be below 0: calls cost more than they reserved). */
@@ -477,6 +488,17 @@ function refillRate(
   const missing = limit - remaining - 1;
   if (missing < Math.max(1, limit * RATE_FROM_SHARE)) return undefined;
   return missing / (resetAtMs - readAtMs);
+}
+
+/** The refill rate a reading suggests, without the rounding that makes a bound of it (undefined: it says none). */
+function guessedRate(
+  remaining: number,
+  limit: number,
+  resetAtMs: number | undefined,
+  readAtMs: number,
+): number | undefined {
+  if (resetAtMs === undefined || resetAtMs <= readAtMs || remaining >= limit) return undefined;
+  return (limit - remaining) / (resetAtMs - readAtMs);
 }
 
 function fits(key: SharedKey, need: Need, nowMs: number): boolean {

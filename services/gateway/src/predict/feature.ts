@@ -364,7 +364,24 @@ export function predictFeature(options: PredictFeatureOptions): {
       // Nothing is read of the key yet, and a call on it is out: its answer will say what the
       // window is, so this one waits for it (a fleet starting at once would otherwise all go
       // on a guess, into the provider's 429s).
-      if (!probed && key.window.known().length === 0 && !key.window.silent && key.window.callsInFlight > 0) {
+      // The call that goes out to read it is claimed before anything is awaited, so calls
+      // arriving while it asks the coordinator wait for it too.
+      const probe = probes.get(key.keyId);
+      if (
+        !probed &&
+        key.window.known().length === 0 &&
+        !key.window.silent &&
+        probe === undefined &&
+        key.window.callsInFlight === 0
+      ) {
+        probes.set(key.keyId, call);
+      } else if (
+        !probed &&
+        key.window.known().length === 0 &&
+        !key.window.silent &&
+        probe !== call &&
+        (probe !== undefined || key.window.callsInFlight > 0)
+      ) {
         probed = true;
         const how = await pauseUntil(call, firstReading(key.keyId), PROBE_MS, options);
         if (how.how === "shutdown") return refuse(new ShuttingDownError());
@@ -636,6 +653,8 @@ export function predictFeature(options: PredictFeatureOptions): {
     await resume(call.run.runId, { tag: call.run.tag, tenant: call.run.tenant }, key);
   };
 
+  // The call out to take the first reading of a key, by key id.
+  const probes = new Map<string, Call>();
   // Calls waiting for the first reading of a key another call went out to take.
   const firstReadings = new Map<string, { promise: Promise<void>; resolve: () => void }>();
   const firstReading = (keyId: string): Promise<void> => {
@@ -652,6 +671,7 @@ export function predictFeature(options: PredictFeatureOptions): {
   };
   /** The key was read (or said it tells nothing, or its probe ended unread): who waited for it goes on. */
   const readingCame = (keyId: string): void => {
+    probes.delete(keyId);
     const waiting = firstReadings.get(keyId);
     if (waiting === undefined) return;
     firstReadings.delete(keyId);
@@ -732,6 +752,8 @@ export function predictFeature(options: PredictFeatureOptions): {
       });
     });
     app.pipeline.callEnded.push((call) => {
+      // A probe that ended before its key was read (refused, its client gone) lets its waiters go.
+      for (const [keyId, probe] of probes) if (probe === call) readingCame(keyId);
       const predicted = calls.get(call);
       if (predicted === undefined) return;
       predicted.key.window.release(call);
