@@ -9,6 +9,8 @@ import {
   RunSource,
 } from "@holdfast/events";
 import { natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
+import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Bus, connectBus } from "./bus.js";
 import { ConcurrencyError } from "./errors.js";
@@ -105,6 +107,81 @@ describe("event bus", () => {
       { runId: "watch b", streamSequence: b.streamSequence },
       { runId: "watch.a", streamSequence: c.streamSequence },
     ]);
+  });
+
+  it("hands a busy log to a watch in a few large batches, none missed or repeated, and goes on after its consumer is lost", async () => {
+    const seen: number[] = [];
+    let batches = 0;
+    let inBatch = false;
+    const watch = await bus.watch(
+      ({ runId, streamSequence }) => {
+        if (!runId.startsWith("batched-")) return;
+        seen.push(streamSequence);
+        if (!inBatch) {
+          batches += 1;
+          inBatch = true;
+          queueMicrotask(() => {
+            inBatch = false;
+          });
+        }
+      },
+      { lingerMs: 200 },
+    );
+    const first = await Promise.all(
+      Array.from({ length: 300 }, (_, i) => bus.append(envelope(`batched-${i}`, 1), 0)),
+    );
+    await waitFor(() => seen.length >= 300, { timeoutMs: 5_000, message: "the watch saw too little" });
+    // 300 appends within a linger or two: a handful of takes, not one per event.
+    expect(batches).toBeLessThanOrEqual(5);
+    // The server drops the watch's consumer (as when its server is lost): the watch makes
+    // another from the last event it handed on.
+    const nc = await connect({ servers: natsUrl() });
+    try {
+      const jsm = await jetstreamManager(nc);
+      for await (const info of jsm.consumers.list(bus.eventsStream)) {
+        if (
+          info.config.ack_policy === AckPolicy.None &&
+          info.config.filter_subject === bus.subjects.allRuns
+        ) {
+          await jsm.consumers.delete(bus.eventsStream, info.name);
+        }
+      }
+    } finally {
+      await nc.close();
+    }
+    const second = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => bus.append(envelope(`batched-${i}`, 2), first[i]!.streamSequence)),
+    );
+    await waitFor(() => seen.length >= 320, {
+      timeoutMs: 10_000,
+      message: "the watch stopped after its consumer went",
+    });
+    await watch.stop();
+    const expected = [...first, ...second].map((r) => r.streamSequence).sort((a, b) => a - b);
+    expect(seen).toEqual(expected);
+  });
+
+  it("follows events of the given types the moment they are stored, and nothing else", async () => {
+    const seen: { runId: string; type: string }[] = [];
+    const follow = await bus.follow(["RunHeld"], ({ runId, type }) => seen.push({ runId, type }));
+    try {
+      await bus.append(envelope("follow-a", 1), 0);
+      const held: EventPayload = {
+        $case: "runHeld",
+        value: {
+          actor: { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "ops" },
+          reason: "look",
+          selector: undefined,
+          ruleId: "",
+        },
+      };
+      const last = (await bus.readRun("follow-a")).lastStreamSequence;
+      await bus.append(envelope("follow-a", 2, held), last);
+      await waitFor(() => seen.length >= 1, { timeoutMs: 5_000, message: "the follow saw nothing" });
+      expect(seen).toEqual([{ runId: "follow-a", type: "RunHeld" }]);
+    } finally {
+      await follow.stop();
+    }
   });
 
   it("keeps many appends in flight at once and matches every ack to its append", async () => {

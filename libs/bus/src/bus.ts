@@ -35,6 +35,7 @@ import {
   ConcurrencyError,
 } from "./errors.js";
 import { AsyncPublisher } from "./publisher.js";
+import { type PulledMessage, Puller } from "./puller.js";
 
 export interface BusOptions {
   /** One URL or a comma-separated list, e.g. nats://127.0.0.1:4222. */
@@ -49,6 +50,10 @@ export interface BusOptions {
   appendTimeoutMs?: number;
   /** Longest wait of a deferred append for others to share its socket write (default 2 ms). */
   deferMs?: number;
+  /** How long a watch waits between reads of the stream (default 20 ms): how late it may see an event. */
+  watchLingerMs?: number;
+  /** How long a watch of a quiet stream may wait between reads (default 250 ms). */
+  watchIdleMs?: number;
 }
 
 export interface AppendResult {
@@ -74,8 +79,6 @@ export interface WatchedEvent {
 
 /** A live view of every event appended from now on. */
 export interface Watch {
-  /** Called when the watch may have missed events (it reconnected): cached state is suspect. */
-  onGap(handler: () => void): void;
   stop(): Promise<void>;
 }
 
@@ -168,7 +171,6 @@ export class Bus {
   }
 
   private reconnecting = false;
-  private readonly gapHandlers = new Set<() => void>();
 
   /** False while the connection to NATS is down (appends would wait, then fail). */
   get connected(): boolean {
@@ -179,8 +181,6 @@ export class Bus {
     for await (const s of this.nc.status()) {
       if (s.type === "disconnect" || s.type === "reconnecting") this.reconnecting = true;
       else if (s.type === "reconnect") this.reconnecting = false;
-      // Whatever the watch delivered meanwhile may be incomplete.
-      if (s.type === "reconnect" || s.type === "slowConsumer") for (const gap of this.gapHandlers) gap();
     }
   }
 
@@ -410,19 +410,119 @@ export class Bus {
 
   /**
    * Every event appended from now on (or after stream sequence `afterSeq`), in stream
-   * order, to `handler` (synchronously; it must not throw). An ordered consumer: it follows the stream across reconnects and
-   * recreates itself past a gap, calling the gap handlers so holders of cached state can
-   * re-read.
+   * order, to `handler` (synchronously; it must not throw).
+   *
+   * The watch takes what the stream holds in batches: everything after the last event it
+   * handed on, in one pull answered at once (`no_wait`) from a consumer of its own, then
+   * again `lingerMs` later (at once while batches come back full). A consumer that pushed
+   * each event as it was stored would cost every watching process a wake-up per event,
+   * and on a VM a wake-up costs more than the event's handling; taken this way, a busy log
+   * reaches each watcher in a few reads a second whatever its rate, and an event is seen
+   * at most `lingerMs` after it is stored (`idleMs` when it is the first after a quiet
+   * while). A consumer that is lost (its server gone, or
+   * removed after the process stalled) is made again from the last event handed on:
+   * nothing is missed, nothing handed on twice.
    */
   async watch(
+    handler: (event: WatchedEvent) => void,
+    options: { afterSeq?: number; keys?: boolean; lingerMs?: number; idleMs?: number } = {},
+  ): Promise<Watch> {
+    // Runs' events, or (keys) the provider keys' own events, whose run id is "".
+    const keys = options.keys === true;
+    const filter = keys ? this.subjects.allKeys : this.subjects.allRuns;
+    const lingerMs = options.lingerMs ?? this.options.watchLingerMs ?? DEFAULT_WATCH_LINGER_MS;
+    const idleMs = options.idleMs ?? this.options.watchIdleMs ?? DEFAULT_WATCH_IDLE_MS;
+    let waitMs = lingerMs;
+    let after = options.afterSeq ?? (await this.streamState()).lastSeq;
+    let stopped = false;
+    let wake: (() => void) | undefined;
+    const pause = (ms: number) =>
+      new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          wake = undefined;
+          resolve();
+        }, ms);
+        wake = () => {
+          clearTimeout(timer);
+          wake = undefined;
+          resolve();
+        };
+      });
+    const open = async (): Promise<{ name: string; puller: Puller }> => {
+      const created = await this.jsm.consumers.add(this.eventsStream, {
+        filter_subject: filter,
+        deliver_policy: DeliverPolicy.StartSequence,
+        opt_start_seq: after + 1,
+        ack_policy: AckPolicy.None,
+        mem_storage: true,
+        num_replicas: 1,
+        // Removed by the server once nobody pulls from it (the process died or stalled).
+        inactive_threshold: nanos(WATCH_INACTIVE_MS),
+      });
+      return { name: created.name, puller: this.puller(created.name) };
+    };
+    let current = await open();
+    const loop = (async () => {
+      for (let failures = 0; !stopped; ) {
+        let messages: PulledMessage[];
+        try {
+          if (failures > 0) current = await open();
+          messages = await current.puller.pull(READ_BATCH);
+          failures = 0;
+        } catch {
+          current.puller.close();
+          failures += 1;
+          await pause(Math.min(lingerMs * 2 ** failures, WATCH_RETRY_MAX_MS));
+          continue;
+        }
+        for (const message of messages) {
+          if (stopped) return;
+          if (message.seq <= after) continue;
+          after = message.seq;
+          const subject = message.subject;
+          handler({
+            runId: keys ? "" : this.subjects.runIdOf(subject),
+            type: subject.slice(subject.lastIndexOf(".") + 1),
+            streamSequence: message.seq,
+            data: message.data,
+          });
+        }
+        // A quiet log is looked at less and less often (each look wakes this process and
+        // nats-server), up to `idleMs`; the first event brings the pace back.
+        if (messages.length > 0) waitMs = lingerMs;
+        else waitMs = Math.min(waitMs * 2, Math.max(lingerMs, idleMs));
+        if (messages.length < READ_BATCH && !stopped) await pause(waitMs);
+      }
+    })();
+    return {
+      stop: async () => {
+        stopped = true;
+        wake?.();
+        await loop;
+        current.puller.close();
+        await this.jsm.consumers.delete(this.eventsStream, current.name).catch(() => undefined);
+      },
+    };
+  }
+
+  /**
+   * Each event of the given types appended from now on (or after stream sequence
+   * `afterSeq`), pushed to `handler` the moment it is stored: for the few events a process
+   * must act on at once (an operator's hold, a gate's approval), alongside a `watch` of
+   * everything. An ordered consumer: it follows the stream across reconnects; one lost
+   * with its server (a cluster's stream leader killed), which the client library would
+   * wait on until that server returns, is made again after two heartbeats of silence, from
+   * the last event handed on. What it misses meanwhile is late, not lost: the process's
+   * watch brings it.
+   */
+  async follow(
+    types: readonly EventType[],
     handler: (event: WatchedEvent) => void,
     options: { afterSeq?: number; keys?: boolean } = {},
   ): Promise<Watch> {
     // Runs' events, or (keys) the provider keys' own events, whose run id is "".
-    const filter = options.keys === true ? this.subjects.allKeys : this.subjects.allRuns;
-    const gaps: (() => void)[] = [];
-    // Fixed now, and moved on with every event delivered: a consumer recreated later
-    // starts right after the last event this watch handed on.
+    const keys = options.keys === true;
+    const filters = types.map((type) => (keys ? this.subjects.ofKeyType(type) : this.subjects.ofType(type)));
     let after = options.afterSeq ?? (await this.streamState()).lastSeq;
     let stopped = false;
     let generation = 0;
@@ -430,20 +530,20 @@ export class Bus {
     const open = async (): Promise<ConsumerMessages> => {
       const mine = ++generation;
       const consumer = await this.js.consumers.get(this.eventsStream, {
-        filter_subjects: filter,
+        filter_subjects: filters,
         deliver_policy: DeliverPolicy.StartSequence,
         opt_start_seq: after + 1,
       });
       const messages = await consumer.consume({
-        max_messages: WATCH_BUFFER,
-        expires: WATCH_EXPIRES_MS,
+        max_messages: FOLLOW_BUFFER,
+        expires: FOLLOW_EXPIRES_MS,
         callback: (message) => {
           if (mine !== generation || message.seq <= after) return;
           aliveMs = Date.now();
           after = message.seq;
           const subject = message.subject;
           handler({
-            runId: options.keys === true ? "" : this.subjects.runIdOf(subject),
+            runId: keys ? "" : this.subjects.runIdOf(subject),
             type: subject.slice(subject.lastIndexOf(".") + 1),
             streamSequence: message.seq,
             data: message.data,
@@ -460,16 +560,10 @@ export class Bus {
     };
     let current = await open();
     aliveMs = Date.now();
-
-    // The client library recreates an ordered consumer once the server says it is gone;
-    // one lost with its server (a cluster's stream leader killed) never says so, and the
-    // library would wait on it until that server returns. Silence past two heartbeats
-    // here means a new consumer, from the last event handed on: nothing missed, nothing
-    // handed on twice.
     let reopening = false;
     const reopen = async () => {
       void current.close().catch(() => undefined);
-      for (let delay = 250; !stopped; delay = Math.min(delay * 2, WATCH_EXPIRES_MS)) {
+      for (let delay = 250; !stopped; delay = Math.min(delay * 2, FOLLOW_EXPIRES_MS)) {
         try {
           current = await open();
           aliveMs = Date.now();
@@ -482,23 +576,17 @@ export class Bus {
       }
     };
     const watchdog = setInterval(() => {
-      if (stopped || reopening || Date.now() - aliveMs < WATCH_SILENCE_MS) return;
+      if (stopped || reopening || Date.now() - aliveMs < FOLLOW_SILENCE_MS) return;
       reopening = true;
       void reopen().finally(() => {
         reopening = false;
       });
-    }, WATCH_EXPIRES_MS / 4);
+    }, FOLLOW_EXPIRES_MS / 4);
     watchdog.unref();
-
     return {
-      onGap: (gap) => {
-        gaps.push(gap);
-        this.gapHandlers.add(gap);
-      },
       stop: async () => {
         stopped = true;
         clearInterval(watchdog);
-        for (const gap of gaps) this.gapHandlers.delete(gap);
         await current.close();
       },
     };
@@ -708,6 +796,14 @@ export class Bus {
     });
   }
 
+  /**
+   * Pulls from a durable pull consumer in batches of what it holds now (see Puller): for
+   * a consumer that takes the log in batches, e.g. every second.
+   */
+  puller(durable: string): Puller {
+    return new Puller(this.nc, this.eventsStream, durable, this.options.appendTimeoutMs ?? 5_000);
+  }
+
   /** An existing durable consumer, as it is (for a reader that must not reconfigure it). */
   durable(name: string): Promise<Consumer> {
     return this.js.consumers.get(this.eventsStream, name);
@@ -761,12 +857,20 @@ function isNotFound(error: unknown): boolean {
  * replicated stream answers 10164, without it, when another append of the subject is
  * still in flight in the stream's raft group.
  */
-/** Events a watch keeps requested ahead of its handler. */
-const WATCH_BUFFER = 1_000;
-/** A watch's pull requests live this long; the server sends heartbeats at half of it. */
-const WATCH_EXPIRES_MS = 4_000;
-/** A watch that has heard nothing (no event, heartbeat or expired pull) for this long starts a new consumer. */
-const WATCH_SILENCE_MS = 5_000;
+/** How long a watch waits between reads of the stream, unless told otherwise. */
+const DEFAULT_WATCH_LINGER_MS = 20;
+/** The longest a watch waits between reads while the stream is quiet, unless told otherwise. */
+const DEFAULT_WATCH_IDLE_MS = 250;
+/** The longest a watch waits before trying a failed read again. */
+const WATCH_RETRY_MAX_MS = 2_000;
+/** A watch's consumer nobody pulls from for this long is removed by the server. */
+const WATCH_INACTIVE_MS = 30_000;
+/** Events a follow keeps requested ahead of its handler. */
+const FOLLOW_BUFFER = 256;
+/** A follow's pull requests live this long; the server sends heartbeats at half of it. */
+const FOLLOW_EXPIRES_MS = 4_000;
+/** A follow that has heard nothing (no event, heartbeat or expired pull) for this long starts a new consumer. */
+const FOLLOW_SILENCE_MS = 5_000;
 
 const WRONG_LAST_SEQUENCE = new Set([JetStreamApiCodes.StreamWrongLastSequence, 10164]);
 /**

@@ -22,3 +22,4 @@ export {
   ConcurrencyError,
 } from "./errors.js";
 export { Lease, type LeaseHandlers, type LeaseOptions } from "./lease.js";
+export type { PulledMessage, Puller } from "./puller.js";

@@ -92,10 +92,6 @@ export class HeldRuns implements LogSink {
     }
   }
 
-  gap(): void {
-    void this.load().catch(() => undefined);
-  }
-
   private apply(runId: string, envelope: StoredEnvelope, seq: number): void {
     let run = this.runs.get(runId);
     if (run !== undefined && run.seq >= seq) return;

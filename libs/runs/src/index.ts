@@ -1,5 +1,5 @@
 export { fleetAggregate, runAggregate } from "./aggregates.js";
-export { LogFollower, type LogSink } from "./follower.js";
+export { type FollowOptions, LogFollower, type LogSink, URGENT_TYPES } from "./follower.js";
 export { CONTROL_TYPES, HeldRuns, type HeldStatus } from "./held.js";
 export {
   type Aggregate,

@@ -55,57 +55,6 @@ function runLedger() {
 }
 
 describe("ledger", () => {
-  it("after a gap in the watch, reads what it missed for every run somebody waits on, and settles", async () => {
-    const here = runLedger();
-    const elsewhere = runLedger();
-    // This process serves three runs and waits on two of them (as parked calls would), plus the fleet.
-    const seen = new Map<string, RunState[]>();
-    for (const runId of ["gap-a", "gap-b", "gap-c"]) {
-      await here.execute(runId, labels, { type: "HoldRun", actor: operator, reason: "first" });
-    }
-    for (const runId of ["gap-a", "gap-b"]) {
-      seen.set(runId, []);
-      here.subscribe(runId, (state) => seen.get(runId)!.push(state));
-    }
-    const fleet = new Ledger({
-      aggregate: fleetAggregate,
-      bus,
-      log,
-      clock: Date.now,
-      newId: createIdGenerator(),
-    });
-    fleet.subscribe("", () => undefined);
-
-    // Another process resumes them; with no watch running, this process hears nothing of it.
-    for (const runId of ["gap-a", "gap-b", "gap-c"]) {
-      await elsewhere.execute(runId, labels, {
-        type: "ResumeRun",
-        actor: operator,
-        reason: "go on",
-        onlyIfHeld: false,
-      });
-    }
-    expect(here.cached("gap-a")?.status).toBe(RunStatus.Held);
-
-    // What a reconnect of the watch does. Catching up moves entries in the cache; the gap
-    // must still visit each one once and return.
-    here.gap();
-    fleet.gap();
-    await waitFor(() => seen.get("gap-a")!.at(-1)?.hold === null, {
-      timeoutMs: 5_000,
-      message: "gap-a never caught up",
-    });
-    await waitFor(() => seen.get("gap-b")!.at(-1)?.hold === null, {
-      timeoutMs: 5_000,
-      message: "gap-b never caught up",
-    });
-    expect(seen.get("gap-a")).toHaveLength(1);
-    expect(seen.get("gap-b")).toHaveLength(1);
-    // The one nobody waits on is read before its next decision, not at once.
-    expect(here.cached("gap-c")).toBeUndefined();
-    expect((await here.current("gap-c")).hold).toBeNull();
-  });
-
   it("after a conflict, reads the run from the last event it knew, not from the start", async () => {
     const reads: { runId: string; after: number | undefined }[] = [];
     const watched = new Proxy(bus, {

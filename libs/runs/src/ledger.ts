@@ -65,8 +65,6 @@ interface Entry<State> {
    * would only make them wait.
    */
   busyMs: number;
-  /** Called whenever the watch moves the aggregate on (conflict handling waits on it). */
-  advanced: (() => void) | undefined;
   /** Whoever waits for the state to change (a parked call): called after every change. */
   listeners: Set<(state: State) => void>;
 }
@@ -74,9 +72,6 @@ interface Entry<State> {
 // An aggregate another process wrote to this recently gets its deferrable events appended
 // at once: deferred, they would only lose the race with that process's next append.
 const SHARED_MS = 60_000;
-// How long a conflict waits for the watch to bring what another writer appended before
-// reading it from the stream instead.
-const WATCH_GRACE_MS = 20;
 
 /**
  * A process's view of the aggregates it serves (runs, or the fleet) and the only way it
@@ -86,9 +81,8 @@ const WATCH_GRACE_MS = 20;
  * stream (`LogFollower`) folds in what other processes append (a hold, a resume, their
  * calls), so a decision is made from current state without reading the aggregate first.
  * One first seen here is taken to be new; if it is not, its first append fails the
- * stream's expected-sequence check and it is read. After a conflict the ledger takes what
- * the watch brings (usually already heard), or reads from the last event it knew, never
- * from the start.
+ * stream's expected-sequence check and it is read. After a conflict the ledger reads the
+ * aggregate from the last event it knew, never from the start.
  *
  * Appends to one aggregate are serialized in this process and guarded across processes by
  * the expected-last-subject-sequence check.
@@ -169,6 +163,18 @@ export class Ledger<State, Command> {
   }
 
   /**
+   * The aggregate as the log has it now: what this process knew of it, and whatever was
+   * appended since (read from the last event it knew). For a process that does not follow
+   * every event (an operator's command, answered with the run as it stands).
+   */
+  async latest(id: string): Promise<State> {
+    const entry = this.entry(id);
+    await entry.tail;
+    await this.catchUp(id, entry);
+    return entry.state;
+  }
+
+  /**
    * The state as this process holds it now, without reading the log: undefined unless it
    * was read from (or confirmed by) the log and is being followed.
    */
@@ -203,22 +209,6 @@ export class Ledger<State, Command> {
     if (entry === undefined || event.streamSequence <= entry.lastStreamSequence) return;
     if (entry.appending > 0) entry.heard.push(event);
     else this.fold(entry, event);
-  }
-
-  /**
-   * The watch may have missed events (it reconnected): every cached aggregate catches up
-   * before its next decision, and one somebody waits on (a parked call) at once.
-   */
-  gap(): void {
-    // A copy: catching up touches each entry, which moves it to the end of the map.
-    for (const entry of [...this.entries.values()]) {
-      entry.stale = true;
-      if (entry.listeners.size > 0) {
-        void this.current(entry.id).catch((error: unknown) =>
-          this.options.log.warn({ id: entry.id, err: error }, "could not catch up a watched aggregate"),
-        );
-      }
-    }
   }
 
   private enqueue(
@@ -268,8 +258,9 @@ export class Ledger<State, Command> {
       // random while (growing, capped) so the other side's queue drains instead of both
       // retrying in lockstep.
       if (attempt >= 2) await sleep(Math.random() * Math.min(2 ** (attempt - 2), 50));
-      // Another writer got there first: what it appended is usually already on the watch.
-      if (behind !== undefined && entry.known && !entry.stale) await this.watchReaches(entry, behind);
+      // Another writer got there first: read what it appended (from the last event this
+      // process knew), unless the watch has brought it meanwhile. Waiting for the watch
+      // instead would cost up to its linger, longer than the read.
       if (behind !== undefined && entry.lastStreamSequence < behind) entry.stale = true;
       behind = undefined;
       // Only a command whose decision reads nothing of the past may assume an aggregate it
@@ -321,22 +312,6 @@ export class Ledger<State, Command> {
     }
   }
 
-  /** Resolves once the watch has folded the aggregate up to `streamSequence`, or after a short grace. */
-  private watchReaches(entry: Entry<State>, streamSequence: number): Promise<void> {
-    if (entry.lastStreamSequence >= streamSequence) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        entry.advanced = undefined;
-        resolve();
-      };
-      const timer = setTimeout(done, WATCH_GRACE_MS);
-      entry.advanced = () => {
-        if (entry.lastStreamSequence >= streamSequence || entry.stale) done();
-      };
-    });
-  }
-
   /** Folds in what the log holds after the last event this process knew of the aggregate. */
   private async catchUp(id: string, entry: Entry<State>): Promise<void> {
     entry.stale = false;
@@ -385,7 +360,6 @@ export class Ledger<State, Command> {
         entry.stale = true;
       }
     }
-    entry.advanced?.();
     // A listener waiting on a state the watch could not follow reads the log itself.
     if (entry.stale && entry.listeners.size > 0 && entry.appending === 0) {
       void this.current(entry.id).catch((error: unknown) =>
@@ -423,7 +397,6 @@ export class Ledger<State, Command> {
         known: false,
         foreignMs: 0,
         busyMs: 0,
-        advanced: undefined,
         listeners: new Set(),
       };
     }

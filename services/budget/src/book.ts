@@ -91,6 +91,11 @@ export class BudgetBook {
     return keys;
   }
 
+  /** Whether events of this type change the book (others need not be decoded). */
+  static folds(type: string): boolean {
+    return type === "StepStarted" || type === "StepCompleted" || type === "StepFailed";
+  }
+
   /** Folds one event of the log (in order; each once). */
   fold(event: StoredEnvelope): void {
     if (!isKnown(event)) return;

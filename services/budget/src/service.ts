@@ -78,6 +78,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
   let ready = true;
   const watch = await bus.watch(
     (event) => {
+      if (!BudgetBook.folds(event.type)) return;
       try {
         book.fold(decodeEnvelope(event.data));
       } catch (error) {
@@ -86,10 +87,6 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     },
     { afterSeq: upTo },
   );
-  watch.onGap(() => {
-    // The follow resumes after the last event it delivered; nothing to rebuild.
-    log.warn("the budget service's follow of the log reconnected");
-  });
   log.info({ folded, upTo }, "budgets folded from the log");
 
   // Slices granted are kept here before gateways spend them, so a restarted coordinator
@@ -121,7 +118,10 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
   for (const { envelope } of await bus.lastOnSubjects([bus.subjects.ofKeyType("RateLimitObserved")])) {
     observe(envelope);
   }
-  const readings = await bus.watch(
+  // A reading is what the coordinator grants by: taken the moment it is stored (readings
+  // are sampled, each one only near a window's end, where it matters most).
+  const readings = await bus.follow(
+    ["RateLimitObserved"],
     (event) => {
       try {
         observe(decodeEnvelope(event.data));

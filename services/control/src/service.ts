@@ -57,7 +57,8 @@ export async function startControl(config: Config, log: Logger): Promise<Running
     const newId = createIdGenerator(clock);
     const runs = new Ledger<RunState, RunCommand>({ aggregate: runAggregate, bus, log, clock, newId });
     const fleet = new Ledger<FleetState, FleetCommand>({ aggregate: fleetAggregate, bus, log, clock, newId });
-    // One watch, so runs and rules read once stay current with what gateways append.
+    // Holds, resumes, rules and gate decisions as they are stored (whoever appended them);
+    // a run's calls are read when a command needs the run (Operations reads it fresh).
     const follower = new LogFollower(bus, [runs, fleet]);
     await follower.start();
     closers.push(() => follower.stop());

@@ -75,7 +75,7 @@ export async function startGateway(
   const fleet = new Ledger<FleetState, FleetCommand>({ aggregate: fleetAggregate, bus, log, clock, newId });
   const held = new HeldRuns(bus);
   // One watch for the process, started before any state is read, so nothing falls between.
-  const follower = new LogFollower(bus, [ledger, fleet, held]);
+  const follower = new LogFollower(bus, [ledger, fleet, held], { everything: true });
   await follower.start();
   await held.load();
   const generations = new Generations({
@@ -162,6 +162,7 @@ export async function startGateway(
           api: rateWindowsApi(config.budget.url, config.predict.max_wait_s * 1_000),
           gateway: gatewayId,
           clock,
+          sliceMs: config.predict.slice_ms,
           onAvailability: (up, error) =>
             up
               ? log.info("the rate-limit coordinator answers again: windows are shared")

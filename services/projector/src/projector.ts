@@ -8,14 +8,7 @@ import {
   readCheckpoint,
   writeCheckpoint,
 } from "@holdfast/analytics";
-import {
-  type Bus,
-  type Consumer,
-  type ConsumerMessages,
-  type JsMsg,
-  Lease,
-  type RawMessage,
-} from "@holdfast/bus";
+import { type Bus, Lease, type PulledMessage, type Puller, type RawMessage } from "@holdfast/bus";
 import { decodeEnvelope, EventDecodeError } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
 import { type ProjectedRows, project } from "./projection.js";
@@ -27,7 +20,7 @@ export interface ProjectorOptions {
   /** Durable consumer name; one projector (per partition) consumes it at a time. */
   consumer: string;
   batchSize: number;
-  /** Longest wait, after a batch's first event, for more events to join it. */
+  /** How long the projector waits between takes of what the log holds (default 1 s): a busy log goes in large batches. */
   lingerMs?: number;
   /** Redelivery delay for a batch a dead projector took but never acknowledged. */
   ackWaitMs?: number;
@@ -63,15 +56,14 @@ export interface ProjectorStatus {
   lastError: string | null;
 }
 
-/** How long one pull for events lives; its heartbeats come at half of it. */
-const PULL_EXPIRES_MS = 5_000;
-
 /** One stint as the active projector, from acquiring the lease to losing or releasing it. */
 interface Stint {
   active: boolean;
   /** The checkpoint as this stint last read or wrote it. */
   checkpoint: number;
-  messages: ConsumerMessages | undefined;
+  puller: Puller | undefined;
+  /** Ends the wait between two takes early (the stint is over). */
+  wake: (() => void) | undefined;
   loop: Promise<void>;
 }
 
@@ -104,7 +96,6 @@ export const DEFAULT_LEASE_MS = 10_000;
  * those events straight from the stream.
  */
 export class Projector {
-  private consumer: Consumer | undefined;
   private key: CheckpointKey | undefined;
   private lease: Lease | undefined;
   private stint: Stint | undefined;
@@ -127,7 +118,7 @@ export class Projector {
     await bindProjection(analytics, { stream: bus.eventsStream, created: stream.created });
     this.key = { stream: bus.eventsStream, subjects: bus.subjects.allRuns };
     this.status.projectedSeq = await readCheckpoint(analytics, this.key);
-    this.consumer = await bus.ensureDurable({
+    await bus.ensureDurable({
       name: consumer,
       filterSubject: bus.subjects.allRuns,
       ackPolicy: "all",
@@ -158,7 +149,7 @@ export class Projector {
     const stint = this.stint;
     if (stint) {
       stint.active = false;
-      await stint.messages?.close();
+      stint.wake?.();
       await stint.loop;
     }
     await this.lease?.stop();
@@ -179,7 +170,13 @@ export class Projector {
       { consumer: this.options.consumer },
       "projector holds the consumer's lease; active",
     );
-    const stint: Stint = { active: true, checkpoint: 0, messages: undefined, loop: Promise.resolve() };
+    const stint: Stint = {
+      active: true,
+      checkpoint: 0,
+      puller: undefined,
+      wake: undefined,
+      loop: Promise.resolve(),
+    };
     // A former stint still finishing its last step is left to finish: it no longer writes
     // a checkpoint or acknowledges, and its inserts add nothing.
     this.stint = stint;
@@ -199,7 +196,8 @@ export class Projector {
     );
     stint.active = false;
     // Not awaited: a stint stuck in a call must not hold up the handover.
-    stint.messages?.close().catch(() => undefined);
+    stint.wake?.();
+    stint.puller?.close();
   }
 
   private assertActive(stint: Stint): void {
@@ -207,13 +205,14 @@ export class Projector {
   }
 
   /**
-   * Takes events as they arrive and projects them in batches. A batch closes when it is
-   * full, or `lingerMs` after its first event: a quiet log is projected within that
-   * delay, a busy one in large inserts. Each insert costs ClickHouse a new part (files,
-   * then merges): measured on embedded chDB, about 4 ms per insert against some 30 µs
-   * per row, so a one-second linger takes the projector from ~1 ms of CPU per call to a
-   * fraction of that at a few hundred calls a second. A batch that fails is retried,
-   * in order, until it succeeds: skipping it would lose events from the projection.
+   * Takes what the log holds every `lingerMs` (at once while takes come back full) and
+   * projects it as one batch. Each insert costs ClickHouse a new part (files, then
+   * merges): measured on embedded chDB, about 4 ms per insert against some 30 µs per row,
+   * so a one-second linger takes a busy log in large inserts. The take itself is one pull
+   * answered with everything there (no pull left open for the server to feed an event at
+   * a time: a wake-up per event cost the projector and nats-server more than the event's
+   * projection). A batch that fails is retried, in order, until it succeeds: skipping it
+   * would lose events from the projection.
    */
   private async run(stint: Stint): Promise<void> {
     const { log, batchSize, bus, analytics, consumer } = this.options;
@@ -233,46 +232,17 @@ export class Projector {
           }
         }
         this.assertActive(stint);
-        // Pulls that expire every 5 s, so heartbeats every 2.5 s: a pull left with a server
-        // that died (a cluster's failover) is noticed in about 5 s, not the default 30.
-        const messages = await this.consumer!.consume({ max_messages: batchSize, expires: PULL_EXPIRES_MS });
-        stint.messages = messages;
-        if (!stint.active) {
-          await messages.close();
-          break;
-        }
-        const iterator = messages[Symbol.asyncIterator]();
-        let next: Promise<IteratorResult<JsMsg>> | undefined;
-        let batch: JsMsg[] = [];
-        let closesAt = 0;
+        stint.puller?.close();
+        const puller = bus.puller(consumer);
+        stint.puller = puller;
         while (stint.active && !this.stopping) {
-          next ??= iterator.next();
-          const result: IteratorResult<JsMsg> | typeof LINGER_OVER =
-            batch.length === 0
-              ? await next
-              : await Promise.race([
-                  next,
-                  sleep(closesAt - Date.now()).then((): typeof LINGER_OVER => LINGER_OVER),
-                ]);
-          if (result === LINGER_OVER) {
-            // `next` stays pending: its event opens the next batch.
-            await this.projectWithRetry(stint, batch);
-            batch = [];
-            continue;
-          }
-          next = undefined;
-          if (result.done) break;
-          batch.push(result.value);
-          if (batch.length === 1) closesAt = Date.now() + lingerMs;
-          if (batch.length >= batchSize) {
-            await this.projectWithRetry(stint, batch);
-            batch = [];
-          }
+          const tookAt = Date.now();
+          const batch = await puller.pull(batchSize);
+          if (!stint.active) break;
+          if (batch.length > 0) await this.projectWithRetry(stint, puller, batch);
+          if (batch.length < batchSize) await pause(stint, lingerMs - (Date.now() - tookAt));
         }
-        if (batch.length > 0 && stint.active) await this.projectWithRetry(stint, batch);
       } catch (error) {
-        await stint.messages?.close().catch(() => undefined);
-        stint.messages = undefined;
         if (this.stopping || !stint.active) break;
         if (error instanceof LeaseLostError) {
           // Not renewed in time (a stalled event loop, NATS away) but not lost either: the
@@ -285,12 +255,13 @@ export class Projector {
         await sleep(1_000);
       }
     }
+    stint.puller?.close();
   }
 
-  private async projectWithRetry(stint: Stint, batch: JsMsg[]): Promise<void> {
+  private async projectWithRetry(stint: Stint, puller: Puller, batch: PulledMessage[]): Promise<void> {
     for (let backoffMs = 100; ; backoffMs = Math.min(backoffMs * 2, 5_000)) {
       try {
-        await this.projectBatch(stint, batch);
+        await this.projectBatch(stint, puller, batch);
         this.status.lastError = null;
         return;
       } catch (error) {
@@ -303,7 +274,7 @@ export class Projector {
     }
   }
 
-  private async projectBatch(stint: Stint, messages: JsMsg[]): Promise<void> {
+  private async projectBatch(stint: Stint, puller: Puller, messages: PulledMessage[]): Promise<void> {
     this.assertActive(stint);
     const bySeq = [...messages].sort((a, b) => a.seq - b.seq);
     const fresh = bySeq.filter((m) => m.seq > stint.checkpoint);
@@ -317,7 +288,7 @@ export class Projector {
     await this.options.afterInsert?.(info);
     this.assertActive(stint);
     // Ack policy "all": acknowledging the highest message acknowledges the whole batch.
-    await last.ackAck();
+    await puller.ackThrough(last);
     this.status.eventsProjected += messages.length;
   }
 
@@ -382,7 +353,19 @@ function follows(checkpoint: number, sorted: readonly { seq: number }[]): boolea
   return sorted.every((m, i) => m.seq === checkpoint + 1 + i);
 }
 
-const LINGER_OVER: unique symbol = Symbol("linger over");
+/** Waits `ms`, or less if the stint ends meanwhile. */
+function pause(stint: Stint, ms: number): Promise<void> {
+  if (ms <= 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      stint.wake = undefined;
+      resolve();
+    }
+    stint.wake = done;
+  });
+}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

@@ -179,7 +179,7 @@ export class ControlOperations {
   async resume(request: ActionRequest, actor: Actor): Promise<ResumeResult> {
     const { target, reason, limits, compact } = request;
     if ("runId" in target) {
-      const known = await this.deps.runs.current(checkRunId(target.runId));
+      const known = await this.deps.runs.latest(checkRunId(target.runId));
       if (known.lastSequence === 0) throw new NotFoundError(`no run named ${JSON.stringify(target.runId)}`);
       const run = await this.execute(target.runId, {
         ...resumeCommand(actor, reason, limits, undefined, false),
@@ -251,7 +251,7 @@ export class ControlOperations {
 
   private async decideGates(request: GateRequest, command: RunCommand): Promise<GateResult> {
     const runId = checkRunId(request.runId);
-    const state = await this.deps.runs.current(runId);
+    const state = await this.deps.runs.latest(runId);
     if (state.lastSequence === 0) throw new NotFoundError(`no run named ${JSON.stringify(runId)}`);
     const done = await this.deps.runs.execute(runId, { tag: state.tag, tenant: state.tenant }, command);
     const gates: DecidedGate[] = [];
@@ -344,7 +344,7 @@ export class ControlOperations {
 
   private async execute(runId: string, command: RunCommand): Promise<AffectedRun> {
     checkRunId(runId);
-    const state = await this.deps.runs.current(runId);
+    const state = await this.deps.runs.latest(runId);
     const done = await this.deps.runs.execute(runId, { tag: state.tag, tenant: state.tenant }, command);
     return { runId, changed: done.events.length > 0, status: done.state.status };
   }
@@ -386,7 +386,7 @@ export class ControlOperations {
       while (next < candidates.length) {
         const index = next++;
         const runId = candidates[index]!;
-        const state = await this.deps.runs.current(runId);
+        const state = await this.deps.runs.latest(runId);
         if (state.lastSequence === 0 || !matches(selector, runAttributes(state))) continue;
         results[index] = await act(runId);
       }

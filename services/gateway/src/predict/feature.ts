@@ -73,7 +73,11 @@ type PredictConfig = Config["predict"];
 export interface KeyEventLog {
   appendKeyEvent(keyId: string, envelope: Envelope): Promise<void>;
   lastOnSubjects(filters: string[]): Promise<{ envelope: StoredEnvelope }[]>;
-  watch(handler: (event: WatchedEvent) => void, options: { keys: true }): Promise<Watch>;
+  follow(
+    types: readonly ["RateLimitObserved"],
+    handler: (event: WatchedEvent) => void,
+    options: { keys: true },
+  ): Promise<Watch>;
   readonly subjects: { ofKeyType(type: "RateLimitObserved"): string };
 }
 
@@ -787,7 +791,8 @@ export function predictFeature(options: PredictFeatureOptions): {
         options.keyEvents.subjects.ofKeyType("RateLimitObserved"),
       ]);
       for (const { envelope } of last) learn(envelope);
-      watch = await options.keyEvents.watch(
+      watch = await options.keyEvents.follow(
+        ["RateLimitObserved"],
         (event) => {
           try {
             learn(decodeEnvelope(event.data));
