@@ -35,6 +35,8 @@ export interface Slice {
   inFlight: number;
   /** Other calls may spend it (it covers more than the call it was asked for). */
   current: boolean;
+  /** Calls like the one it was asked for that it covered when granted. */
+  readonly calls: number;
 }
 
 /** What the shared window says of one call. */
@@ -79,11 +81,18 @@ export interface SharedSlicesOptions {
   readonly clock: () => number;
   /** Told when the coordinator stops or starts answering (for the log). */
   readonly onAvailability: (up: boolean, error?: unknown) => void;
+  /** How long a granted slice lasts (predict.slice_ms): a new one is asked for to cover that much of this gateway's calls. */
+  readonly sliceMs: number;
 }
 
-// A slice asks for room for this many calls like the one in hand; the coordinator grants
+// A slice asks for room for at least this many calls like the one in hand (more when the
+// gateway makes more in a slice's time, up to MAX_CALLS_PER_SLICE); the coordinator grants
 // that only while the window has plenty (a share of what is left), else the call alone.
 const CALLS_PER_SLICE = 8;
+const MAX_CALLS_PER_SLICE = 10_000;
+// A slice is renewed in the background once what is left of it covers fewer calls than
+// this share of what it covered, or this share of its time is left.
+const RENEW_AT = 0.25;
 // The coordinator's first answer is awaited this long; longer, the call is decided here.
 const FIRST_ANSWER_MS = 1_000;
 // After the coordinator failed, the gateway decides alone for this long before asking again.
@@ -103,6 +112,9 @@ const EXPIRY_MARGIN_MS = 100;
 export class SharedSlices {
   private readonly current = new Map<string, Slice>();
   private readonly unknownUntil = new Map<string, number>();
+  /** Per key, the ask for a slice in flight: calls that find no room meanwhile wait for its answer. */
+  private readonly asking = new Map<string, Promise<void>>();
+  private readonly demand = new Map<string, Demand>();
   private downUntilMs = 0;
   private up = true;
   private readonly sweeper: NodeJS.Timeout;
@@ -113,24 +125,50 @@ export class SharedSlices {
   }
 
   async decide(ask: SharedAsk): Promise<SharedDecision> {
-    const nowMs = this.options.clock();
-    if (nowMs < this.downUntilMs) return { kind: "unavailable" };
-    if ((this.unknownUntil.get(ask.keyId) ?? 0) > nowMs) return { kind: "unavailable" };
-    const slice = this.current.get(ask.keyId);
-    if (slice !== undefined) {
-      if (slice.validUntilMs > nowMs && covers(slice, ask.need)) {
+    const demand = this.demandOf(ask.keyId);
+    demand.calls += 1;
+    for (let waited = false; ; waited = true) {
+      const nowMs = this.options.clock();
+      if (nowMs < this.downUntilMs) return { kind: "unavailable" };
+      if ((this.unknownUntil.get(ask.keyId) ?? 0) > nowMs) return { kind: "unavailable" };
+      const slice = this.current.get(ask.keyId);
+      if (slice !== undefined && slice.validUntilMs > nowMs && covers(slice, ask.need)) {
         spend(slice, ask.need);
+        if (runningLow(slice, ask.need, nowMs, this.options.sliceMs)) this.renew(ask);
         return { kind: "continue", slice, figures: NO_FIGURES };
       }
-      this.retire(slice);
+      // Another call is asking for this key's next slice: its answer usually covers this
+      // call too, so it waits for that rather than asking (and replacing it) on its own.
+      const asking = this.asking.get(ask.keyId);
+      if (asking === undefined || waited) break;
+      await withTimeout(asking, FIRST_ANSWER_MS).catch(() => undefined);
     }
+    const slice = this.current.get(ask.keyId);
+    if (slice !== undefined && slice.validUntilMs <= this.options.clock()) this.retire(slice);
+    let answered!: () => void;
+    const asked = new Promise<void>((resolve) => {
+      answered = resolve;
+    });
+    const mine = this.asking.get(ask.keyId) === undefined;
+    if (mine) this.asking.set(ask.keyId, asked);
+    try {
+      return await this.ask(ask, this.wantCalls(ask.keyId));
+    } finally {
+      if (mine && this.asking.get(ask.keyId) === asked) this.asking.delete(ask.keyId);
+      answered();
+    }
+  }
+
+  /** Asks the coordinator for room for the call (and `wantCalls` - 1 more like it). */
+  private async ask(ask: SharedAsk, wantCalls: number): Promise<SharedDecision> {
+    const nowMs = this.options.clock();
     const request: ReserveRequest = {
       keyId: ask.keyId,
       upstream: ask.upstream,
       gateway: this.options.gateway,
       need: amountsOf(ask.need),
       floor: amountsOf(ask.floor),
-      wantCalls: CALLS_PER_SLICE,
+      wantCalls,
       priority: ask.priority,
       sinceMs: ask.sinceMs,
       thresholdMs: Math.round(ask.thresholdMs),
@@ -188,6 +226,81 @@ export class SharedSlices {
   }
 
   /**
+   * The key's slice is running low while the window has plenty (it covered many calls):
+   * its next one is asked for now, in the background, so the calls that come meanwhile
+   * spend without waiting. Only an immediate grant is taken; were the window to have
+   * become tight, each call asks for itself again (and queues by its own priority).
+   */
+  private renew(ask: SharedAsk): void {
+    if (this.asking.has(ask.keyId)) return;
+    const nowMs = this.options.clock();
+    const renewal = this.renewal(ask, nowMs);
+    this.asking.set(ask.keyId, renewal);
+    void renewal.finally(() => {
+      if (this.asking.get(ask.keyId) === renewal) this.asking.delete(ask.keyId);
+    });
+  }
+
+  private async renewal(ask: SharedAsk, nowMs: number): Promise<void> {
+    const request: ReserveRequest = {
+      keyId: ask.keyId,
+      upstream: ask.upstream,
+      gateway: this.options.gateway,
+      need: amountsOf(ask.need),
+      floor: amountsOf(ask.floor),
+      wantCalls: this.wantCalls(ask.keyId),
+      priority: ask.priority,
+      sinceMs: nowMs,
+      thresholdMs: Math.round(ask.thresholdMs),
+      deadlineMs: 0,
+      returnedLeaseId: "",
+      returnedLeft: undefined,
+    };
+    let reservation: Reservation | undefined;
+    try {
+      reservation = this.options.api.reserve(request);
+      const first = await withTimeout(reservation.first, FIRST_ANSWER_MS);
+      this.reachable();
+      const outcome = first.outcome;
+      if (outcome?.$case === "granted") {
+        // The renewal is room for calls to come: none spends it yet.
+        const slice = this.take(ask, outcome.value);
+        unspend(slice, ask.need);
+        if (!slice.current) this.retire(slice);
+      } else if (outcome?.$case === "queued") reservation.cancel();
+    } catch (error) {
+      reservation?.cancel();
+      this.down(nowMs, error);
+    }
+  }
+
+  /** Calls like the one in hand a new slice should cover: what this gateway spends on the key in a slice's time. */
+  private wantCalls(keyId: string): number {
+    const demand = this.demandOf(keyId);
+    const perSecond = Math.max(demand.lastSecond, demand.calls);
+    return Math.min(
+      MAX_CALLS_PER_SLICE,
+      Math.max(CALLS_PER_SLICE, Math.ceil((perSecond * this.options.sliceMs) / 1_000)),
+    );
+  }
+
+  private demandOf(keyId: string): Demand {
+    const nowMs = this.options.clock();
+    let demand = this.demand.get(keyId);
+    if (demand === undefined) {
+      demand = { sinceMs: nowMs, calls: 0, lastSecond: 0 };
+      if (this.demand.size >= 10_000) this.demand.clear();
+      this.demand.set(keyId, demand);
+    }
+    if (nowMs - demand.sinceMs >= 1_000) {
+      demand.lastSecond = nowMs - demand.sinceMs >= 2_000 ? 0 : demand.calls;
+      demand.calls = 0;
+      demand.sinceMs = nowMs;
+    }
+    return demand;
+  }
+
+  /**
    * A call that spent `need` of `slice` is over: what the provider counted of it is
    * `charged` (nothing, when it was never sent or refused), and the rest goes back.
    */
@@ -220,6 +333,7 @@ export class SharedSlices {
       validUntilMs: this.options.clock() + grant.validForMs - EXPIRY_MARGIN_MS,
       inFlight: 0,
       current: grant.calls > 1,
+      calls: grant.calls,
     };
     spend(slice, ask.need);
     if (slice.current) {
@@ -281,6 +395,26 @@ function covers(slice: Slice, need: Need): boolean {
 function spend(slice: Slice, need: Need): void {
   for (const dimension of DIMENSION_KEYS) slice.left[dimension] -= need[dimension];
   slice.inFlight += 1;
+}
+
+function unspend(slice: Slice, need: Need): void {
+  for (const dimension of DIMENSION_KEYS) slice.left[dimension] += need[dimension];
+  slice.inFlight -= 1;
+}
+
+/** Few calls like this one are left in the slice, or little of its time. */
+function runningLow(slice: Slice, need: Need, nowMs: number, sliceMs: number): boolean {
+  if (slice.validUntilMs - nowMs < sliceMs * RENEW_AT) return true;
+  return DIMENSION_KEYS.some(
+    (d) => need[d] > 0 && slice.left[d] < need[d] * Math.max(1, slice.calls * RENEW_AT),
+  );
+}
+
+/** Calls a key's gateway made in the last whole second and so far in this one. */
+interface Demand {
+  sinceMs: number;
+  calls: number;
+  lastSecond: number;
 }
 
 function releaseOf(slice: Slice): ReleaseSliceRequest {
