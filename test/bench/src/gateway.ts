@@ -6,7 +6,8 @@
 // and drives each target with the same load generator: every API shape, streaming or
 // not, at 1, 32 and 256 connections. It prints added latency (p50/p99 over calling the
 // provider directly), req/s, time to first byte and CPU per call (read from /proc) for the
-// floor, the gateway alone and the whole stack (gateway + nats-server + projector), as
+// floor, the gateway alone and the whole stack (gateway, nats-server, the projector, the
+// budget and control services: every process of `holdfast up`), as
 // ratios to the floor; then two gateways alternating on one run, a 20,000-step run, and
 // the projection's lag. Linux only (CPU comes from /proc).
 //
@@ -34,7 +35,7 @@ interface Stack {
   gatewayUrl: string;
   natsUrl: string;
   analyticsUrl: string;
-  pids: { floor: number; gateway: number; nats: number; projector: number };
+  pids: { floor: number; gateway: number; nats: number; projector: number; budget: number; control: number };
   children: ChildProcess[];
   dataDir: string;
 }
@@ -112,8 +113,8 @@ async function compare(
     origin: stack.floorUrl,
     onMeasure: (at) => (at === "start" ? floorCpu.start() : floorCpu.stop()),
   });
-  const { gateway, nats, projector } = stack.pids;
-  const holdfastCpu = new CpuMeter([gateway, nats, projector]);
+  const { gateway, nats, projector, budget, control } = stack.pids;
+  const holdfastCpu = new CpuMeter([gateway, nats, projector, budget, control]);
   const holdfast = await runPhase({
     ...base,
     origin: stack.gatewayUrl,
@@ -246,7 +247,8 @@ function legend(): string {
   return [
     "ms throughout. +p50/+p99: latency added over calling the provider directly. ttfb: to the first body",
     "byte. cpu/call: CPU time of the proxy's processes per call (floor: its one process; gw: the Holdfast",
-    "gateway process; stack: gateway + nats-server + projector with embedded ClickHouse).",
+    "gateway process; stack: every process of `holdfast up`: gateway, nats-server, the projector with",
+    "embedded ClickHouse, the budget and the control services).",
   ].join("\n");
 }
 
@@ -447,6 +449,8 @@ async function startStack(): Promise<Stack> {
       gateway: pidOf(/gateway\/dist\/main\.js/),
       projector: pidOf(/projector\/dist\/main\.js/),
       nats: pidOf(/nats-server/),
+      budget: pidOf(/budget\/dist\/main\.js/),
+      control: pidOf(/control\/dist\/main\.js/),
     },
     children,
     dataDir,
