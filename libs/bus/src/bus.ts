@@ -207,6 +207,10 @@ export class Bus {
       // The log is append-only: no message is deleted or purged by a client.
       deny_delete: true,
       deny_purge: true,
+      // Each run event, once stored, is also published on a subject of its own: a process
+      // serving a run another process writes too hears that run's events at once (`tail`)
+      // without a consumer, and without hearing every other run's.
+      republish: { src: this.subjects.allRuns, dest: this.subjects.republishedRuns },
     };
     const existing = await this.jsm.streams.info(this.eventsStream).catch((error: unknown) => {
       if (isApiError(error, JetStreamApiCodes.StreamNotFound)) return undefined;
@@ -232,6 +236,8 @@ export class Bus {
       current.allow_direct !== true ||
       current.deny_delete !== true ||
       current.deny_purge !== true ||
+      current.republish?.src !== want.republish?.src ||
+      current.republish?.dest !== want.republish?.dest ||
       !current.subjects?.includes(this.subjects.allRuns) ||
       !current.subjects?.includes(this.subjects.allKeys);
     if (drift) {
@@ -242,6 +248,7 @@ export class Bus {
         allow_direct: true,
         deny_delete: true,
         deny_purge: true,
+        republish: want.republish,
       });
     }
   }
@@ -590,6 +597,31 @@ export class Bus {
         await current.close();
       },
     };
+  }
+
+  /**
+   * Each event of one run from now on, the moment it is stored, to `handler` (the stream
+   * republishes stored events; no consumer is made). Until the returned function is
+   * called. Core NATS: an event missed across a reconnect is not sent again, so a holder
+   * of the run's state checks each event follows the last it knew.
+   */
+  tail(runId: string, handler: (event: WatchedEvent) => void): () => void {
+    const subscription = this.nc.subscribe(this.subjects.republishedRun(runId), {
+      callback: (error, msg) => {
+        if (error !== null) return;
+        const headers = msg.headers;
+        const subject = headers?.get("Nats-Subject") ?? "";
+        const sequence = Number(headers?.get("Nats-Sequence") ?? Number.NaN);
+        if (subject === "" || !Number.isSafeInteger(sequence)) return;
+        handler({
+          runId,
+          type: subject.slice(subject.lastIndexOf(".") + 1),
+          streamSequence: sequence,
+          data: msg.data,
+        });
+      },
+    });
+    return () => subscription.unsubscribe();
   }
 
   /**

@@ -108,6 +108,10 @@ export interface Subjects {
   run(runId: string): string;
   /** The run id an event subject belongs to. */
   runIdOf(subject: string): string;
+  /** Where the stream republishes every run event once stored (core NATS, no consumer). */
+  readonly republishedRuns: string;
+  /** Matches the republished events of one run: to hear them as they are stored. */
+  republishedRun(runId: string): string;
   /** Matches every provider key event (a key's rate-limit window as read, …). */
   readonly allKeys: string;
   /** The subject one event of a provider key is appended on; `keyId` is Holdfast's hash of the key, never the key. */
@@ -135,6 +139,8 @@ export function subjects(prefix: string): Subjects {
       const token = subject.slice(base.length, subject.lastIndexOf("."));
       return runIdFromToken(token);
     },
+    republishedRuns: `${prefix}.stored.run.>`,
+    republishedRun: (runId) => `${prefix}.stored.run.${runToken(runId)}.*`,
     allKeys: `${prefix}.key.>`,
     keyEvent: (keyId, type) => {
       if (!KEY_ID.test(keyId)) throw new Error(`"${keyId}" is not a key id (a hex hash)`);

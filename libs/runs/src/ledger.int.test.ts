@@ -108,6 +108,54 @@ describe("ledger", () => {
     expect(reads).toEqual([{ runId: "conflict-a", after: known }]);
   });
 
+  it("hears a run another process writes too as its events are stored, so taking turns on it meets no conflict", async () => {
+    let reads = 0;
+    const counted = new Proxy(bus, {
+      get(target, key, receiver) {
+        if (key === "readRun") {
+          return (runId: string, after?: number) => {
+            reads += 1;
+            return target.readRun(runId, after);
+          };
+        }
+        const value = Reflect.get(target, key, receiver);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const tailing = (ledgerBus: Bus) =>
+      new Ledger({
+        aggregate: runAggregate,
+        bus: ledgerBus,
+        log,
+        clock: Date.now,
+        newId: createIdGenerator(),
+        tail: (id, handler) => bus.tail(id, handler),
+      });
+    const a = tailing(counted);
+    const b = tailing(counted);
+    // The first turns meet a conflict each: neither knows yet that the other writes the run.
+    await a.execute("turns", labels, startStep("s-0"));
+    await b.execute("turns", labels, startStep("s-1"));
+    await a.execute("turns", labels, startStep("s-2"));
+    // From then on, each has heard the other's last append before its own turn.
+    await waitFor(() => a.cached("turns")?.lastSequence === 3 && b.cached("turns")?.lastSequence === 3, {
+      timeoutMs: 5_000,
+      message: "the run's events were not heard as they were stored",
+    });
+    const before = reads;
+    for (let i = 3; i < 13; i++) {
+      const ledger = i % 2 === 0 ? a : b;
+      const other = i % 2 === 0 ? b : a;
+      await ledger.execute("turns", labels, startStep(`s-${i}`));
+      await waitFor(() => other.cached("turns")?.lastSequence === i + 1, {
+        timeoutMs: 5_000,
+        message: `step ${i} was not heard by the other writer`,
+      });
+    }
+    expect(reads - before).toBe(0);
+    expect((await bus.readRun("turns")).events).toHaveLength(13);
+  });
+
   it("refuses a command only on the run as the log has it: a resume appended elsewhere, not heard yet, lets a stopped run's call start", async () => {
     const here = runLedger();
     const elsewhere = runLedger();

@@ -27,6 +27,12 @@ export interface LedgerOptions<State, Command> {
   maxCached?: number;
   /** Attempts to catch up and re-decide after another writer got to an aggregate first (default 25). */
   maxConflictRetries?: number;
+  /**
+   * Hears one aggregate's events the moment they are stored, until the returned function
+   * is called (Bus.tail): for an aggregate another process writes too, whose next command
+   * here would otherwise meet a conflict each time the other writer has gone.
+   */
+  tail?: (id: string, handler: (event: WatchedEvent) => void) => () => void;
 }
 
 /** Who an aggregate's events are labelled with. */
@@ -59,6 +65,8 @@ interface Entry<State> {
   known: boolean;
   /** When another writer's event was last folded in (0: never): the aggregate is shared. */
   foreignMs: number;
+  /** Stops hearing the aggregate's events as they are stored (set while it is shared). */
+  untail: (() => void) | undefined;
   /**
    * When a command last had to queue behind this aggregate's own appends (0: never): its
    * callers come back quickly (an agent's next call of its run), so a deferred append
@@ -216,6 +224,10 @@ export class Ledger<State, Command> {
     work: (entry: Entry<State>) => Promise<Executed<State>>,
   ): Promise<Executed<State>> {
     const entry = this.entry(id);
+    if (entry.untail !== undefined && this.options.clock() - entry.foreignMs >= SHARED_MS) {
+      entry.untail();
+      entry.untail = undefined;
+    }
     entry.queued += 1;
     const turn = entry.tail
       .then(() => work(entry))
@@ -321,7 +333,16 @@ export class Ledger<State, Command> {
       const missing = await this.options.bus.readRun(id, entry.lastStreamSequence);
       for (const { envelope } of missing.events)
         entry.state = this.options.aggregate.evolve(entry.state, envelope);
-      if (missing.events.length > 0 && entry.known) entry.foreignMs = this.options.clock();
+      // Events this process did not append: another writer's. Read at first sight, they
+      // mean the same when the last is recent (another gateway serves the run now); older
+      // ones are a run taken up again.
+      const last = missing.events.at(-1);
+      if (
+        last !== undefined &&
+        (entry.known || this.options.clock() - last.envelope.timestampMs < SHARED_MS)
+      ) {
+        this.foreign(entry);
+      }
       entry.lastStreamSequence = missing.lastStreamSequence;
       entry.known = true;
       if (missing.events.length > 0) this.changed(entry);
@@ -353,7 +374,7 @@ export class Ledger<State, Command> {
           // watch brings first is another writer's.
           entry.state = this.options.aggregate.evolve(entry.state, envelope);
           entry.lastStreamSequence = event.streamSequence;
-          entry.foreignMs = this.options.clock();
+          this.foreign(entry);
           this.changed(entry);
         }
       } catch {
@@ -366,6 +387,17 @@ export class Ledger<State, Command> {
         this.options.log.warn({ id: entry.id, err: error }, "could not catch up a watched aggregate"),
       );
     }
+  }
+
+  /**
+   * Another writer's event was folded in: the aggregate is shared, and is heard as its
+   * events are stored while it stays so (a run two gateways serve in turn finds the other
+   * one's calls already folded instead of meeting a conflict at each of its own).
+   */
+  private foreign(entry: Entry<State>): void {
+    entry.foreignMs = this.options.clock();
+    if (entry.untail !== undefined || this.options.tail === undefined) return;
+    entry.untail = this.options.tail(entry.id, (event) => this.heard(event));
   }
 
   private changed(entry: Entry<State>): void {
@@ -396,6 +428,7 @@ export class Ledger<State, Command> {
         stale: false,
         known: false,
         foreignMs: 0,
+        untail: undefined,
         busyMs: 0,
         listeners: new Set(),
       };
@@ -411,7 +444,10 @@ export class Ledger<State, Command> {
       if (this.entries.size <= max) break;
       // One with commands queued or running, or listeners waiting, stays: it is needed (a
       // second entry for the same aggregate would not queue behind the first's appends).
-      if (entry.queued === 0 && entry.appending === 0 && entry.listeners.size === 0) this.entries.delete(id);
+      if (entry.queued === 0 && entry.appending === 0 && entry.listeners.size === 0) {
+        entry.untail?.();
+        this.entries.delete(id);
+      }
     }
   }
 }

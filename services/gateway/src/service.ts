@@ -71,7 +71,15 @@ export async function startGateway(
   });
   await bus.provision();
   const newId = createIdGenerator(clock);
-  const ledger = new Ledger<RunState, RunCommand>({ aggregate: runAggregate, bus, log, clock, newId });
+  const ledger = new Ledger<RunState, RunCommand>({
+    aggregate: runAggregate,
+    bus,
+    log,
+    clock,
+    newId,
+    // A run another gateway serves too is heard as its events are stored.
+    tail: (runId, handler) => bus.tail(runId, handler),
+  });
   const fleet = new Ledger<FleetState, FleetCommand>({ aggregate: fleetAggregate, bus, log, clock, newId });
   const held = new HeldRuns(bus);
   // One watch for the process, started before any state is read, so nothing falls between.
