@@ -543,7 +543,7 @@ export const configSchema = z
           linger_ms: integer(0, 60_000)
             .default(1_000)
             .describe(
-              "Longest a batch waits, after its first event, for more to join it: how far the projection may trail a quiet log, in milliseconds.",
+              "How long the projector waits between takes of what the log holds (each take one batch, one insert per table): how far the projection may trail the log, in milliseconds.",
             ),
           consumer: matching(/^[A-Za-z0-9_-]+$/, "a consumer name")
             .default("projector")
