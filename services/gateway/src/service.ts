@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { setMaxListeners } from "node:events";
 import { hostname } from "node:os";
 import { connectBus } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
@@ -106,8 +107,10 @@ export async function startGateway(
   );
   await liveness.start();
   const pricer = createPricer({ overrides: config.prices });
-  // Aborted first thing on close: parked calls are answered "retry", not waited on.
+  // Aborted first thing on close: parked calls are answered "retry", not waited on. Every
+  // parked call listens to it (thousands may be), which is no leak: each stops when it goes on.
   const shutdown = new AbortController();
+  setMaxListeners(0, shutdown.signal);
   const admission = new Admission({
     ledger,
     fleet,
