@@ -196,7 +196,7 @@ export class Bus {
     const want: Partial<StreamConfig> & { name: string } = {
       name: this.eventsStream,
       description: "Holdfast run events: the log every projection is derived from",
-      subjects: [this.subjects.allRuns, this.subjects.allKeys],
+      subjects: [this.subjects.allRuns, this.subjects.allKeys, this.subjects.allAgents],
       storage: StorageType.File,
       retention: RetentionPolicy.Limits,
       discard: DiscardPolicy.Old,
@@ -239,11 +239,19 @@ export class Bus {
       current.republish?.src !== want.republish?.src ||
       current.republish?.dest !== want.republish?.dest ||
       !current.subjects?.includes(this.subjects.allRuns) ||
-      !current.subjects?.includes(this.subjects.allKeys);
+      !current.subjects?.includes(this.subjects.allKeys) ||
+      !current.subjects?.includes(this.subjects.allAgents);
     if (drift) {
       await this.jsm.streams.update(this.eventsStream, {
         ...current,
-        subjects: [...new Set([...(current.subjects ?? []), this.subjects.allRuns, this.subjects.allKeys])],
+        subjects: [
+          ...new Set([
+            ...(current.subjects ?? []),
+            this.subjects.allRuns,
+            this.subjects.allKeys,
+            this.subjects.allAgents,
+          ]),
+        ],
         num_replicas: want.num_replicas,
         allow_direct: true,
         deny_delete: true,
@@ -315,6 +323,25 @@ export class Bus {
       h,
     );
     if (!ack.ok) throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
+  }
+
+  /**
+   * Appends one event about an agent (its deployment: no run, no expected sequence) on the
+   * agent's own subject, and waits for the log to take it; its id dedupes a retried publish.
+   */
+  async appendAgentEvent(agent: string, envelope: Envelope): Promise<number> {
+    const h = headers();
+    h.set("Nats-Msg-Id", envelope.id);
+    h.set("Holdfast-Type", envelope.type);
+    h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
+    h.set("Content-Type", "application/protobuf");
+    const ack = await this.publisher.publish(
+      this.subjects.agentEvent(agent, envelope.type as EventType),
+      encodeEnvelope(envelope),
+      h,
+    );
+    if (!ack.ok) throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
+    return ack.seq;
   }
 
   private async findLanded(subject: string, eventId: string): Promise<number | undefined> {
@@ -525,11 +552,17 @@ export class Bus {
   async follow(
     types: readonly EventType[],
     handler: (event: WatchedEvent) => void,
-    options: { afterSeq?: number; keys?: boolean } = {},
+    options: { afterSeq?: number; keys?: boolean; agents?: boolean } = {},
   ): Promise<Watch> {
-    // Runs' events, or (keys) the provider keys' own events, whose run id is "".
-    const keys = options.keys === true;
-    const filters = types.map((type) => (keys ? this.subjects.ofKeyType(type) : this.subjects.ofType(type)));
+    // Runs' events, or (keys, agents) the provider keys' or agents' own events, whose run id is "".
+    const keys = options.keys === true || options.agents === true;
+    const filters = types.map((type) =>
+      options.keys === true
+        ? this.subjects.ofKeyType(type)
+        : options.agents === true
+          ? this.subjects.ofAgentType(type)
+          : this.subjects.ofType(type),
+    );
     let after = options.afterSeq ?? (await this.streamState()).lastSeq;
     let stopped = false;
     let generation = 0;

@@ -20,6 +20,10 @@ export interface StackFile {
   controlGrpc?: string;
   /** host:port of the budget service (budgets and the fleet's shared rate-limit windows). */
   budgetUrl?: string;
+  /** host:port of the scheduler's gRPC API (holdfast.v1.Runs: durable runs and their workers). */
+  schedulerGrpc?: string;
+  /** Origin of the scheduler's REST API (routes under /v1). */
+  schedulerUrl?: string;
   /** The config file `up` was started with: where the other commands find the control token. */
   configFile?: string;
 }

@@ -231,6 +231,37 @@ export async function up(argv: string[]): Promise<void> {
       START_TIMEOUT_MS,
     );
 
+    // Durable runs: submitted over gRPC (or REST), run on workers that connect to it.
+    const schedulerPorts = await Promise.all(
+      (["grpc_port", "port"] as const).map(async (key) => {
+        const wanted = config.scheduler[key];
+        if (wanted === 0 || (await portFree(config.scheduler.host, wanted))) return wanted;
+        notes.push(`scheduler.${key} ${wanted} is in use; the scheduler took a free port instead.`);
+        return 0;
+      }),
+    );
+    const scheduler = new Service({
+      name: "scheduler",
+      entry: entryOf("@holdfast/scheduler/main"),
+      env: {
+        ...env,
+        HOLDFAST_NATS__URL: natsUrl,
+        HOLDFAST_SCHEDULER__GRPC_PORT: String(schedulerPorts[0]),
+        HOLDFAST_SCHEDULER__PORT: String(schedulerPorts[1]),
+        HOLDFAST_SCHEDULER__GATEWAY_URL: config.scheduler.gateway_url ?? gatewayUrl.replace(/\/v1$/, ""),
+        ...(values.insecure ? { HOLDFAST_CONTROL__INSECURE: "true" } : {}),
+      },
+      logsDir,
+      restart: true,
+    });
+    scheduler.onRestart = (code, signal) => console.error(`scheduler exited (${code ?? signal}); restarting`);
+    scheduler.start();
+    started.push(scheduler);
+    const [, schedulerGrpc, schedulerUrl] = await scheduler.waitForLine(
+      /scheduler listening on grpc (\S+) rest (http:\/\/\S+)/,
+      START_TIMEOUT_MS,
+    );
+
     const stack: StackFile = {
       pid: process.pid,
       startedAt: new Date().toISOString(),
@@ -243,6 +274,8 @@ export async function up(argv: string[]): Promise<void> {
       controlUrl: controlApi!,
       controlGrpc: controlGrpc!,
       budgetUrl,
+      schedulerGrpc: schedulerGrpc!,
+      schedulerUrl: schedulerUrl!,
       ...(configFile === undefined ? {} : { configFile }),
     };
     writeStack(stack);
@@ -295,6 +328,7 @@ function banner(
   analytics   ${stack.analyticsUrl}  (ClickHouse: ${clickhouse})
   control     ${stack.controlUrl}/holdfast/v1  gRPC ${stack.controlGrpc}  (${tokens})
   budgets     gRPC ${budgetUrl}  (${budgets.length === 0 ? "none configured" : `budgets for ${budgets.join(", ")}`})
+  durable     gRPC ${stack.schedulerGrpc}  REST ${stack.schedulerUrl}/v1  (holdfast.v1.Runs: deploy, worker, submit)
   logs        ${stack.logsDir}
 ${notes.map((note) => `\n  note: ${note}`).join("")}
 Point your agent at Holdfast by changing one line:

@@ -754,6 +754,43 @@ export const configSchema = z
       )
       .prefault({})
       .describe("The budget service, which leases budget slices to gateways."),
+    scheduler: z
+      .strictObject(
+        {
+          host: text("a host name or IP address")
+            .default("127.0.0.1")
+            .describe(
+              "Interface the durable-run API (holdfast.v1.Runs: clients and workers, and its REST) listens on.",
+            ),
+          grpc_port: integer(0, 65535)
+            .default(4144)
+            .describe("Port of the durable-run gRPC API (holdfast.v1.Runs); 0 picks a free port."),
+          port: integer(0, 65535)
+            .default(4145)
+            .describe(
+              "Port of the durable-run REST API (POST /v1/agents/{agent}/runs, GET /v1/runs/{id}); 0 picks a free port.",
+            ),
+          url: text("a host:port")
+            .optional()
+            .describe(
+              "Where workers and the CLI reach the scheduler's gRPC API (host:port); unset, the running stack's (holdfast.json).",
+            ),
+          lease_ms: integer(1_000, 600_000)
+            .default(30_000)
+            .describe(
+              "How long a worker's lease on a run lasts past its last heartbeat; a hung worker's run goes to another after it.",
+            ),
+          gateway_url: url("http", "https")
+            .transform((value) => value.replace(/\/+$/, ""))
+            .optional()
+            .describe(
+              "The gateway workers send their runs' model calls to (told to each worker); `holdfast up` sets it.",
+            ),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("The scheduler: durable runs, submitted over gRPC or REST and run on workers."),
   })
   .describe("Holdfast configuration.");
 

@@ -24,6 +24,14 @@ const TYPE_OF_CASE = {
   stepRetried: "StepRetried",
   rateLimitObserved: "RateLimitObserved",
   runCompacted: "RunCompacted",
+  runSubmitted: "RunSubmitted",
+  runLeased: "RunLeased",
+  stepRecorded: "StepRecorded",
+  runReleased: "RunReleased",
+  runFinished: "RunFinished",
+  runFailed: "RunFailed",
+  runRedriven: "RunRedriven",
+  agentDeployed: "AgentDeployed",
 } as const satisfies Record<PayloadCase, string>;
 
 /** Past-tense event type names, as they appear in subjects and the envelope. */
@@ -55,7 +63,18 @@ export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
   StepRetried: 1,
   RateLimitObserved: 1,
   RunCompacted: 1,
+  RunSubmitted: 1,
+  RunLeased: 1,
+  StepRecorded: 1,
+  RunReleased: 1,
+  RunFinished: 1,
+  RunFailed: 1,
+  RunRedriven: 1,
+  AgentDeployed: 1,
 };
+
+/** Events about an agent (its deployments), not a run: on the agent's own subject, with no sequence. */
+export const AGENT_EVENT_TYPES: ReadonlySet<string> = new Set<EventType>(["AgentDeployed"]);
 
 /** Events about a provider key, not a run: appended on the key's own subject, with no sequence. */
 export const KEY_EVENT_TYPES: ReadonlySet<string> = new Set<EventType>(["RateLimitObserved"]);

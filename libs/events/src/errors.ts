@@ -91,3 +91,21 @@ export class RunGatedError extends EventsError {
     );
   }
 }
+
+/**
+ * A durable-run command the run as it stands refuses: `fenced`, a write under a lease that
+ * is over (the worker lost the run); `not_queued`, `held`, a lease the run cannot take now;
+ * `not_ended`, `finished`, a re-drive of a run that is not failed; `not_durable`, a run that
+ * was never submitted as a durable run.
+ */
+export class DurableRunError extends EventsError {
+  override readonly name = "DurableRunError";
+  readonly code = "HOLDFAST_DURABLE_RUN";
+  readonly retryable = false;
+  constructor(
+    readonly reason: "fenced" | "not_queued" | "held" | "not_ended" | "finished" | "not_durable",
+    message: string,
+  ) {
+    super(message);
+  }
+}

@@ -118,6 +118,12 @@ export interface Subjects {
   keyEvent(keyId: string, type: EventType): string;
   /** Matches every key's events of one type. */
   ofKeyType(type: EventType): string;
+  /** Matches every agent event (its deployments). */
+  readonly allAgents: string;
+  /** The subject one event of an agent is appended on (its name made a safe token, as a run id is). */
+  agentEvent(agent: string, type: EventType): string;
+  /** Matches every agent's events of one type. */
+  ofAgentType(type: EventType): string;
 }
 
 // A key id is Holdfast's own hex hash of an upstream and an API key: never user text.
@@ -147,5 +153,8 @@ export function subjects(prefix: string): Subjects {
       return `${prefix}.key.${keyId}.${type}`;
     },
     ofKeyType: (type) => `${prefix}.key.*.${type}`,
+    allAgents: `${prefix}.agent.>`,
+    agentEvent: (agent, type) => `${prefix}.agent.${runToken(agent)}.${type}`,
+    ofAgentType: (type) => `${prefix}.agent.*.${type}`,
   };
 }

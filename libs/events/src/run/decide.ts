@@ -24,6 +24,7 @@ import {
 import type { EventPayload } from "../envelope.js";
 import { NothingGatedError, RunBusyError, RunGatedError, RunHeldError, RunStoppedError } from "../errors.js";
 import { type HoldRule, rulesHolding } from "../fleet/rules.js";
+import { type DurableCommand, decideDurable } from "./durable.js";
 import {
   heldByGate,
   LOOP_RULE,
@@ -273,7 +274,8 @@ export type RunCommand =
   | DenyAnswer
   | AbandonAnswer
   | RetryStep
-  | CompactRun;
+  | CompactRun
+  | DurableCommand;
 
 /**
  * What a command makes of the run as it stands: the events to append, in order, or none
@@ -291,6 +293,18 @@ export type RunCommand =
  */
 export function decide(command: RunCommand, state: RunState, nowMs: number): EventPayload[] {
   switch (command.type) {
+    case "SubmitRun":
+    case "LeaseRun":
+    case "RecordStep":
+    case "ReleaseRun":
+    case "FinishRun":
+    case "FailRun":
+    case "RedriveRun":
+      return decideDurable(
+        command,
+        state.durable,
+        state.status === RunStatus.Held || state.status === RunStatus.Stopped,
+      );
     case "StartStep":
       return decideStart(command, state, nowMs);
     case "CompleteStep":

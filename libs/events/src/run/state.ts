@@ -10,6 +10,7 @@ import {
   type WindowLimits,
 } from "@holdfast/proto";
 import { isKnown, type StoredEnvelope } from "../envelope.js";
+import { type DurableState, evolveDurable } from "./durable.js";
 
 /**
  * Where a run is in its life. `running` and `idle` follow its calls (one in flight or
@@ -201,6 +202,8 @@ export interface RunState {
   readonly compactions: readonly Compaction[];
   /** An operator's resume asked for the conversation to be compacted before the next call goes on. */
   readonly compactNext: CompactionMode;
+  /** A durable run's own part (submitted over holdfast.v1.Runs); null for a run that only calls models. */
+  readonly durable: DurableState | null;
 }
 
 const NO_TOTALS: RunTotals = Object.freeze({
@@ -265,6 +268,7 @@ export function initialState(runId: string): RunState {
     unknownEvents: 0,
     compactions: [],
     compactNext: CompactionMode.COMPACTION_MODE_UNSPECIFIED,
+    durable: null,
   };
 }
 
@@ -563,8 +567,17 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
     case "holdRuleAdded":
     case "holdRuleLifted":
     case "rateLimitObserved":
-      // Fleet (and provider key) events: not about any one run.
+    case "agentDeployed":
+      // Fleet (provider key, agent) events: not about any one run.
       return seen;
+    case "runSubmitted":
+    case "runLeased":
+    case "stepRecorded":
+    case "runReleased":
+    case "runFinished":
+    case "runFailed":
+    case "runRedriven":
+      return { ...seen, durable: evolveDurable(state.durable, payload, at) ?? state.durable };
   }
 }
 

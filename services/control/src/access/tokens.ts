@@ -1,100 +1,39 @@
-import { createHash, timingSafeEqual } from "node:crypto";
-import { type Actor, ActorKind } from "@holdfast/events";
+import {
+  type Access,
+  AccessDeniedError,
+  type ControlAccessConfig,
+  AccessPolicy as TokenPolicy,
+} from "@holdfast/access";
+import type { Actor } from "@holdfast/events";
 import { PermissionDeniedError, UnauthenticatedError } from "../errors.js";
 
-/** What a route needs: to read (runs, rules) or to change (hold, resume, stop, lift). */
-export type Access = "read" | "change";
+export { type Access, bindingProblem, isLoopback } from "@holdfast/access";
 
-export interface ControlAccessConfig {
-  readonly host: string;
-  readonly token?: string | undefined;
-  readonly read_token?: string | undefined;
-  readonly insecure: boolean;
-}
-
-/**
- * Who may call the control API, decided from the `Authorization` header (or gRPC
- * metadata) alone. With control.token set, every call needs a token: the read-only token
- * reads, the control token reads and changes. With no token configured, every caller is
- * let in: the service only starts that way on loopback, or when told it is insecure.
- */
+/** Who may call the control API (the tokens of @holdfast/access), refused in this API's errors. */
 export class AccessPolicy {
-  private readonly control: Buffer | undefined;
-  private readonly read: Buffer | undefined;
-  private readonly open: Actor;
+  private readonly tokens: TokenPolicy;
 
   constructor(config: ControlAccessConfig) {
-    this.control = config.token === undefined ? undefined : digest(config.token);
-    this.read = config.read_token === undefined ? undefined : digest(config.read_token);
-    this.open = {
-      kind: ActorKind.ACTOR_KIND_OPERATOR,
-      name: isLoopback(config.host) ? "loopback, no token" : "no token (control.insecure)",
-    };
+    this.tokens = new TokenPolicy(config, {
+      name: "control API",
+      readOnly: "list and show runs and rules, not hold, resume, stop or lift",
+    });
   }
 
   /** Whether callers must present a token. */
   get required(): boolean {
-    return this.control !== undefined || this.read !== undefined;
+    return this.tokens.required;
   }
 
-  /**
-   * The actor recorded on what the caller changes. Throws UnauthenticatedError for a
-   * missing or unknown token, PermissionDeniedError for the read-only token asking to change.
-   */
+  /** The actor recorded on what the caller changes; UnauthenticatedError or PermissionDeniedError when refused. */
   authorize(authorization: string | undefined, need: Access): Actor {
-    if (!this.required) return this.open;
-    const token = bearer(authorization);
-    if (token === undefined) {
-      throw new UnauthenticatedError(
-        "this control API needs a token: send `Authorization: Bearer <token>` (control.token, or control.read_token to read)",
-      );
+    try {
+      return this.tokens.authorize(authorization, need);
+    } catch (error) {
+      if (!(error instanceof AccessDeniedError)) throw error;
+      throw error.reason === "unauthenticated"
+        ? new UnauthenticatedError(error.message)
+        : new PermissionDeniedError(error.message);
     }
-    const presented = digest(token);
-    if (this.control !== undefined && timingSafeEqual(presented, this.control)) {
-      return { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "control token" };
-    }
-    if (this.read !== undefined && timingSafeEqual(presented, this.read)) {
-      if (need === "read") return { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "read-only token" };
-      throw new PermissionDeniedError(
-        "the read-only token (control.read_token) may list and show runs and rules, not hold, resume, stop or lift: use control.token",
-      );
-    }
-    throw new UnauthenticatedError("the bearer token is not one this control API knows");
   }
-}
-
-/**
- * Why the control API must not start with this configuration, or undefined when it may:
- * off loopback without a token anyone who reaches it could hold, resume and stop runs.
- */
-export function bindingProblem(config: ControlAccessConfig): string | undefined {
-  if (config.token !== undefined && config.token === config.read_token) {
-    return "control.read_token is the same as control.token: a read-only token must differ from the one that may change runs";
-  }
-  if (config.token !== undefined || config.read_token !== undefined) return undefined;
-  if (isLoopback(config.host) || config.insecure) return undefined;
-  return (
-    `the control API would listen on ${config.host} without a token, so anyone who can reach it could hold, resume and stop runs. ` +
-    "Set control.token (and control.read_token; `holdfast init` writes both), or keep control.host on loopback (127.0.0.1), " +
-    "or allow it knowingly with control.insecure: true (`holdfast up --insecure`)."
-  );
-}
-
-/** 127.0.0.0/8, ::1 and localhost: reachable from this machine only. */
-export function isLoopback(host: string): boolean {
-  const bare = host.replace(/^\[|\]$/g, "").toLowerCase();
-  if (bare === "localhost" || bare === "::1" || bare === "0:0:0:0:0:0:0:1") return true;
-  return (
-    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(bare) || /^::ffff:127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(bare)
-  );
-}
-
-function bearer(authorization: string | undefined): string | undefined {
-  const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(authorization ?? "");
-  return match?.[1];
-}
-
-// Equal-length digests, so comparing them takes the same time whatever was sent.
-function digest(token: string): Buffer {
-  return createHash("sha256").update(token, "utf8").digest();
 }

@@ -1,0 +1,8 @@
+export {
+  type Access,
+  AccessDeniedError,
+  AccessPolicy,
+  bindingProblem,
+  type ControlAccessConfig,
+  isLoopback,
+} from "./tokens.js";

@@ -1,0 +1,11 @@
+export { type Agent, type AgentFunction, type AgentOptions, agent, isAgent } from "./agent.js";
+export { RunsApi, type RunsApiOptions, type SubmitOptions } from "./client.js";
+export { NonRetriable, RunRevokedError, StepFailedError, UnrecordableResultError } from "./errors.js";
+export {
+  DEFAULT_RETRY_DELAYS_MS,
+  type ParallelStep,
+  Run,
+  type StepAttempt,
+  type StepOptions,
+} from "./run.js";
+export { type HoldfastWorker, type WorkerEvent, type WorkerOptions, worker } from "./worker.js";

@@ -1,0 +1,199 @@
+import { randomUUID } from "node:crypto";
+import type * as grpc from "@grpc/grpc-js";
+import { type Access, AccessDeniedError, type AccessPolicy } from "@holdfast/access";
+import { type Actor, Envelope } from "@holdfast/events";
+import { type ErrorToStatus, type GrpcStatus, Metadata, type ServedService, unary } from "@holdfast/grpc";
+import type { Logger } from "@holdfast/log";
+import { type RunsServer, RunsService, type SchedulerMessage, type WorkerMessage } from "@holdfast/proto";
+import { PermissionDeniedError, toSchedulerError, UnauthenticatedError } from "../errors.js";
+import type { Scheduler, WorkerLink } from "../queue/scheduler.js";
+import type { RunsOperations } from "../runs/operations.js";
+
+export interface RunsGrpcDeps {
+  operations: RunsOperations;
+  scheduler: Scheduler;
+  access: AccessPolicy;
+  log: Logger;
+  leaseMs: number;
+  gatewayUrl: string | undefined;
+}
+
+/** The one mapping of the service's errors onto gRPC status codes (errors.ts holds the codes). */
+const toStatus: ErrorToStatus = (error) => {
+  const known = toSchedulerError(accessError(error));
+  const metadata = new Metadata();
+  metadata.set("holdfast-error-code", known.code);
+  return { code: known.grpcStatus, details: known.message, metadata };
+};
+
+/**
+ * `holdfast.v1.Runs`: clients submit, watch and operate durable runs; workers hold a
+ * session (Work) and beat (Heartbeat). The token comes in the `authorization` metadata.
+ */
+export function runsGrpcService(deps: RunsGrpcDeps): ServedService {
+  const { operations, scheduler } = deps;
+  const authorize = (metadata: grpc.Metadata, need: Access): Actor => {
+    const [value] = metadata.get("authorization");
+    return deps.access.authorize(typeof value === "string" ? value : value?.toString("utf8"), need);
+  };
+  const implementation: RunsServer = {
+    submit: unary(async (request, call) => {
+      const actor = authorize(call.metadata, "change");
+      return operations.submit(request, actor);
+    }, toStatus),
+    get: unary(async (request, call) => {
+      authorize(call.metadata, "read");
+      return operations.get(request.runId);
+    }, toStatus),
+    list: unary(async (request, call) => {
+      authorize(call.metadata, "read");
+      return { runs: await operations.list(request) };
+    }, toStatus),
+    cancel: unary(async (request, call) => {
+      const actor = authorize(call.metadata, "change");
+      return operations.cancel(request.runId, actor, request.reason);
+    }, toStatus),
+    redrive: unary(async (request, call) => {
+      const actor = authorize(call.metadata, "change");
+      return operations.redrive(request.runId, actor, request.reason);
+    }, toStatus),
+    replay: unary(async (request, call) => {
+      const actor = authorize(call.metadata, "change");
+      return operations.replay(request.runId, actor, request.reason);
+    }, toStatus),
+    deploy: unary(async (request, call) => {
+      const actor = authorize(call.metadata, "change");
+      const result = await operations.deploy(request, actor);
+      return { agent: result.agent, changes: result.changes, previousVersion: result.previousVersion };
+    }, toStatus),
+    listAgents: unary(async (_request, call) => {
+      authorize(call.metadata, "read");
+      return { agents: operations.agents() };
+    }, toStatus),
+    watch: (call) => {
+      const abort = new AbortController();
+      call.on("cancelled", () => abort.abort());
+      call.on("close", () => abort.abort());
+      (async () => {
+        authorize(call.metadata, "read");
+        await operations.watch(
+          call.request.runId,
+          (event) => call.write(Envelope.fromPartial(event)),
+          abort.signal,
+        );
+      })().then(
+        () => call.end(),
+        (error: unknown) => call.destroy(statusError(error)),
+      );
+    },
+    heartbeat: unary(async (request, call) => {
+      authorize(call.metadata, "change");
+      const revoked = request.leases.filter(
+        (lease) => !scheduler.renewByName(request.worker, lease.runId, lease.lease),
+      );
+      return { revoked };
+    }, toStatus),
+    work: (call) => workerSession(call, deps, authorize),
+  };
+  return { definition: RunsService, implementation };
+}
+
+/**
+ * One worker's session: its hello (what it serves), then its reports, each answered with
+ * an ack once recorded. The stream closing (the worker stopped or died) releases its runs.
+ */
+function workerSession(
+  call: grpc.ServerDuplexStream<WorkerMessage, SchedulerMessage>,
+  deps: RunsGrpcDeps,
+  authorize: (metadata: grpc.Metadata, need: Access) => Actor,
+): void {
+  const { scheduler, log } = deps;
+  try {
+    authorize(call.metadata, "change");
+  } catch (error) {
+    call.destroy(statusError(error));
+    return;
+  }
+  let link: WorkerLink | undefined;
+  let closed = false;
+  const send = (message: SchedulerMessage) => {
+    if (!closed) call.write(message);
+  };
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    if (link !== undefined) void scheduler.left(link.id);
+  };
+  call.on("data", (message: WorkerMessage) => {
+    const m = message.message;
+    if (m === undefined) return;
+    if (m.$case === "hello") {
+      if (link !== undefined) return;
+      const hello = m.value;
+      link = {
+        id: randomUUID(),
+        name: hello.worker === "" ? `worker-${randomUUID().slice(0, 8)}` : hello.worker,
+        serves: new Set(hello.agents.map((a) => `${a.agent}\u0000${a.version}`)),
+        slots: Math.max(1, Math.min(hello.slots || 1, 1_000)),
+        send,
+      };
+      send({
+        message: {
+          $case: "welcome",
+          value: { worker: link.name, leaseMs: deps.leaseMs, gatewayUrl: deps.gatewayUrl ?? "" },
+        },
+      });
+      scheduler.joined(
+        link,
+        hello.leases.map((l) => ({ runId: l.runId, lease: l.lease })),
+      );
+      log.info({ worker: link.name, agents: hello.agents, slots: link.slots }, "worker joined");
+      return;
+    }
+    const session = link;
+    if (session === undefined) return;
+    switch (m.$case) {
+      case "step":
+        void scheduler
+          .step(session.id, m.value)
+          .then((result) =>
+            send({ message: { $case: "ack", value: { requestId: m.value.requestId, ...result } } }),
+          );
+        return;
+      case "done":
+        void scheduler
+          .done(session.id, m.value)
+          .then((result) =>
+            send({ message: { $case: "ack", value: { requestId: m.value.requestId, ...result } } }),
+          );
+        return;
+      case "letGo":
+        scheduler.letGoDone(session.id, m.value.runId);
+        return;
+    }
+  });
+  call.on("end", () => {
+    close();
+    call.end();
+  });
+  call.on("error", close);
+  call.on("close", close);
+  call.on("cancelled", close);
+}
+
+function accessError(error: unknown): unknown {
+  if (!(error instanceof AccessDeniedError)) return error;
+  return error.reason === "unauthenticated"
+    ? new UnauthenticatedError(error.message)
+    : new PermissionDeniedError(error.message);
+}
+
+/** An error as a stream answers it (a status, not an exception). */
+function statusError(error: unknown): Error & { code: GrpcStatus; details: string; metadata: Metadata } {
+  const status = toStatus(error);
+  return Object.assign(new Error(String(status.details)), {
+    code: status.code,
+    details: String(status.details),
+    metadata: status.metadata ?? new Metadata(),
+  });
+}

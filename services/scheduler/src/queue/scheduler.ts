@@ -1,0 +1,733 @@
+import { BusError } from "@holdfast/bus";
+import {
+  type Actor,
+  ActorKind,
+  type DecodedEnvelope,
+  DurablePhase,
+  DurableRunError,
+  type DurableState,
+  type RunCommand,
+  type RunState,
+  RunStatus,
+  type StoredEnvelope,
+} from "@holdfast/events";
+import type { Logger } from "@holdfast/log";
+import { decide as decideWindow, type KeyWindows, type Need } from "@holdfast/predict";
+import {
+  type DurableCaps,
+  ReleaseReason,
+  type RunAssigned,
+  type RunDone,
+  RunFailure,
+  type SchedulerMessage,
+  type StepReport,
+} from "@holdfast/proto";
+import type { Executed, Ledger } from "@holdfast/runs";
+import type { CapBook, CapKey } from "./caps.js";
+import { StepResults } from "./results.js";
+
+/** A worker's session as the scheduler sees it: what it serves and how to reach it. */
+export interface WorkerLink {
+  /** Unique per session (a reconnect is a new session). */
+  readonly id: string;
+  /** As the worker named itself. */
+  readonly name: string;
+  readonly serves: ReadonlySet<string>;
+  readonly slots: number;
+  send(message: SchedulerMessage): void;
+}
+
+export interface SchedulerOptions {
+  ledger: Ledger<RunState, RunCommand>;
+  /** The run's events from the log, for a run whose recorded steps are not in memory. */
+  readRun: (runId: string) => Promise<StoredEnvelope[]>;
+  caps: CapBook;
+  /** Provider keys' windows as the log reports them (RateLimitObserved). */
+  windows: KeyWindows;
+  clock: () => number;
+  log: Logger;
+  leaseMs: number;
+  /** Hears a run's events as they are stored while it runs (its model calls), until the returned function is called. */
+  tail: (runId: string) => () => void;
+}
+
+interface Queued {
+  readonly runId: string;
+  readonly agent: string;
+  version: string;
+  readonly tenant: string;
+  readonly tag: string;
+  readonly partitionKey: string;
+  readonly caps: DurableCaps;
+  readonly submittedMs: number;
+  /** Not leased yet in this epoch: its start counts against the start rate. */
+  firstStart: boolean;
+  /** Held or stopped: no worker takes it until it is resumed. */
+  held: boolean;
+}
+
+interface Running {
+  readonly queued: Queued;
+  readonly lease: number;
+  readonly worker: WorkerLink;
+  readonly leasedAtMs: number;
+  /** Wall clock run under leases before this one. */
+  readonly ranBeforeMs: number;
+  expiresAtMs: number;
+  /** Time its calls waited in the gateway for a provider's window (not counted by the ceiling). */
+  waitedMs: number;
+  ceiling: NodeJS.Timeout | undefined;
+  untail: () => void;
+}
+
+interface Worker {
+  readonly link: WorkerLink;
+  /** Runs it holds a slot for: running, or told to let go and not yet done with. */
+  readonly busy: Set<string>;
+}
+
+const SCHEDULER: Actor = { kind: ActorKind.ACTOR_KIND_SCHEDULER, name: "scheduler" };
+const DEFAULT_CEILING_MS = 30 * 60_000;
+
+/**
+ * Hands durable runs to workers and keeps the log's account of them: leases, steps,
+ * releases, ends. Every change is decided by the run's decider and appended through the
+ * ledger before anyone is told (a worker is sent a run only once its lease is in the log;
+ * a step is acknowledged only once it is recorded), so the log is the truth and this
+ * process rebuilds from it.
+ *
+ * A run is handed out in queue order (runs that were running before go first), to a
+ * worker serving its agent at its version, when its caps allow (per tenant, agent and
+ * partition key) and its provider key's window fits its next step as the log last read
+ * it. A worker's connection closing releases its runs at once; a worker that stops
+ * beating loses them when their lease expires. A run past its ceiling of running time,
+ * held, or cancelled is let go here first (recorded), and its worker told after.
+ */
+export class Scheduler {
+  private readonly workers = new Map<string, Worker>();
+  private readonly queued = new Map<string, Queued>();
+  /** Runs queued again after running (released, resumed): they go before fresh ones. */
+  private readonly again = new Map<string, Queued>();
+  private readonly running = new Map<string, Running>();
+  private readonly results: StepResults;
+  private readonly needs = new Map<string, { keyId: string; need: Need }>();
+  private dispatchPending = false;
+  private wakeAt: { atMs: number; timer: NodeJS.Timeout } | undefined;
+  private readonly sweeper: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(private readonly options: SchedulerOptions) {
+    this.results = new StepResults(options.readRun);
+    this.sweeper = setInterval(() => this.expire(), Math.max(100, Math.min(1_000, options.leaseMs / 10)));
+    this.sweeper.unref();
+  }
+
+  // ---- What the log says ----
+
+  /** A durable run found queued (at start, or just submitted): it waits for a worker. */
+  enqueue(runId: string, state: RunState): void {
+    const durable = state.durable;
+    if (durable === null || durable.phase !== DurablePhase.Queued || this.running.has(runId)) return;
+    const entry = queuedOf(runId, state, durable);
+    (durable.leases > 0 ? this.again : this.queued).set(runId, entry);
+    this.dispatch();
+  }
+
+  /** A run found running at start: its worker has `leaseMs` to say it still runs it, or it is released. */
+  adoptOrphan(runId: string, state: RunState): void {
+    const durable = state.durable;
+    if (durable === null || durable.phase !== DurablePhase.Running) return;
+    const orphan: Running = {
+      queued: queuedOf(runId, state, durable),
+      lease: durable.lease,
+      worker: ORPHANED,
+      leasedAtMs: durable.leasedAtMs,
+      ranBeforeMs: durable.ranMs,
+      expiresAtMs: this.options.clock() + this.options.leaseMs,
+      waitedMs: 0,
+      ceiling: undefined,
+      untail: () => undefined,
+    };
+    this.running.set(runId, orphan);
+    this.options.caps.started(capKeyOf(orphan.queued), false, this.options.clock());
+  }
+
+  /**
+   * Another process changed a run this scheduler knows (an operator's hold, resume or
+   * stop, a rate-limit checkpoint): a held run lets go of its worker; a resumed one is
+   * queued again; a stopped one fails as cancelled.
+   */
+  async controlled(runId: string): Promise<void> {
+    const queued = this.queued.get(runId) ?? this.again.get(runId);
+    const running = this.running.get(runId);
+    if (queued === undefined && running === undefined) return;
+    const state = await this.options.ledger.latest(runId);
+    const held = state.status === RunStatus.Held;
+    const stopped = state.status === RunStatus.Stopped;
+    if (stopped) {
+      await this.cancel(runId, SCHEDULER, "the run was stopped");
+      return;
+    }
+    if (queued !== undefined) {
+      queued.held = held;
+      if (!held) this.dispatch();
+      return;
+    }
+    if (held && running !== undefined && running.worker !== ORPHANED) {
+      await this.letGo(running, ReleaseReason.RELEASE_REASON_HELD, "held");
+    }
+  }
+
+  /** One of a running run's own events, heard as it was stored (its model calls). */
+  heard(runId: string, envelope: DecodedEnvelope): void {
+    if (envelope.payload.$case !== "stepStarted") return;
+    const prediction = envelope.payload.value.prediction;
+    const running = this.running.get(runId);
+    if (prediction === undefined) return;
+    // What the agent's next step is likely to cost, on which key: the window it waits for.
+    if (running !== undefined && prediction.keyId !== "") {
+      this.needs.set(running.queued.agent, {
+        keyId: prediction.keyId,
+        need: {
+          requests: 1,
+          tokens: prediction.estimatedTotalTokens,
+          inputTokens: prediction.estimatedInputTokens,
+          outputTokens: prediction.estimatedOutputTokens,
+        },
+      });
+    }
+    // Time a call waited for its window in the gateway does not count against the ceiling.
+    if (running !== undefined && prediction.waitedMs > 0) {
+      running.waitedMs += Number(prediction.waitedMs);
+      this.armCeiling(running);
+    }
+  }
+
+  // ---- Workers ----
+
+  /** A worker's session began: it may pick up runs it was running, then takes new ones. */
+  joined(link: WorkerLink, leases: readonly { runId: string; lease: number }[]): void {
+    const worker: Worker = { link, busy: new Set() };
+    this.workers.set(link.id, worker);
+    for (const { runId, lease } of leases) {
+      const running = this.running.get(runId);
+      if (running === undefined || running.lease !== lease || running.worker !== ORPHANED) {
+        link.send({ message: { $case: "revoked", value: { runId, lease, reason: "lease_over" } } });
+        continue;
+      }
+      this.running.set(runId, { ...running, worker: link, untail: this.options.tail(runId) });
+      worker.busy.add(runId);
+      this.renew(link.id, runId, lease);
+    }
+    this.dispatch();
+  }
+
+  /** A worker's session ended (its connection closed): its runs are released at once. */
+  async left(linkId: string): Promise<void> {
+    const worker = this.workers.get(linkId);
+    if (worker === undefined) return;
+    this.workers.delete(linkId);
+    const mine = [...this.running.values()].filter((r) => r.worker.id === linkId);
+    await Promise.all(mine.map((running) => this.release(running, ReleaseReason.RELEASE_REASON_WORKER_GONE)));
+  }
+
+  /** A heartbeat from the worker's beating thread (or any message of its session): its leases are renewed. */
+  renew(linkId: string | undefined, runId: string, lease: number): boolean {
+    const running = this.running.get(runId);
+    if (running === undefined || running.lease !== lease) return false;
+    if (linkId !== undefined && running.worker.id !== linkId && running.worker !== ORPHANED) return false;
+    running.expiresAtMs = this.options.clock() + this.options.leaseMs;
+    return true;
+  }
+
+  /** Renews by worker name (the beating thread has a connection of its own). */
+  renewByName(worker: string, runId: string, lease: number): boolean {
+    const running = this.running.get(runId);
+    if (running === undefined || running.lease !== lease) return false;
+    if (running.worker !== ORPHANED && running.worker.name !== worker) return false;
+    running.expiresAtMs = this.options.clock() + this.options.leaseMs;
+    return true;
+  }
+
+  /** A step of a run the worker runs, to be recorded: resolves once it is (or why it was not). */
+  async step(linkId: string, report: StepReport): Promise<{ ok: boolean; fenced: boolean; error: string }> {
+    const running = this.running.get(report.runId);
+    if (running === undefined || running.lease !== report.lease || running.worker.id !== linkId) {
+      return { ok: false, fenced: true, error: `lease ${report.lease} of ${report.runId} is over` };
+    }
+    running.expiresAtMs = this.options.clock() + this.options.leaseMs;
+    try {
+      await this.execute(running.queued, {
+        type: "RecordStep",
+        lease: report.lease,
+        label: report.label,
+        ordinal: report.ordinal,
+        attempt: report.attempt,
+        ok: report.ok,
+        resultJson: report.resultJson,
+        error: report.error,
+        final: report.final,
+        durationMs: report.durationMs,
+      });
+      if (report.ok) this.results.recorded(report.runId, report.label, report.ordinal, report.resultJson);
+      else this.results.attempted(report.runId, report.label, report.ordinal, report.attempt);
+      return { ok: true, fenced: false, error: "" };
+    } catch (error) {
+      return failure(error);
+    }
+  }
+
+  /** The worker's run returned or raised. */
+  async done(linkId: string, report: RunDone): Promise<{ ok: boolean; fenced: boolean; error: string }> {
+    const running = this.running.get(report.runId);
+    const worker = this.workers.get(linkId);
+    worker?.busy.delete(report.runId);
+    if (running === undefined || running.lease !== report.lease || running.worker.id !== linkId) {
+      this.dispatch();
+      return { ok: false, fenced: true, error: `lease ${report.lease} of ${report.runId} is over` };
+    }
+    const ranMs = this.ranMs(running);
+    try {
+      await this.execute(
+        running.queued,
+        report.ok
+          ? {
+              type: "FinishRun",
+              lease: report.lease,
+              outputJson: report.outputJson,
+              degraded: report.degraded,
+              ranMs,
+            }
+          : {
+              type: "FailRun",
+              lease: report.lease,
+              failure: RunFailure.RUN_FAILURE_ERROR,
+              error: report.error,
+              ranMs,
+              actor: undefined,
+              label: report.label,
+              ordinal: report.ordinal,
+            },
+      );
+      this.ended(running);
+      if (report.ok) this.results.forget(report.runId);
+      return { ok: true, fenced: false, error: "" };
+    } catch (error) {
+      // Recorded by someone else first (a ceiling, a cancel): the run is over here too.
+      if (error instanceof DurableRunError) this.ended(running);
+      return failure(error);
+    } finally {
+      this.dispatch();
+    }
+  }
+
+  /** The worker let go of a run it was told to: its slot is free. */
+  letGoDone(linkId: string, runId: string): void {
+    this.workers.get(linkId)?.busy.delete(runId);
+    this.dispatch();
+  }
+
+  // ---- Operators ----
+
+  /** Fails a queued, running or held run as cancelled; its worker is told to let go. */
+  async cancel(runId: string, actor: Actor, reason: string): Promise<RunState> {
+    const running = this.running.get(runId);
+    const state = await this.options.ledger.latest(runId);
+    const ranMs = running !== undefined ? this.ranMs(running) : (state.durable?.ranMs ?? 0);
+    const done = await this.options.ledger.execute(runId, labelsOf(state), {
+      type: "FailRun",
+      lease: 0,
+      failure: RunFailure.RUN_FAILURE_CANCELLED,
+      error: reason === "" ? "cancelled" : `cancelled: ${reason}`,
+      ranMs,
+      actor,
+      label: "",
+      ordinal: 0,
+    });
+    this.queued.delete(runId);
+    this.again.delete(runId);
+    if (running !== undefined) {
+      this.ended(running);
+      this.revoke(running, "cancelled");
+    }
+    return done.state;
+  }
+
+  /** Queues a failed (or, replaying, finished) run again. */
+  async redrive(
+    runId: string,
+    actor: Actor,
+    reason: string,
+    replay: boolean,
+    version: string,
+  ): Promise<RunState> {
+    const state = await this.options.ledger.latest(runId);
+    const done = await this.options.ledger.execute(runId, labelsOf(state), {
+      type: "RedriveRun",
+      actor,
+      reason,
+      replay,
+      version,
+    });
+    if (replay) this.results.forget(runId);
+    this.enqueue(runId, done.state);
+    return done.state;
+  }
+
+  /** Runs waiting for a worker, running, and the workers connected (for health and the API). */
+  counts(): { queued: number; running: number; workers: number } {
+    return {
+      queued: this.queued.size + this.again.size,
+      running: this.running.size,
+      workers: this.workers.size,
+    };
+  }
+
+  /** Workers connected now that serve `agent` (at `version`, when given). */
+  workersServing(agent: string, version?: string): number {
+    let n = 0;
+    for (const { link } of this.workers.values()) {
+      if (
+        version === undefined
+          ? [...link.serves].some((s) => s.startsWith(`${agent}\u0000`))
+          : link.serves.has(`${agent}\u0000${version}`)
+      )
+        n += 1;
+    }
+    return n;
+  }
+
+  close(): void {
+    this.closed = true;
+    clearInterval(this.sweeper);
+    if (this.wakeAt !== undefined) clearTimeout(this.wakeAt.timer);
+    for (const running of this.running.values()) {
+      clearTimeout(running.ceiling);
+      running.untail();
+    }
+  }
+
+  // ---- Handing runs out ----
+
+  /** Hands out what can be handed out now (coalesced: once per turn of the event loop). */
+  dispatch(): void {
+    if (this.dispatchPending || this.closed) return;
+    this.dispatchPending = true;
+    queueMicrotask(() => {
+      this.dispatchPending = false;
+      this.handOut();
+    });
+  }
+
+  private handOut(): void {
+    const nowMs = this.options.clock();
+    let nextMs: number | undefined;
+    for (const worker of this.workers.values()) {
+      while (worker.busy.size < worker.link.slots) {
+        const pick = this.pick(worker.link, nowMs);
+        if (pick.queued === undefined) {
+          if (pick.retryAtMs !== undefined) nextMs = Math.min(nextMs ?? pick.retryAtMs, pick.retryAtMs);
+          break;
+        }
+        const queued = pick.queued;
+        this.queued.delete(queued.runId);
+        this.again.delete(queued.runId);
+        worker.busy.add(queued.runId);
+        void this.lease(queued, worker);
+      }
+    }
+    if (nextMs !== undefined) this.wakeUpAt(nextMs);
+  }
+
+  /** The first run this worker may take now; or when to look again for one held back by a cap or a window. */
+  private pick(link: WorkerLink, nowMs: number): { queued?: Queued; retryAtMs?: number } {
+    let retryAtMs: number | undefined;
+    for (const list of [this.again, this.queued]) {
+      for (const queued of list.values()) {
+        if (queued.held || !link.serves.has(`${queued.agent}\u0000${queued.version}`)) continue;
+        const cap = this.options.caps.check(capKeyOf(queued), queued.caps, queued.firstStart, nowMs);
+        if (!cap.allowed) {
+          if (cap.retryAtMs !== undefined) retryAtMs = Math.min(retryAtMs ?? cap.retryAtMs, cap.retryAtMs);
+          continue;
+        }
+        const windowAtMs = this.windowAt(queued.agent, nowMs);
+        if (windowAtMs !== undefined) {
+          retryAtMs = Math.min(retryAtMs ?? windowAtMs, windowAtMs);
+          continue;
+        }
+        return { queued };
+      }
+    }
+    return retryAtMs === undefined ? {} : { retryAtMs };
+  }
+
+  /**
+   * When the agent's provider key's window fits its next step, if not now: an item is not
+   * started into a window that cannot take its first call (it would only wait there,
+   * holding a worker). Undefined when it fits, or nothing is known of the agent's key.
+   */
+  private windowAt(agent: string, nowMs: number): number | undefined {
+    const known = this.needs.get(agent);
+    if (known === undefined) return undefined;
+    const window = this.options.windows.get(known.keyId);
+    if (window === undefined) return undefined;
+    const decision = decideWindow({
+      window,
+      need: known.need,
+      nowMs,
+      waitThresholdMs: Number.POSITIVE_INFINITY,
+    });
+    if (decision.action === "continue" || decision.action === "too_large") return undefined;
+    return decision.untilMs;
+  }
+
+  private async lease(queued: Queued, worker: Worker): Promise<void> {
+    const { runId } = queued;
+    let done: Executed<RunState>;
+    try {
+      done = await this.execute(queued, {
+        type: "LeaseRun",
+        worker: worker.link.name,
+        leaseMs: this.options.leaseMs,
+      });
+    } catch (error) {
+      worker.busy.delete(runId);
+      if (error instanceof DurableRunError) {
+        // Held meanwhile: it waits for its resume; anything else (cancelled, leased by
+        // another scheduler) is not this queue's any more.
+        if (error.reason === "held") this.again.set(runId, { ...queued, held: true });
+      } else {
+        this.options.log.warn({ err: error, runId }, "could not lease a run; it stays queued");
+        this.again.set(runId, queued);
+        this.wakeUpAt(this.options.clock() + 1_000);
+      }
+      this.dispatch();
+      return;
+    }
+    const event = done.events[0];
+    const durable = done.state.durable!;
+    if (event?.payload.$case !== "runLeased" || !this.workers.has(worker.link.id)) {
+      // The worker left while the lease was recorded: give it back at once.
+      worker.busy.delete(runId);
+      if (event?.payload.$case === "runLeased") {
+        await this.execute(queued, {
+          type: "ReleaseRun",
+          lease: durable.lease,
+          reason: ReleaseReason.RELEASE_REASON_WORKER_GONE,
+          ranMs: durable.ranMs,
+        }).catch(() => undefined);
+        this.enqueue(runId, await this.options.ledger.latest(runId));
+      }
+      return;
+    }
+    const nowMs = this.options.clock();
+    const running: Running = {
+      queued,
+      lease: durable.lease,
+      worker: worker.link,
+      leasedAtMs: nowMs,
+      ranBeforeMs: durable.ranMs,
+      expiresAtMs: nowMs + this.options.leaseMs,
+      waitedMs: 0,
+      ceiling: undefined,
+      untail: this.options.tail(runId),
+    };
+    this.running.set(runId, running);
+    this.options.caps.started(capKeyOf(queued), queued.firstStart, nowMs);
+    queued.firstStart = false;
+    this.armCeiling(running);
+    let steps: Awaited<ReturnType<StepResults["of"]>>;
+    try {
+      steps = await this.results.of(runId, durable);
+    } catch (error) {
+      this.options.log.warn({ err: error, runId }, "could not read the run's recorded steps; releasing it");
+      await this.release(running, ReleaseReason.RELEASE_REASON_WORKER_GONE);
+      return;
+    }
+    const assigned: RunAssigned = {
+      runId,
+      lease: durable.lease,
+      agent: durable.agent,
+      version: durable.version,
+      inputJson: durable.inputJson,
+      steps: steps.steps,
+      remainingMs: Math.max(0, ceilingOf(durable) - durable.ranMs),
+      tag: queued.tag,
+      tenant: queued.tenant,
+      attempts: steps.attempts,
+    };
+    worker.link.send({ message: { $case: "assigned", value: assigned } });
+  }
+
+  // ---- Letting go ----
+
+  /** Records the run released (it is queued again, reusing its steps) and frees its slot. */
+  private async release(running: Running, reason: ReleaseReason): Promise<void> {
+    const { runId } = running.queued;
+    if (this.running.get(runId) !== running) return;
+    try {
+      await this.execute(running.queued, {
+        type: "ReleaseRun",
+        lease: running.lease,
+        reason,
+        ranMs: this.ranMs(running),
+      });
+    } catch (error) {
+      if (!(error instanceof DurableRunError)) {
+        this.options.log.warn({ err: error, runId }, "could not record a run released; trying again shortly");
+        setTimeout(() => void this.release(running, reason), 1_000).unref();
+        return;
+      }
+    }
+    this.ended(running);
+    const state = await this.options.ledger.latest(runId).catch(() => undefined);
+    if (state !== undefined) {
+      this.enqueue(runId, state);
+      const requeued = this.again.get(runId);
+      if (requeued !== undefined) requeued.held = state.status === RunStatus.Held;
+    }
+  }
+
+  /** Lets go of a run its worker still runs (held, lease expired): recorded, then the worker told. */
+  private async letGo(running: Running, reason: ReleaseReason, why: string): Promise<void> {
+    await this.release(running, reason);
+    this.revoke(running, why);
+  }
+
+  private revoke(running: Running, reason: string): void {
+    running.worker.send({
+      message: {
+        $case: "revoked",
+        value: { runId: running.queued.runId, lease: running.lease, reason },
+      },
+    });
+  }
+
+  /** The run no longer runs here: its cap slot is free (its worker's slot frees when the worker is done with it). */
+  private ended(running: Running): void {
+    const { runId } = running.queued;
+    if (this.running.get(runId) !== running) return;
+    this.running.delete(runId);
+    clearTimeout(running.ceiling);
+    running.untail();
+    this.options.caps.stopped(capKeyOf(running.queued));
+    this.dispatch();
+  }
+
+  /** Leases nobody renewed: released (a hung worker's run goes to another; its late writes are fenced). */
+  private expire(): void {
+    const nowMs = this.options.clock();
+    for (const running of [...this.running.values()]) {
+      if (running.expiresAtMs > nowMs) continue;
+      this.options.log.warn(
+        { runId: running.queued.runId, worker: running.worker.name, lease: running.lease },
+        "a worker's lease expired without a heartbeat; its run goes back on the queue",
+      );
+      // Its worker (hung, not gone) keeps its slot until it says it let go.
+      void this.letGo(running, ReleaseReason.RELEASE_REASON_LEASE_EXPIRED, "lease_expired");
+    }
+  }
+
+  /** (Re)arms the run's ceiling: what is left of it, its waits for windows given back. */
+  private armCeiling(running: Running): void {
+    clearTimeout(running.ceiling);
+    const ceilingMs = running.queued.caps.ceilingMs > 0 ? running.queued.caps.ceilingMs : DEFAULT_CEILING_MS;
+    const leftMs = ceilingMs - this.ranMs(running);
+    running.ceiling = setTimeout(() => void this.timeout(running, ceilingMs), Math.max(0, leftMs));
+    running.ceiling.unref();
+  }
+
+  private async timeout(running: Running, ceilingMs: number): Promise<void> {
+    const { runId } = running.queued;
+    if (this.running.get(runId) !== running) return;
+    try {
+      await this.execute(running.queued, {
+        type: "FailRun",
+        lease: 0,
+        failure: RunFailure.RUN_FAILURE_TIMEOUT,
+        error: `timeout: the run ran for more than ${Math.round(ceilingMs / 1_000)} s`,
+        ranMs: this.ranMs(running),
+        actor: SCHEDULER,
+        label: "",
+        ordinal: 0,
+      });
+    } catch (error) {
+      if (!(error instanceof DurableRunError)) {
+        this.options.log.warn(
+          { err: error, runId },
+          "could not record a run's timeout; trying again shortly",
+        );
+        running.ceiling = setTimeout(() => void this.timeout(running, ceilingMs), 1_000);
+        return;
+      }
+    }
+    this.ended(running);
+    this.revoke(running, "timeout");
+  }
+
+  private ranMs(running: Running): number {
+    const nowMs = this.options.clock();
+    return Math.max(0, running.ranBeforeMs + (nowMs - running.leasedAtMs) - running.waitedMs);
+  }
+
+  private wakeUpAt(atMs: number): void {
+    if (this.wakeAt !== undefined && this.wakeAt.atMs <= atMs) return;
+    if (this.wakeAt !== undefined) clearTimeout(this.wakeAt.timer);
+    const timer = setTimeout(
+      () => {
+        this.wakeAt = undefined;
+        this.dispatch();
+      },
+      Math.max(1, atMs - this.options.clock()),
+    );
+    timer.unref();
+    this.wakeAt = { atMs, timer };
+  }
+
+  private execute(queued: Queued, command: RunCommand): Promise<Executed<RunState>> {
+    return this.options.ledger.execute(queued.runId, { tag: queued.tag, tenant: queued.tenant }, command);
+  }
+}
+
+/** A run whose worker has not said it still runs it (this scheduler restarted). */
+const ORPHANED: WorkerLink = Object.freeze({
+  id: "",
+  name: "",
+  serves: new Set<string>(),
+  slots: 0,
+  send: () => undefined,
+});
+
+function queuedOf(runId: string, state: RunState, durable: DurableState): Queued {
+  return {
+    runId,
+    agent: durable.agent,
+    version: durable.version,
+    tenant: state.tenant,
+    tag: state.tag,
+    partitionKey: durable.partitionKey,
+    caps: durable.caps,
+    submittedMs: durable.submittedMs,
+    firstStart: durable.leases === 0,
+    held: state.status === RunStatus.Held || state.status === RunStatus.Stopped,
+  };
+}
+
+function capKeyOf(queued: Queued): CapKey {
+  return { tenant: queued.tenant, agent: queued.agent, partitionKey: queued.partitionKey };
+}
+
+export function ceilingOf(durable: DurableState): number {
+  return durable.caps.ceilingMs > 0 ? durable.caps.ceilingMs : DEFAULT_CEILING_MS;
+}
+
+function labelsOf(state: RunState): { tag: string; tenant: string } {
+  return { tag: state.tag, tenant: state.tenant };
+}
+
+function failure(error: unknown): { ok: false; fenced: boolean; error: string } {
+  if (error instanceof DurableRunError)
+    return { ok: false, fenced: error.reason === "fenced", error: error.message };
+  if (error instanceof BusError) return { ok: false, fenced: false, error: `unavailable: ${error.message}` };
+  return { ok: false, fenced: false, error: (error as Error).message };
+}

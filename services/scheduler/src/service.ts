@@ -1,0 +1,234 @@
+import { hostname } from "node:os";
+import { AccessPolicy, bindingProblem } from "@holdfast/access";
+import { connectBus } from "@holdfast/bus";
+import type { Config } from "@holdfast/config";
+import {
+  createIdGenerator,
+  DURABLE_TYPES,
+  type DurablePhase,
+  decodeEnvelope,
+  isKnown,
+  type RunCommand,
+  type RunState,
+} from "@holdfast/events";
+import { type GrpcServer, serve } from "@holdfast/grpc";
+import type { Logger } from "@holdfast/log";
+import { KeyWindows, readingOfRecorded } from "@holdfast/predict";
+import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
+import { Ledger, LogFollower, runAggregate } from "@holdfast/runs";
+import { AgentRegistry } from "./agents/registry.js";
+import { runsGrpcService } from "./api/grpc.js";
+import { buildRunsApp } from "./api/http.js";
+import { CapBook } from "./queue/caps.js";
+import { Scheduler } from "./queue/scheduler.js";
+import { RunsOperations } from "./runs/operations.js";
+
+export interface RunningScheduler {
+  /** host:port of holdfast.v1.Runs (with health and reflection). */
+  grpcAddress: string;
+  grpcPort: number;
+  /** Base URL of the REST API, e.g. http://127.0.0.1:4145. */
+  url: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+/** Events that change whether a durable run may run: pushed the moment they are stored. */
+const CONTROL = ["RunHeld", "RunTripped", "RunResumed", "RunStopped"] as const;
+
+/**
+ * Wires the scheduler from configuration: the runs' ledger (every change of a durable
+ * run is its decider's, appended to the log), the agents' deployments, the queue and its
+ * workers, and the API (gRPC holdfast.v1.Runs, REST). On start it rebuilds the queue from
+ * the log: every durable run not finished or failed is queued again, or, if it was
+ * running, left to its worker to claim within a lease.
+ */
+export async function startScheduler(config: Config, log: Logger): Promise<RunningScheduler> {
+  const access = { ...config.control, host: config.scheduler.host };
+  const problem = bindingProblem(access);
+  if (problem !== undefined)
+    throw new Error(`The runs API will not start: ${problem.replaceAll("control API", "runs API")}`);
+  if (!config.nats.url)
+    throw new Error("nats.url is not set: the scheduler needs a NATS server (holdfast up sets it)");
+  const clock = Date.now;
+  const newId = createIdGenerator(clock);
+  const bus = await connectBus({
+    servers: config.nats.url,
+    prefix: config.nats.prefix,
+    name: `holdfast-scheduler ${hostname()}-${process.pid}`,
+    replicas: config.nats.replicas,
+  });
+  const closers: (() => Promise<void>)[] = [() => bus.close()];
+  const closeAll = async () => {
+    for (const close of closers.reverse()) await close().catch(() => undefined);
+  };
+  try {
+    await bus.provision();
+    const ledger = new Ledger<RunState, RunCommand>({ aggregate: runAggregate, bus, log, clock, newId });
+    closers.push(() => ledger.drain());
+    const agents = new AgentRegistry(bus, newId, clock);
+    await agents.start();
+    closers.push(() => agents.stop());
+
+    // Provider keys' windows as gateways read them: a run is not started into one that
+    // cannot take its next step.
+    const windows = new KeyWindows();
+    const readings = await bus.follow(
+      ["RateLimitObserved"],
+      (event) => {
+        try {
+          const envelope = decodeEnvelope(event.data);
+          if (!isKnown(envelope) || envelope.payload.$case !== "rateLimitObserved") return;
+          const observed = envelope.payload.value;
+          windows
+            .of(observed.keyId, observed.upstream)
+            .learn(
+              readingOfRecorded(observed),
+              observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
+              envelope.timestampMs,
+            );
+        } catch {
+          // A reading this version cannot read informs no decision.
+        }
+      },
+      { keys: true },
+    );
+    closers.push(() => readings.stop());
+
+    const scheduler: Scheduler = new Scheduler({
+      ledger,
+      readRun: async (runId) => (await bus.readRun(runId)).events.map((e) => e.envelope),
+      caps: new CapBook(),
+      windows,
+      clock,
+      log,
+      leaseMs: config.scheduler.lease_ms,
+      // A running run's own events (its model calls), as they are stored.
+      tail: (runId) =>
+        bus.tail(runId, (event) => {
+          ledger.heard(event);
+          try {
+            const envelope = decodeEnvelope(event.data);
+            if (isKnown(envelope)) scheduler.heard(runId, envelope);
+          } catch {
+            // Not one this version reads: nothing to act on.
+          }
+        }),
+    });
+    closers.push(async () => scheduler.close());
+    const operations = new RunsOperations({ bus, ledger, scheduler, agents, newId });
+
+    // Holds, resumes and stops of durable runs (an operator's, a limit's, a rate-limit checkpoint's).
+    const follower = new LogFollower(bus, [
+      ledger,
+      {
+        heard: (event) => {
+          if ((CONTROL as readonly string[]).includes(event.type)) {
+            void scheduler
+              .controlled(event.runId)
+              .catch((error: unknown) =>
+                log.warn(
+                  { err: error, runId: event.runId },
+                  "could not act on a durable run's hold or resume",
+                ),
+              );
+          }
+        },
+      },
+    ]);
+    await follower.start();
+    closers.push(() => follower.stop());
+
+    // The queue as the log has it.
+    const recovered = await recover(bus, ledger, scheduler, operations);
+    log.info(recovered, "durable runs recovered from the log");
+
+    const policy = new AccessPolicy(access, {
+      name: "runs API",
+      readOnly: "get, list and watch runs and list agents, not submit, cancel, re-drive, replay or deploy",
+    });
+    const grpc: GrpcServer = await serve({
+      host: config.scheduler.host,
+      port: config.scheduler.grpc_port,
+      services: [
+        runsGrpcService({
+          operations,
+          scheduler,
+          access: policy,
+          log,
+          leaseMs: config.scheduler.lease_ms,
+          gatewayUrl: config.scheduler.gateway_url,
+        }),
+      ],
+      health: true,
+      reflection: Buffer.from(FILE_DESCRIPTOR_SET_BASE64, "base64"),
+    });
+    closers.push(() => grpc.close());
+    const app = buildRunsApp({
+      operations,
+      access: policy,
+      log,
+      health: () => ({
+        nats: bus.connected ? "connected" : "disconnected",
+        pid: process.pid,
+        ...scheduler.counts(),
+      }),
+    });
+    await app.listen({ host: config.scheduler.host, port: config.scheduler.port });
+    closers.push(() => app.close());
+    const address = app.server.address();
+    const port = typeof address === "object" && address ? address.port : config.scheduler.port;
+    const host = reachable(config.scheduler.host);
+    const grpcAddress = `${host}:${grpc.port}`;
+    const url = `http://${host}:${port}`;
+    log.info({ grpc: grpcAddress, url, tokens: policy.required }, "scheduler listening");
+    return { grpcAddress, grpcPort: grpc.port, url, port, close: closeAll };
+  } catch (error) {
+    await closeAll();
+    throw error;
+  }
+}
+
+/**
+ * Every durable run in the log: each one not finished or failed is queued again (or, if
+ * it was running, given a lease's time for its worker to claim it), and each is listed.
+ */
+async function recover(
+  bus: Awaited<ReturnType<typeof connectBus>>,
+  ledger: Ledger<RunState, RunCommand>,
+  scheduler: Scheduler,
+  operations: RunsOperations,
+): Promise<{ runs: number; queued: number; running: number }> {
+  const last = await bus.lastOnSubjects(DURABLE_TYPES.map((type) => bus.subjects.ofType(type)));
+  const latest = new Map<string, { type: string; seq: number }>();
+  for (const { envelope, streamSequence } of last) {
+    if (envelope.type === "RunSubmitted" && isKnown(envelope) && envelope.payload.$case === "runSubmitted") {
+      operations.indexed(envelope.runId, envelope.payload.value.agent, envelope.timestampMs);
+    }
+    const before = latest.get(envelope.runId);
+    if (before === undefined || before.seq < streamSequence)
+      latest.set(envelope.runId, { type: envelope.type, seq: streamSequence });
+  }
+  let queued = 0;
+  let running = 0;
+  for (const [runId, { type }] of latest) {
+    if (type === "RunFinished" || type === "RunFailed") continue;
+    const state = await ledger.current(runId);
+    const phase: DurablePhase | undefined = state.durable?.phase;
+    if (phase === "queued") {
+      scheduler.enqueue(runId, state);
+      queued += 1;
+    } else if (phase === "running") {
+      scheduler.adoptOrphan(runId, state);
+      running += 1;
+    }
+  }
+  return { runs: latest.size, queued, running };
+}
+
+/** Where a client on this machine dials a server bound to `host`. */
+function reachable(host: string): string {
+  if (host === "0.0.0.0") return "127.0.0.1";
+  if (host === "::") return "[::1]";
+  return host.includes(":") ? `[${host}]` : host;
+}
