@@ -43,8 +43,12 @@ export class RunsApi {
   }
 
   /** Queues a run of the agent's latest deployed version; `input` is any JSON value. */
-  submit(agent: string, input: unknown, options: SubmitOptions = {}): Promise<SubmitRunResponse> {
-    return unaryCall((cb) =>
+  async submit(
+    agent: string,
+    input: unknown,
+    options: SubmitOptions = {},
+  ): Promise<{ run: DurableRun; created: boolean }> {
+    const response = await unaryCall<SubmitRunResponse>((cb) =>
       this.client.submit(
         {
           agent,
@@ -58,6 +62,8 @@ export class RunsApi {
         cb,
       ),
     );
+    if (response.run === undefined) throw new Error("the scheduler answered a submission without its run");
+    return { run: response.run, created: response.created };
   }
 
   get(runId: string): Promise<DurableRun> {

@@ -1,3 +1,12 @@
+export {
+  type AgentView,
+  type DeployAgentResponse,
+  type DurableRun,
+  DurableStatus,
+  type DurableStep,
+  durableStatusToJSON,
+  type Envelope,
+} from "@holdfast/proto";
 export { type Agent, type AgentFunction, type AgentOptions, agent, isAgent } from "./agent.js";
 export { RunsApi, type RunsApiOptions, type SubmitOptions } from "./client.js";
 export { NonRetriable, RunRevokedError, StepFailedError, UnrecordableResultError } from "./errors.js";

@@ -433,6 +433,9 @@ export class Scheduler {
         this.queued.delete(queued.runId);
         this.again.delete(queued.runId);
         worker.busy.add(queued.runId);
+        // Its cap slot is taken now, before the lease is in the log: the next pick, in this
+        // same turn, must see it taken.
+        this.options.caps.started(capKeyOf(queued), queued.firstStart, nowMs);
         void this.lease(queued, worker);
       }
     }
@@ -492,6 +495,7 @@ export class Scheduler {
       });
     } catch (error) {
       worker.busy.delete(runId);
+      this.options.caps.stopped(capKeyOf(queued));
       if (error instanceof DurableRunError) {
         // Held meanwhile: it waits for its resume; anything else (cancelled, leased by
         // another scheduler) is not this queue's any more.
@@ -509,6 +513,7 @@ export class Scheduler {
     if (event?.payload.$case !== "runLeased" || !this.workers.has(worker.link.id)) {
       // The worker left while the lease was recorded: give it back at once.
       worker.busy.delete(runId);
+      this.options.caps.stopped(capKeyOf(queued));
       if (event?.payload.$case === "runLeased") {
         await this.execute(queued, {
           type: "ReleaseRun",
@@ -533,7 +538,6 @@ export class Scheduler {
       untail: this.options.tail(runId),
     };
     this.running.set(runId, running);
-    this.options.caps.started(capKeyOf(queued), queued.firstStart, nowMs);
     queued.firstStart = false;
     this.armCeiling(running);
     let steps: Awaited<ReturnType<StepResults["of"]>>;

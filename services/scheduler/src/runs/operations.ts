@@ -193,6 +193,8 @@ export class RunsOperations {
       lastStreamSequence = streamSequence;
       lastSequence = envelope.sequence;
       send(envelope);
+      // The run's history may hold an end it was re-driven past: only a live one ends the watch.
+      if (!live) return;
       const $case = envelope.payload.$case;
       ended = $case === "runFinished" || $case === "runFailed";
       if (ended) finish();
