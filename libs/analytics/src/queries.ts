@@ -9,7 +9,7 @@ export interface RunRow {
   tag: string;
   tenant: string;
   model: string;
-  /** running, idle, held or stopped. */
+  /** running, idle, held or stopped; a durable run queued, running, finished or failed (or held, stopped). */
   status: string;
   /** Why it is held or stopped ("limit: cost", "operator: <reason>", "rule <id>"); "" otherwise. */
   hold_reason: string;
@@ -28,9 +28,13 @@ export interface RunRow {
   estimated_steps: number;
   first_seen: string;
   last_seen: string;
+  /** The agent of a durable run (holdfast.v1.Runs); "" for a run that only calls models. */
+  agent: string;
+  /** A durable run's steps recorded (its own, not its model calls). */
+  durable_steps: number;
 }
 
-export const RUN_STATUSES = ["running", "idle", "held", "stopped"] as const;
+export const RUN_STATUSES = ["running", "idle", "held", "stopped", "queued", "finished", "failed"] as const;
 
 /** Runs, most recently active first; only those with `status` when given. */
 export async function listRuns(

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { ConfigError } from "@holdfast/config";
 import { actionCommand, HOLD_USAGE, RESUME_USAGE, STOP_USAGE } from "./act.js";
+import { DEPLOY_USAGE, deploy, RUNS_USAGE, runs, WORKER_USAGE, workerCommand } from "./durable.js";
 import { CliError } from "./errors.js";
 import { APPROVE_USAGE, DENY_USAGE, gateCommand } from "./gate.js";
 import { INIT_USAGE, init } from "./init.js";
@@ -25,6 +26,9 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: 
   rules: { run: rules, usage: RULES_USAGE },
   lift: { run: lift, usage: LIFT_USAGE },
   windows: { run: windows, usage: WINDOWS_USAGE },
+  deploy: { run: deploy, usage: DEPLOY_USAGE },
+  worker: { run: workerCommand, usage: WORKER_USAGE },
+  runs: { run: runs, usage: RUNS_USAGE },
 };
 
 const HELP = `holdfast — the control plane between LLM agents and their model providers

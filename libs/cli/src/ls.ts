@@ -8,11 +8,12 @@ import { requireStack } from "./stack.js";
 export const LS_USAGE = `holdfast ls [--status S] [--limit N] [--json] [--data-dir DIR] [--config FILE]
 
 Lists runs, most recently active first, from the ClickHouse projection (which trails
-the log by up to projector.linger_ms). --status running|idle|held|stopped lists only
-those; a held or stopped run shows why (a limit, an operator's reason, a standing rule)
-and how many of its calls are parked.`;
+the log by up to projector.linger_ms). --status running|idle|held|stopped (and, for
+durable runs, queued|finished|failed) lists only those; a held or stopped run shows why
+(a limit, an operator's reason, a standing rule) and how many of its calls are parked.
+A durable run shows its agent, and its recorded steps in STEPS (its model calls in CALLS).`;
 
-const STATUSES = ["running", "idle", "held", "stopped"];
+const STATUSES = ["running", "idle", "held", "stopped", "queued", "finished", "failed"];
 
 export async function ls(argv: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -40,9 +41,11 @@ export async function ls(argv: string[]): Promise<void> {
       [
         "RUN",
         "TAG",
+        "AGENT",
         "MODEL",
         "STATUS",
         "STEPS",
+        "CALLS",
         "FAILED",
         "TOKENS IN",
         "TOKENS OUT",
@@ -53,8 +56,10 @@ export async function ls(argv: string[]): Promise<void> {
       runs.map((r) => [
         r.run_id,
         r.tag || "-",
+        r.agent || "-",
         r.model || "-",
         r.status,
+        r.agent ? r.durable_steps : r.steps,
         r.steps,
         r.failed,
         r.input_tokens,

@@ -3,13 +3,16 @@ import { connectBus } from "@holdfast/bus";
 import {
   type ControlView,
   describeRun,
+  durableRunOf,
   type PredictionView,
   type RunView,
   type StepView,
   type TripView,
   type WindowLimits,
 } from "@holdfast/events";
+import type { DurableRun } from "@holdfast/proto";
 import { COMMON_OPTIONS, configFrom } from "./common.js";
+import { renderDurable } from "./durable.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table, usd } from "./format.js";
 import { natsUrlFor } from "./stack.js";
@@ -34,18 +37,22 @@ export async function show(argv: string[]): Promise<void> {
     name: "holdfast-cli",
   });
   let state: RunView;
+  let durable: DurableRun | undefined;
   try {
     const history = await bus.readRun(runId);
     if (history.events.length === 0) throw new CliError(`no run named ${JSON.stringify(runId)}`);
-    state = describeRun(
-      runId,
-      history.events.map((e) => e.envelope),
-    );
+    const events = history.events.map((e) => e.envelope);
+    state = describeRun(runId, events);
+    durable = durableRunOf(runId, events);
   } finally {
     await bus.close();
   }
-  if (values.json) return void console.log(JSON.stringify(state, null, 2));
+  if (values.json) {
+    return void console.log(JSON.stringify(durable === undefined ? state : { ...state, durable }, null, 2));
+  }
   console.log(renderRun(state));
+  // A durable run's own part: its agent, where it stands, and each step it recorded.
+  if (durable !== undefined) console.log(`\nDurable run\n\n${renderDurable(durable)}`);
 }
 
 /** A run as `holdfast show` prints it. Pure but for the clock. */

@@ -153,8 +153,9 @@ export function decodeEnvelope(bytes: Uint8Array): StoredEnvelope {
   } catch (cause) {
     throw new EventDecodeError("event is not a valid protobuf Envelope", { cause });
   }
-  // A provider key's event (on the key's own subject) stands alone: it has no sequence.
-  const standsAlone = envelope.runId === "" && KEY_EVENT_TYPES.has(envelope.type);
+  // A provider key's or an agent's event (on its own subject) stands alone: it has no sequence.
+  const standsAlone =
+    envelope.runId === "" && (KEY_EVENT_TYPES.has(envelope.type) || AGENT_EVENT_TYPES.has(envelope.type));
   if (envelope.id === "" || envelope.type === "" || (envelope.sequence < 1 && !standsAlone)) {
     throw new EventDecodeError("event has no id, type or sequence: it is not a Holdfast envelope");
   }

@@ -153,6 +153,7 @@ export {
   ranMsAt,
   type SubmitRun,
 } from "./run/durable.js";
+export { durableRunOf, durableStatusOf, summaryOf as durableSummaryOf } from "./run/durable-view.js";
 export {
   type Compaction,
   evolve,

@@ -5,7 +5,6 @@ import {
   createIdGenerator,
   NO_LIMITS,
   RunSource,
-  type RunState,
   RunStatus,
   RunStoppedError,
   type StartStep,
@@ -13,7 +12,7 @@ import {
 import { createLogger } from "@holdfast/log";
 import { natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { fleetAggregate, runAggregate } from "./aggregates.js";
+import { runAggregate } from "./aggregates.js";
 import { Ledger } from "./ledger.js";
 
 const log = createLogger({ name: "ledger-int-test", level: "silent" });

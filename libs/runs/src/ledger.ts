@@ -454,7 +454,10 @@ export class Ledger<State, Command> {
 
 /** Commands that may be decided on an aggregate assumed new (their first append checks it). */
 function assumesNew(command: unknown): boolean {
-  return (command as { type?: string }).type === "StartStep";
+  const type = (command as { type?: string }).type;
+  // A call's start, and a durable run's submission (a run id made for it, or an
+  // idempotency key's: if the run exists, the first append says so and it is read).
+  return type === "StartStep" || type === "SubmitRun";
 }
 
 function sleep(ms: number): Promise<void> {

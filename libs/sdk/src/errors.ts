@@ -37,11 +37,11 @@ export class RunRevokedError extends Error {
   }
 }
 
-/** A step's result cannot be recorded: it is not a JSON value. */
+/** A step's result cannot be recorded: it is not a JSON value, or too large to be part of an event. */
 export class UnrecordableResultError extends NonRetriable {
   constructor(label: string, cause: unknown) {
     super(
-      `step ${label} returned a value that is not JSON (${(cause as Error)?.message ?? cause}): return plain data`,
+      `step ${label} returned a value that cannot be recorded (${(cause as Error)?.message ?? cause}): return plain JSON data`,
     );
   }
 }

@@ -12,6 +12,7 @@ export { RunsApi, type RunsApiOptions, type SubmitOptions } from "./client.js";
 export { NonRetriable, RunRevokedError, StepFailedError, UnrecordableResultError } from "./errors.js";
 export {
   DEFAULT_RETRY_DELAYS_MS,
+  MAX_RESULT_BYTES,
   type ParallelStep,
   Run,
   type StepAttempt,

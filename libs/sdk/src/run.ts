@@ -41,6 +41,9 @@ export interface RunSettings {
   readonly recorder: StepRecorder;
 }
 
+/** The largest result a step may record (it is part of an event of the run's log). */
+export const MAX_RESULT_BYTES = 512 * 1024;
+
 export const DEFAULT_RETRY_DELAYS_MS: readonly number[] = Object.freeze([1_000, 2_000, 4_000, 8_000]);
 const DEFAULT_RETRIES = 4;
 
@@ -229,6 +232,11 @@ export class Run {
       let resultJson: string;
       try {
         resultJson = value === undefined ? "" : JSON.stringify(value);
+        if (Buffer.byteLength(resultJson) > MAX_RESULT_BYTES) {
+          throw new RangeError(
+            `${Buffer.byteLength(resultJson)} bytes, more than the ${MAX_RESULT_BYTES} a step may record: keep large content elsewhere and return a reference to it`,
+          );
+        }
       } catch (error) {
         this.failedStep = { label, ordinal };
         const unrecordable = new UnrecordableResultError(label, error);

@@ -12,7 +12,7 @@ import {
 import type { Agent } from "./agent.js";
 import { Heartbeat } from "./beat.js";
 import { RunRevokedError, StepFailedError } from "./errors.js";
-import { DEFAULT_RETRY_DELAYS_MS, Run } from "./run.js";
+import { DEFAULT_RETRY_DELAYS_MS, MAX_RESULT_BYTES, Run } from "./run.js";
 
 export interface WorkerOptions {
   /** The agents this worker runs (each at its version). */
@@ -86,7 +86,10 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
   const pending = new Map<number, Pending>();
   let nextRequest = 1;
   let stream: grpc.ClientDuplexStream<WorkerMessage, SchedulerMessage> | undefined;
-  let gatewayUrl = options.gatewayUrl ?? process.env.HOLDFAST_GATEWAY_URL;
+  // Where model calls go: as configured here, else as the scheduler says in each session's
+  // welcome (a scheduler restarted with another stack names another gateway).
+  const configuredGateway = options.gatewayUrl ?? process.env.HOLDFAST_GATEWAY_URL;
+  let gatewayUrl = configuredGateway;
   let leaseMs = 30_000;
   let stopping = false;
   let heartbeat: Heartbeat | undefined;
@@ -179,9 +182,17 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
       if (ok) {
         try {
           outputJson = output === undefined ? "" : JSON.stringify(output);
+          if (Buffer.byteLength(outputJson) > MAX_RESULT_BYTES) {
+            throw new RangeError(
+              `it is ${Buffer.byteLength(outputJson)} bytes, more than the ${MAX_RESULT_BYTES} a run may record: keep large content elsewhere and return a reference to it`,
+            );
+          }
         } catch (error) {
           ok = false;
-          failure = new Error(`the agent returned a value that is not JSON: ${(error as Error).message}`);
+          outputJson = "";
+          failure = new Error(
+            `the agent returned a value that cannot be recorded: ${(error as Error).message}`,
+          );
         }
       }
       const failedStep = failure instanceof StepFailedError ? failure : undefined;
@@ -227,7 +238,7 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
       switch (m.$case) {
         case "welcome": {
           leaseMs = Number(m.value.leaseMs) || leaseMs;
-          gatewayUrl ??= m.value.gatewayUrl === "" ? undefined : m.value.gatewayUrl;
+          gatewayUrl = configuredGateway ?? (m.value.gatewayUrl === "" ? undefined : m.value.gatewayUrl);
           heartbeat ??= new Heartbeat({
             address,
             authorization,
@@ -265,6 +276,12 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
             const running = active.get(runId);
             if (running !== undefined) revoke(runId, running.lease, "fenced");
             p.reject(new RunRevokedError(runId, m.value.error));
+            return;
+          }
+          if (!m.value.error.startsWith("unavailable")) {
+            // Refused for good (not a lease lost, not the log away): the run fails with it.
+            pending.delete(Number(m.value.requestId));
+            p.reject(new Error(`the scheduler refused the report: ${m.value.error}`));
             return;
           }
           // The log could not take it yet: send it again shortly.

@@ -147,6 +147,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
       name: "runs API",
       readOnly: "get, list and watch runs and list agents, not submit, cancel, re-drive, replay or deploy",
     });
+    const sessions = new Set<() => void>();
     const grpc: GrpcServer = await serve({
       host: config.scheduler.host,
       port: config.scheduler.grpc_port,
@@ -158,12 +159,21 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
           log,
           leaseMs: config.scheduler.lease_ms,
           gatewayUrl: config.scheduler.gateway_url,
+          sessions,
         }),
       ],
       health: true,
       reflection: Buffer.from(FILE_DESCRIPTOR_SET_BASE64, "base64"),
     });
     closers.push(() => grpc.close());
+    // Workers' sessions end first (they reconnect to whichever scheduler comes next) so the
+    // server does not wait out its grace on them.
+    closers.push(async () => {
+      // Closing, the scheduler lets its workers keep their leases (the next one adopts
+      // them as they reconnect) instead of releasing their runs.
+      scheduler.close();
+      for (const end of [...sessions]) end();
+    });
     const app = buildRunsApp({
       operations,
       access: policy,

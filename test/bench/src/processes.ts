@@ -14,6 +14,9 @@ export interface UpFile {
   analyticsUrl: string;
   natsUrl: string;
   budgetUrl: string;
+  /** host:port of the durable-run API (holdfast.v1.Runs). */
+  schedulerGrpc: string;
+  schedulerUrl: string;
 }
 
 /** Resolves with the first capture of `pattern` in the child's stdout; rejects if it exits first. */

@@ -10,6 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // The CLI as a user runs it: the built binary, its own nats-server, embedded ClickHouse,
 // the demo provider, every service a separate process.
 const BIN = fileURLToPath(new URL("../../../libs/cli/dist/bin.js", import.meta.url));
+const EXAMPLE = fileURLToPath(new URL("../../../libs/sdk/examples/research.mjs", import.meta.url));
+// Model calls made before the load tests: the demo's 9, and the durable run's 2.
+const CALLS_BEFORE_LOAD = 11;
 const run = promisify(execFile);
 
 let dir: Awaited<ReturnType<typeof makeTempDir>>;
@@ -152,8 +155,67 @@ describe("holdfast CLI", () => {
     expect(shown.steps[2]?.stream).toBe(true);
 
     const table = await holdfast("ls");
-    expect(table.stdout).toMatch(/demo-agent\s+demo\s+gpt-4o-mini\s+idle\s+3/);
+    expect(table.stdout).toMatch(/demo-agent\s+demo\s+-\s+gpt-4o-mini\s+idle\s+3/);
     expect(await stepCount()).toBe(9);
+  });
+
+  it("deploys an agent, serves it with `holdfast worker`, and runs it: durable runs in ls and show", async () => {
+    const deployed = await holdfast("deploy", EXAMPLE);
+    expect(deployed.code).toBe(0);
+    expect(deployed.stdout).toMatch(/research: deployed version \S+\n\s+new agent/);
+    expect(deployed.stdout).toContain("concurrency_per_key: 2");
+    expect(deployed.stdout).toContain("rate_limit: 30/min");
+    expect((await holdfast("deploy", EXAMPLE)).stdout).toMatch(/research: unchanged/);
+    const worker = spawn(process.execPath, [BIN, "worker", EXAMPLE, "--data-dir", dir.path], {
+      env: cleanEnv(),
+    });
+    let workerOutput = "";
+    worker.stdout?.on("data", (chunk: Buffer) => {
+      workerOutput += chunk.toString();
+    });
+    try {
+      await waitFor(() => workerOutput.includes("serves research@"), {
+        timeoutMs: 30_000,
+        message: "no worker",
+      });
+      const submitted = await holdfast(
+        "runs",
+        "submit",
+        "research",
+        "--input",
+        '{"question":"Why do lighthouses flash?"}',
+        "--wait",
+        "--json",
+      );
+      expect(submitted.code).toBe(0);
+      const run = JSON.parse(submitted.stdout) as {
+        runId: string;
+        status: string;
+        steps: { label: string }[];
+      };
+      expect(run.status, `${submitted.stdout}\n${workerOutput}`).toBe("finished");
+      expect(run.steps.map((s) => s.label)).toEqual(["model", "tool:search", "tool:encyclopedia", "model"]);
+      expect(workerOutput).toMatch(new RegExp(`finished ${run.runId}: 4 steps run, 0 reused`));
+      const shown = await holdfast("show", run.runId);
+      expect(shown.stdout).toContain("Durable run");
+      expect(shown.stdout).toMatch(/tool:encyclopedia#1\s+1\s+yes/);
+      await waitFor(
+        async () => {
+          const rows =
+            await json<{ run_id: string; agent: string; status: string; durable_steps: number }[]>("ls");
+          return rows.find((r) => r.run_id === run.runId && r.status === "finished");
+        },
+        { timeoutMs: 10_000, message: "the durable run did not reach ls" },
+      ).then((row) => expect(row).toMatchObject({ agent: "research", durable_steps: 4 }));
+      const listed = await holdfast("runs", "ls", "--agent", "research");
+      expect(listed.stdout).toMatch(new RegExp(`${run.runId}\\s+research\\s+\\S+\\s+finished\\s+4\\s+2`));
+      const redrive = await holdfast("runs", "redrive", run.runId);
+      expect(redrive.code).toBe(1);
+      expect(redrive.stderr).toMatch(/finished: a re-drive would reuse every step/);
+    } finally {
+      worker.kill("SIGINT");
+      await once(worker, "exit");
+    }
   });
 
   it("refuses a second `up` on the same data dir while one runs", async () => {
@@ -193,7 +255,7 @@ describe("holdfast CLI", () => {
     const drop = await holdfast("query", "DROP TABLE steps_v1");
     expect(drop.code).toBe(1);
     expect(await tables()).toEqual(before);
-    expect(await stepCount()).toBe(9);
+    expect(await stepCount()).toBe(CALLS_BEFORE_LOAD);
   });
 
   it("counts every call exactly once when the projector is killed under load and comes back", async () => {
@@ -226,7 +288,7 @@ describe("holdfast CLI", () => {
     expect(kills).toBe(3);
     // The supervisor restarted it, and it caught up with the log (its checkpoint reached
     // the stream's end: every call's outcome included).
-    await waitFor(async () => (await stepCount()) >= 209, {
+    await waitFor(async () => (await stepCount()) >= CALLS_BEFORE_LOAD + 200, {
       timeoutMs: 60_000,
       message: "projector did not catch up after restarts",
     });
@@ -234,7 +296,7 @@ describe("holdfast CLI", () => {
       "query",
       "SELECT count() AS n, uniqExact(step_id) AS u, countIf(startsWith(run_id, 'load-')) AS load FROM steps",
     );
-    expect(totals).toEqual({ n: 209, u: 209, load: 200 });
+    expect(totals).toEqual({ n: CALLS_BEFORE_LOAD + 200, u: CALLS_BEFORE_LOAD + 200, load: 200 });
     expect(upOutput).toMatch(/projector exited .*restarting/);
   });
 
@@ -274,7 +336,7 @@ describe("holdfast CLI", () => {
       { timeoutMs: 30_000, message: "gateway never recovered after nats-server restarted" },
     );
     expect((await json<{ steps: unknown[] }>("show", "load-3")).steps).toHaveLength(25);
-    await waitFor(async () => (await stepCount()) === 210, {
+    await waitFor(async () => (await stepCount()) === CALLS_BEFORE_LOAD + 201, {
       timeoutMs: 30_000,
       message: "call after restart not projected",
     });
@@ -358,7 +420,7 @@ describe("holdfast CLI", () => {
       "query",
       "SELECT count() AS n FROM steps WHERE NOT startsWith(run_id, 'gw-kill-')",
     )) as [{ n: number }];
-    expect(n).toBe(210);
+    expect(n).toBe(CALLS_BEFORE_LOAD + 201);
     expect((await json<{ completed: number }>("show", "demo-agent")).completed).toBe(3);
   });
 });

@@ -14,7 +14,7 @@ import { createLogger } from "@holdfast/log";
 import { Ledger, runAggregate } from "@holdfast/runs";
 import { type RunningScheduler, startScheduler } from "@holdfast/scheduler";
 import { agent, DurableStatus, type HoldfastWorker, NonRetriable, RunsApi, worker } from "@holdfast/sdk";
-import { makeTempDir, waitFor } from "@holdfast/test-harness";
+import { freePort, makeTempDir, waitFor } from "@holdfast/test-harness";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { blocker, pages as pagesAgent } from "./durable-agents.js";
 import { type Stack, sleep, startStack } from "./stack.js";
@@ -500,6 +500,83 @@ describe("durable runs", () => {
     expect(view.steps).toHaveLength(1);
     expect(view.steps[0]?.status).toBe("completed");
     expect((await api.get(run.runId)).modelCalls).toBe(1);
+  });
+
+  it("fails a step whose result is too large to record, with a clear error, rather than retrying it forever", async () => {
+    const big = agent({ name: "big-result", version: "v1" }, async (run) =>
+      run.step("fetch", () => "x".repeat(600 * 1024)),
+    );
+    await api.deploy(big);
+    await serve(big);
+    const { run } = await api.submit("big-result", {});
+    const failed = await api.result(run.runId);
+    expect(failed.status).toBe(DurableStatus.DURABLE_STATUS_FAILED);
+    expect(failed.error).toMatch(/more than the 524288 a step may record/);
+    expect(failed.steps).toMatchObject([{ label: "fetch", attempts: 1, ok: false }]);
+  });
+
+  it("rebuilds from the log when the scheduler restarts: its agents, a queued run, and a running run its worker still runs", async () => {
+    const port = await freePort();
+    const config = loadConfig({
+      env: {},
+      overrides: {
+        ...stack.config,
+        scheduler: {
+          host: "127.0.0.1",
+          grpc_port: port,
+          port: 0,
+          lease_ms: LEASE_MS,
+          gateway_url: new URL(stack.gatewayUrl).origin,
+        },
+      },
+    });
+    const log = createLogger({ name: "scheduler-2", level: "warn" });
+    let second = await startScheduler(config, log);
+    const api2 = new RunsApi({ scheduler: second.grpcAddress });
+    const steps: string[] = [];
+    const slow = agent({ name: "survives-restart", version: "v1" }, async (run, input: { name: string }) => {
+      let n = 0;
+      for (let i = 1; i <= 10; i++) {
+        n += await run.step("tick", async () => {
+          steps.push(`${input.name}#${i}`);
+          await sleep(80);
+          return 1;
+        });
+      }
+      return n;
+    });
+    await api2.deploy(slow);
+    const w = await worker({ agents: [slow], scheduler: second.grpcAddress, retryDelaysMs: [50] });
+    workers.push(w);
+    try {
+      const a = await api2.submit("survives-restart", { name: "a" });
+      const b = await api2.submit("survives-restart", { name: "b" });
+      await waitFor(() => steps.length >= 3, { timeoutMs: 10_000, message: "run a did not start" });
+      // The scheduler goes away mid-run (b still queued) and a new one takes the same port.
+      await second.close();
+      second = await startScheduler(config, log);
+      const [doneA, doneB] = await Promise.all([api2.result(a.run.runId), api2.result(b.run.runId)]);
+      expect(doneA.status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
+      expect(doneB.status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
+      expect(JSON.parse(doneA.outputJson)).toBe(10);
+      // Every step of a recorded once.
+      const recorded = ofType(await events(a.run.runId), "StepRecorded").map((e) =>
+        e.payload?.$case === "stepRecorded" && e.payload.value.ok ? e.payload.value.ordinal : 0,
+      );
+      expect(recorded.filter((o) => o > 0).sort((x, y) => x - y)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+      // Its worker said it still ran it: the run went on under the same lease.
+      expect(
+        ofType(await events(a.run.runId), "RunReleased").map(
+          (e) => e.payload?.$case === "runReleased" && e.payload.value.reason,
+        ),
+      ).toEqual([]);
+      // The deployment outlived the scheduler: the restarted one knows the agent.
+      expect((await api2.agents()).find((d) => d.agent === "survives-restart")?.version).toBe("v1");
+    } finally {
+      await w.stop();
+      api2.close();
+      await second.close();
+    }
   });
 
   it("answers REST: submit once per idempotency key, and get the run", async () => {

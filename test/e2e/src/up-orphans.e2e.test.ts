@@ -114,9 +114,15 @@ describe("kill -9 of holdfast up", () => {
     const children = Object.fromEntries(
       (await pgrep("-P", String(first.up.pid))).map((pid) => {
         const command = commandOf(pid);
-        const name = ["nats-server", "projector", "gateway", "budget", "control", "fake-provider"].find((n) =>
-          command.includes(n),
-        );
+        const name = [
+          "nats-server",
+          "projector",
+          "gateway",
+          "budget",
+          "control",
+          "scheduler",
+          "fake-provider",
+        ].find((n) => command.includes(n));
         return [name ?? command, pid];
       }),
     );
@@ -127,6 +133,7 @@ describe("kill -9 of holdfast up", () => {
       "gateway",
       "nats-server",
       "projector",
+      "scheduler",
     ]);
     started.push(...Object.values(children));
     expect(await natsOnStore()).toEqual([children["nats-server"]]);

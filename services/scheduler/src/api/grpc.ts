@@ -16,6 +16,8 @@ export interface RunsGrpcDeps {
   log: Logger;
   leaseMs: number;
   gatewayUrl: string | undefined;
+  /** Workers' sessions open now: ended when the scheduler closes (a worker reconnects to the next). */
+  sessions: Set<() => void>;
 }
 
 /** The one mapping of the service's errors onto gRPC status codes (errors.ts holds the codes). */
@@ -122,8 +124,13 @@ function workerSession(
   const close = () => {
     if (closed) return;
     closed = true;
+    deps.sessions.delete(end);
     if (link !== undefined) void scheduler.left(link.id);
   };
+  const end = () => {
+    if (!closed) call.end();
+  };
+  deps.sessions.add(end);
   call.on("data", (message: WorkerMessage) => {
     const m = message.message;
     if (m === undefined) return;

@@ -88,6 +88,8 @@ interface Worker {
 
 const SCHEDULER: Actor = { kind: ActorKind.ACTOR_KIND_SCHEDULER, name: "scheduler" };
 const DEFAULT_CEILING_MS = 30 * 60_000;
+// What a step may record: its event must fit a NATS message (1 MiB by default) with room to spare.
+const MAX_REPORT_CHARS = 768 * 1024;
 
 /**
  * Hands durable runs to workers and keeps the log's account of them: leases, steps,
@@ -227,6 +229,8 @@ export class Scheduler {
     const worker = this.workers.get(linkId);
     if (worker === undefined) return;
     this.workers.delete(linkId);
+    // This scheduler is closing: its workers' leases stand, for the next one to take up.
+    if (this.closed) return;
     const mine = [...this.running.values()].filter((r) => r.worker.id === linkId);
     await Promise.all(mine.map((running) => this.release(running, ReleaseReason.RELEASE_REASON_WORKER_GONE)));
   }
@@ -256,6 +260,13 @@ export class Scheduler {
       return { ok: false, fenced: true, error: `lease ${report.lease} of ${report.runId} is over` };
     }
     running.expiresAtMs = this.options.clock() + this.options.leaseMs;
+    if (report.resultJson.length + report.error.length > MAX_REPORT_CHARS) {
+      return {
+        ok: false,
+        fenced: false,
+        error: `a step's result may take at most ${MAX_REPORT_CHARS} characters`,
+      };
+    }
     try {
       await this.execute(running.queued, {
         type: "RecordStep",
@@ -398,6 +409,7 @@ export class Scheduler {
   }
 
   close(): void {
+    if (this.closed) return;
     this.closed = true;
     clearInterval(this.sweeper);
     if (this.wakeAt !== undefined) clearTimeout(this.wakeAt.timer);

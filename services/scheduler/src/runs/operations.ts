@@ -5,11 +5,14 @@ import {
   assertTag,
   type DecodedEnvelope,
   decodeEnvelope,
+  durableRunOf,
+  durableStatusOf,
   isKnown,
   MAX_RUN_ID_LENGTH,
   type RunCommand,
   type RunState,
   runIdDefect,
+  durableSummaryOf as summaryOf,
   tagDefect,
 } from "@holdfast/events";
 import { type AgentView, type DurableRun, DurableStatus, type SubmitRunRequest } from "@holdfast/proto";
@@ -17,7 +20,6 @@ import type { Ledger } from "@holdfast/runs";
 import { type AgentRegistry, checkAgentName, type DeployRequest, MAX_CEILING_S } from "../agents/registry.js";
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../errors.js";
 import type { Scheduler } from "../queue/scheduler.js";
-import { durableRunOf, durableStatusOf, summaryOf } from "./view.js";
 
 export interface OperationsDeps {
   bus: Bus;
@@ -153,24 +155,24 @@ export class RunsOperations {
     return runs;
   }
 
+  // An operator's action answers with the run as it now stands, without its steps (reading
+  // every step of a long run would hold up the run it has just queued): Get has them.
+
   async cancel(runId: string, actor: Actor, reason: string): Promise<DurableRun> {
     await this.durable(runId);
-    await this.deps.scheduler.cancel(runId, actor, reason);
-    return this.get(runId);
+    return summary(runId, await this.deps.scheduler.cancel(runId, actor, reason));
   }
 
   async redrive(runId: string, actor: Actor, reason: string): Promise<DurableRun> {
     await this.durable(runId);
-    await this.deps.scheduler.redrive(runId, actor, reason, false, "");
-    return this.get(runId);
+    return summary(runId, await this.deps.scheduler.redrive(runId, actor, reason, false, ""));
   }
 
   async replay(runId: string, actor: Actor, reason: string): Promise<DurableRun> {
     const state = await this.durable(runId);
     const deployment = this.deps.agents.get(state.durable!.agent);
     if (deployment === undefined) throw new NotFoundError(`agent ${state.durable!.agent} is not deployed`);
-    await this.deps.scheduler.redrive(runId, actor, reason, true, deployment.version);
-    return this.get(runId);
+    return summary(runId, await this.deps.scheduler.redrive(runId, actor, reason, true, deployment.version));
   }
 
   /**
@@ -275,6 +277,11 @@ export class RunsOperations {
     if (state.durable === null) throw new NotFoundError(`no durable run ${JSON.stringify(runId)}`);
     return state;
   }
+}
+
+function summary(runId: string, state: RunState): DurableRun {
+  if (state.durable === null) throw new NotFoundError(`no durable run ${JSON.stringify(runId)}`);
+  return summaryOf(runId, state, state.durable);
 }
 
 function checkRunId(runId: string): string {

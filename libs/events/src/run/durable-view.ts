@@ -1,13 +1,7 @@
-import {
-  DurablePhase,
-  type DurableState,
-  foldRun,
-  isKnown,
-  type RunState,
-  RunStatus,
-  type StoredEnvelope,
-} from "@holdfast/events";
 import { type DurableRun, DurableStatus, type DurableStep } from "@holdfast/proto";
+import { isKnown, type StoredEnvelope } from "../envelope.js";
+import { DurablePhase, type DurableState } from "./durable.js";
+import { foldRun, type RunState, RunStatus } from "./state.js";
 
 /** Where a durable run stands, as its API says it. */
 export function durableStatusOf(state: RunState): DurableStatus {
@@ -51,6 +45,7 @@ export function summaryOf(runId: string, state: RunState, durable: DurableState)
     idempotencyKey: durable.idempotencyKey,
     modelCalls: state.started,
     costNanoUsd: state.totals.costNanoUsd,
+    stepsRecorded: durable.stepsOk,
   };
 }
 
