@@ -3,8 +3,9 @@
 // installs dependencies with pnpm 10 (via npx when pnpm is not installed), generates the
 // protobuf code, builds every package, and makes sure nats-server >= 2.11 is available
 // (installing it into .tools/ when it is not), and Python's httpx for the tests that drive
-// a Python client (unpacked from Debian into .tools/python-httpx). Safe to run again; it
-// only does what is missing or stale.
+// a Python client (unpacked from Debian into .tools/python-httpx), and Python's grpcio,
+// protobuf and grpc_tools for the one that drives a Python gRPC client (.tools/python-grpc).
+// Safe to run again; it only does what is missing or stale.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -80,6 +81,21 @@ say("checking for Python's httpx (for the tests that drive a Python client)");
       process.exit(1);
     }
     say(`skipping httpx: ${error.message}`);
+  }
+}
+
+say("checking for Python's grpcio and grpc_tools (for the test that drives a Python gRPC client)");
+{
+  const { ensurePythonGrpc } = await import("../test/harness/dist/python.js");
+  try {
+    await ensurePythonGrpc({ log: quiet ? undefined : (line) => say(line) });
+  } catch (error) {
+    // No Python 3.11 (what Debian bookworm's grpcio is built for) or no apt/dpkg: that test skips itself.
+    if (error?.code !== "HOLDFAST_HARNESS_PYTHON_UNSUPPORTED") {
+      console.error(`setup: ${error instanceof Error ? error.message : String(error)}`);
+      process.exit(1);
+    }
+    say(`skipping grpcio: ${error.message}`);
   }
 }
 

@@ -164,6 +164,7 @@ export class Run {
         defaultHeaders: headers,
         // The run's steps retry; the SDK's own retries would only repeat a failed step's call.
         maxRetries: 0,
+        fetch: this.fetchForRun(),
       });
     });
     return this.openaiClient as Promise<import("openai").OpenAI>;
@@ -178,9 +179,21 @@ export class Run {
         apiKey: options.apiKey ?? process.env.ANTHROPIC_API_KEY ?? "",
         defaultHeaders: headers,
         maxRetries: 0,
+        fetch: this.fetchForRun(),
       });
     });
     return this.anthropicClient as Promise<import("@anthropic-ai/sdk").Anthropic>;
+  }
+
+  /**
+   * fetch, with every request of the run given up when the run is no longer this worker's
+   * (a held run's call parked in the gateway leaves, instead of reaching the provider after
+   * the run went elsewhere).
+   */
+  private fetchForRun(): typeof fetch {
+    const run = this.controller.signal;
+    return (input, init) =>
+      fetch(input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, run]) : run });
   }
 
   /** The run is no longer this worker's: its code is told (signal), and nothing more is recorded. */

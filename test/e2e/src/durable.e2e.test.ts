@@ -6,6 +6,7 @@ import { loadConfig } from "@holdfast/config";
 import {
   ActorKind,
   createIdGenerator,
+  LimitKind,
   ReleaseReason,
   RunFailure,
   type StoredEnvelope,
@@ -35,8 +36,18 @@ let dir: Awaited<ReturnType<typeof makeTempDir>>;
 const workers: HoldfastWorker[] = [];
 const children: ChildProcess[] = [];
 
+// A provider key with a small window: 1,500 tokens a minute (25 a second); each model call
+// of the metered agent takes about 150, so 10 spend it and the 11th would wait some 6 s,
+// well past the 2 s the gateway waits before it checkpoints the run.
+const KEY_SMALL_WINDOW = "sk-durable-window-000000000000000000";
+// The same window, for runs held back before they start.
+const KEY_START_WINDOW = "sk-durable-start-0000000000000000000";
+
 beforeAll(async () => {
-  stack = await startStack();
+  stack = await startStack({
+    config: { predict: { wait_threshold_s: 2, max_wait_s: 20 }, hold: { keepalive_ms: 1_000 } },
+    provider: { limitsByKey: { [KEY_SMALL_WINDOW]: { tpm: 1_500 }, [KEY_START_WINDOW]: { tpm: 3_000 } } },
+  });
   dir = await makeTempDir("durable");
   const config = loadConfig({
     env: {},
@@ -501,6 +512,109 @@ describe("durable runs", () => {
     expect(view.steps[0]?.status).toBe("completed");
     expect((await api.get(run.runId)).modelCalls).toBe(1);
   });
+
+  it("lets go of a run whose next model call cannot fit its key's window (a checkpoint), and re-drives it from its ledger when the window allows", async () => {
+    const calls: number[] = [];
+    const metered = agent({ name: "metered", version: "v1" }, async (run) => {
+      const openai = await run.openai({ apiKey: KEY_SMALL_WINDOW });
+      let answered = 0;
+      for (let i = 1; i <= 11; i++) {
+        await run.step("model", async () => {
+          calls.push(i);
+          const reply = await openai.chat.completions.create({
+            model: "gpt-4o-mini",
+            max_tokens: 44,
+            messages: [{ role: "user", content: `${i} ${"y".repeat(400)}` }],
+          });
+          return reply.choices[0]?.message.content ?? "";
+        });
+        answered += 1;
+      }
+      return answered;
+    });
+    const quick = agent({ name: "quick-while-waiting", version: "v1" }, async (run) =>
+      run.step("only", () => 1),
+    );
+    await api.deploy(metered);
+    await api.deploy(quick);
+    const w = await serve(metered, quick);
+    const { run } = await api.submit("metered", {});
+    // The 11th call is checkpointed: the run is held and its worker let go of it.
+    await waitFor(async () => ofType(await events(run.runId), "RunReleased").length > 0, {
+      timeoutMs: 30_000,
+      message: "the run was not let go when its window ran out",
+    });
+    // Meanwhile the worker (one slot) is free for other work.
+    const other = await api.submit("quick-while-waiting", {});
+    expect((await api.result(other.run.runId)).status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
+    const done = await api.result(run.runId);
+    expect(done.status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
+    expect(JSON.parse(done.outputJson)).toBe(11);
+    const all = await events(run.runId);
+    const tripped = ofType(all, "RunTripped")[0];
+    expect(tripped?.payload?.$case === "runTripped" && tripped.payload.value.trip?.limit).toBe(
+      LimitKind.LIMIT_KIND_RATE_LIMIT,
+    );
+    // Each checkpoint let go of the worker, and the window's own timer resumed the run.
+    const released = ofType(all, "RunReleased").map((e) =>
+      e.payload?.$case === "runReleased" ? e.payload.value.reason : undefined,
+    );
+    expect(released.length).toBeGreaterThanOrEqual(1);
+    expect(released.every((reason) => reason === ReleaseReason.RELEASE_REASON_HELD)).toBe(true);
+    expect(ofType(all, "RunResumed")).toHaveLength(released.length);
+    // Re-driven from its ledger each time: only the step a checkpoint interrupted ran again.
+    const leases = ofType(all, "RunLeased").map((e) =>
+      e.payload?.$case === "runLeased" ? e.payload.value : undefined,
+    );
+    expect(leases).toHaveLength(released.length + 1);
+    expect(leases.at(-1)!.reusableSteps).toBeGreaterThanOrEqual(9);
+    expect(calls).toHaveLength(11 + released.length);
+    expect(new Set(calls).size).toBe(11);
+    // No 429 from the provider: the wall was seen coming.
+    const mine = stack.provider.requests.filter((r) => r.apiKey === KEY_SMALL_WINDOW);
+    expect(mine.filter((r) => r.status === 429)).toHaveLength(0);
+    expect(mine.filter((r) => r.status === 200)).toHaveLength(11);
+    expect(w.running).toBe(0);
+  }, 60_000);
+
+  it("does not start a run while its agent's key window cannot fit its next model call", async () => {
+    const spender = agent(
+      { name: "spends-its-window", version: "v1" },
+      async (run, input: { calls: number }) => {
+        const openai = await run.openai({ apiKey: KEY_START_WINDOW });
+        for (let i = 1; i <= input.calls; i++) {
+          await run.step("model", async () => {
+            const reply = await openai.chat.completions.create({
+              model: "gpt-4o-mini",
+              max_tokens: 44,
+              messages: [{ role: "user", content: `${i} ${"z".repeat(400)}` }],
+            });
+            return reply.choices[0]?.message.content ?? "";
+          });
+        }
+        return input.calls;
+      },
+    );
+    await api.deploy(spender);
+    await serve(spender);
+    // A first run spends most of the key's window (and teaches the scheduler what a call of
+    // this agent costs): what is left cannot take another call for a while.
+    const first = await api.submit(spender.name, { calls: 19 });
+    expect((await api.result(first.run.runId)).status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
+    // The next one waits in the queue, not in the gateway, until the window has room for its first call.
+    const second = await api.submit(spender.name, { calls: 1 });
+    const queuedAt = Date.now();
+    const all = await (async () => {
+      await api.result(second.run.runId);
+      return events(second.run.runId);
+    })();
+    const submitted = ofType(all, "RunSubmitted")[0]!;
+    const leased = ofType(all, "RunLeased")[0]!;
+    expect(leased.timestampMs - submitted.timestampMs).toBeGreaterThan(1_000);
+    expect(Date.now() - queuedAt).toBeGreaterThan(1_000);
+    const mine = stack.provider.requests.filter((r) => r.apiKey === KEY_START_WINDOW);
+    expect(mine.filter((r) => r.status === 429)).toHaveLength(0);
+  }, 90_000);
 
   it("fails a step whose result is too large to record, with a clear error, rather than retrying it forever", async () => {
     const big = agent({ name: "big-result", version: "v1" }, async (run) =>

@@ -23,14 +23,14 @@ export class WaitForTimeoutError extends HarnessError {
   readonly retryable = false;
 }
 
-/** No Python 3.11+ or no apt-get/dpkg here, so httpx cannot be provided; tests that need it should skip. */
+/** No fitting Python (3.11+; 3.11 for grpcio) or no apt-get/dpkg here, so httpx or grpcio cannot be provided; tests that need it should skip. */
 export class PythonUnavailableError extends HarnessError {
   override readonly name = "PythonUnavailableError";
   readonly code = "HOLDFAST_HARNESS_PYTHON_UNSUPPORTED";
   readonly retryable = false;
 }
 
-/** Fetching, unpacking or importing the Debian httpx packages failed; usually the mirror, so retry. */
+/** Fetching, unpacking or importing the Debian httpx (or grpcio) packages failed; usually the mirror, so retry. */
 export class PythonHttpxInstallError extends HarnessError {
   override readonly name = "PythonHttpxInstallError";
   readonly code = "HOLDFAST_HARNESS_PYTHON_INSTALL_FAILED";

@@ -13,11 +13,18 @@ export { type LaunchNatsServerOptions, launchNatsServer, natsUrl } from "./nats.
 export { freePort } from "./port.js";
 export {
   defaultPythonToolsDir,
+  type EnsurePythonGrpcOptions,
   type EnsurePythonHttpxOptions,
+  ensurePythonGrpc,
   ensurePythonHttpx,
   MIN_PYTHON_VERSION,
+  type NativePackages,
+  PYTHON_GRPC_SUITE,
+  PYTHON_GRPC_VERSION,
   PYTHON_HTTPX_SUITE,
+  type PythonGrpc,
   type PythonHttpx,
+  pythonEnv,
   resolvePythonPackages,
 } from "./python.js";
 export { makeTempDir, type TempDir } from "./temp.js";

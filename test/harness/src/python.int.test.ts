@@ -1,19 +1,27 @@
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, readdir, stat } from "node:fs/promises";
+import { mkdir, readdir, stat, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { beforeAll, describe, expect, it } from "vitest";
 import { PythonHttpxInstallError, PythonUnavailableError } from "./errors.js";
-import { ensurePythonHttpx, type PythonHttpx } from "./python.js";
+import {
+  ensurePythonGrpc,
+  ensurePythonHttpx,
+  type PythonGrpc,
+  type PythonHttpx,
+  pythonEnv,
+} from "./python.js";
 import { makeTempDir } from "./temp.js";
 
 const execFileAsync = promisify(execFile);
 
 let httpx: PythonHttpx | undefined;
 let unavailable: string | undefined;
+let grpc: PythonGrpc | undefined;
+let grpcUnavailable: string | undefined;
 
 beforeAll(async () => {
   try {
@@ -22,6 +30,12 @@ beforeAll(async () => {
   } catch (error) {
     if (!(error instanceof PythonUnavailableError)) throw error;
     unavailable = error.message;
+  }
+  try {
+    grpc = await ensurePythonGrpc();
+  } catch (error) {
+    if (!(error instanceof PythonUnavailableError)) throw error;
+    grpcUnavailable = error.message;
   }
 });
 
@@ -58,6 +72,39 @@ describe("ensurePythonHttpx", () => {
     expect(again).toEqual(httpx);
     expect((await stat(marker)).mtimeMs).toBe(before);
     expect(lines).toEqual([expect.stringMatching(/^httpx \(0\.23\.3-1\) is already unpacked in /)]);
+  });
+});
+
+describe("ensurePythonGrpc", () => {
+  it("gives an interpreter and an environment under which grpc imports and grpc_tools.protoc generates", async (ctx) => {
+    if (grpc === undefined) return ctx.skip(grpcUnavailable);
+    await using scratch = await makeTempDir("python-grpc-int");
+    const proto =
+      'syntax = "proto3";\npackage probe.v1;\nmessage Ping { string text = 1; }\nservice Probe { rpc Echo(Ping) returns (Ping); }\n';
+    await writeFile(join(scratch.path, "probe.proto"), proto);
+    const script = [
+      "import sys, grpc, google.protobuf",
+      "from grpc_tools import protoc",
+      "assert protoc.main(['protoc', '-I' + sys.argv[1], '--python_out=' + sys.argv[1], '--grpc_python_out=' + sys.argv[1], 'probe.proto']) == 0",
+      "sys.path.insert(0, sys.argv[1])",
+      "import probe_pb2, probe_pb2_grpc",
+      "print(grpc.__file__); print(google.protobuf.__file__); print(probe_pb2.Ping(text='hi').SerializeToString())",
+    ].join("\n");
+    const { stdout } = await execFileAsync(grpc.python, ["-c", script, scratch.path], {
+      env: pythonEnv(grpc),
+      encoding: "utf8",
+    });
+    const [grpcFile, protobufFile, ping] = stdout.trim().split("\n");
+    expect(grpcFile).toBe(join(grpc.pythonPath, "grpc", "__init__.py"));
+    expect(protobufFile).toBe(join(grpc.pythonPath, "google", "protobuf", "__init__.py"));
+    expect(ping).toBe("b'\\n\\x02hi'");
+  });
+
+  it("leaves a complete unpack alone", async (ctx) => {
+    if (grpc === undefined) return ctx.skip(grpcUnavailable);
+    const lines: string[] = [];
+    expect(await ensurePythonGrpc({ log: (line) => lines.push(line) })).toEqual(grpc);
+    expect(lines).toEqual([expect.stringMatching(/^grpcio \(1\.51\.1-[^)]+\) is already unpacked in /)]);
   });
 });
 

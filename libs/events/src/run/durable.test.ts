@@ -166,6 +166,19 @@ describe("a durable run", () => {
     expect(decide({ type: "ReleaseRun", lease: 1, reason: 1, ranMs: 0 }, state, NOW)).toEqual([]);
   });
 
+  it("records each attempt once: a retried write of an attempt recorded already appends nothing", () => {
+    const attempt2 = record(1, "model", 4, { ok: false, error: "503", final: false, attempt: 2 });
+    const failedTwice = given(
+      submitted,
+      leased(1),
+      recorded(1, "model", 4, false, 1),
+      recorded(1, "model", 4, false, 2),
+    );
+    failedTwice.when(attempt2).then();
+    failedTwice.when(record(1, "model", 4, { ok: false, error: "503", final: false, attempt: 1 })).then();
+    failedTwice.when(record(1, "model", 4, { attempt: 3 })).then(recorded(1, "model", 4, true, 3));
+  });
+
   it("records every failed attempt, and the one that gives up as final", () => {
     given(submitted, leased(1))
       .when(record(1, "model", 4, { ok: false, error: "503", final: false, attempt: 2 }))

@@ -47,6 +47,8 @@ export interface DurableState {
   readonly redrives: number;
   /** Per label, the ordinals recorded ok in this epoch: all up to `through`, and those above it. */
   readonly recorded: ReadonlyMap<string, RecordedOrdinals>;
+  /** Steps that failed and have not succeeded since ("label#ordinal"), with the last attempt recorded. */
+  readonly failing: ReadonlyMap<string, number>;
   readonly outputJson: string;
   readonly degraded: string;
   readonly failure: RunFailure;
@@ -217,7 +219,9 @@ export function decideDurable(
     }
     case "RecordStep": {
       fence(durable, command.lease);
-      if (command.ok && isRecorded(durable, command.label, command.ordinal)) return [];
+      // A step recorded already, or an attempt of it recorded already (a retried write).
+      if (isRecorded(durable, command.label, command.ordinal)) return [];
+      if ((durable.failing.get(`${command.label}#${command.ordinal}`) ?? 0) >= command.attempt) return [];
       const value: StepRecorded = {
         lease: command.lease,
         label: command.label,
@@ -334,6 +338,7 @@ export function evolveDurable(
         epoch: 0,
         redrives: 0,
         recorded: NOTHING_RECORDED,
+        failing: NOTHING_FAILING,
         outputJson: "",
         degraded: "",
         failure: RunFailure.RUN_FAILURE_UNSPECIFIED,
@@ -358,11 +363,21 @@ export function evolveDurable(
     case "stepRecorded": {
       if (durable === null) return null;
       const e = payload.value;
-      if (!e.ok) return { ...durable, failedAttempts: durable.failedAttempts + 1 };
+      const key = `${e.label}#${e.ordinal}`;
+      if (!e.ok) {
+        const failing = new Map(durable.failing);
+        failing.set(key, Math.max(failing.get(key) ?? 0, e.attempt));
+        return { ...durable, failing, failedAttempts: durable.failedAttempts + 1 };
+      }
       if (isRecorded(durable, e.label, e.ordinal)) return durable;
       const recorded = new Map(durable.recorded);
       recorded.set(e.label, withOrdinal(recorded.get(e.label), e.ordinal));
-      return { ...durable, recorded, stepsOk: durable.stepsOk + 1 };
+      let failing = durable.failing;
+      if (failing.has(key)) {
+        failing = new Map(failing);
+        (failing as Map<string, number>).delete(key);
+      }
+      return { ...durable, recorded, failing, stepsOk: durable.stepsOk + 1 };
     }
     case "runReleased": {
       if (durable === null || payload.value.lease !== durable.lease) return durable;
@@ -409,6 +424,7 @@ export function evolveDurable(
         redrives: durable.redrives + 1,
         epoch: replay ? durable.epoch + 1 : durable.epoch,
         recorded: replay ? NOTHING_RECORDED : durable.recorded,
+        failing: replay ? NOTHING_FAILING : durable.failing,
         stepsOk: replay ? 0 : durable.stepsOk,
         // A run run again starts its ceiling again.
         ranMs: 0,
@@ -426,6 +442,7 @@ export function evolveDurable(
 }
 
 const NOTHING_RECORDED: ReadonlyMap<string, RecordedOrdinals> = new Map();
+const NOTHING_FAILING: ReadonlyMap<string, number> = new Map();
 
 function withOrdinal(recorded: RecordedOrdinals | undefined, ordinal: number): RecordedOrdinals {
   let through = recorded?.through ?? 0;

@@ -188,13 +188,15 @@ export class Scheduler {
     if (prediction === undefined) return;
     // What the agent's next step is likely to cost, on which key: the window it waits for.
     if (running !== undefined && prediction.keyId !== "") {
+      // The estimate with its margin (k·σ), as the gateway will ask the window for it.
+      const margin = Math.max(0, Number(prediction.k) * Number(prediction.sigma));
       this.needs.set(running.queued.agent, {
         keyId: prediction.keyId,
         need: {
           requests: 1,
-          tokens: prediction.estimatedTotalTokens,
-          inputTokens: prediction.estimatedInputTokens,
-          outputTokens: prediction.estimatedOutputTokens,
+          tokens: Number(prediction.estimatedTotalTokens) + margin,
+          inputTokens: Number(prediction.estimatedInputTokens),
+          outputTokens: Number(prediction.estimatedOutputTokens) + margin,
         },
       });
     }
