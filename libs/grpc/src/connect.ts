@@ -30,6 +30,8 @@ export interface ConnectOptions {
   metadata?: Readonly<Record<string, string>>;
   /** Interceptors run after the defaults' (closest to the wire last). */
   interceptors?: grpc.Interceptor[];
+  /** The largest message this client accepts, in bytes; -1 for no limit (grpc-js's default is 4 MiB). */
+  maxReceiveBytes?: number;
 }
 
 export const DEFAULT_RETRY: RetryPolicy = Object.freeze({
@@ -56,6 +58,9 @@ export function connect<C>(Client: ClientConstructor<C>, options: ConnectOptions
     "grpc.keepalive_timeout_ms": 10_000,
     // Retries are the interceptor's, with its own policy: the channel's own would double them.
     "grpc.enable_retries": 0,
+    ...(options.maxReceiveBytes === undefined
+      ? {}
+      : { "grpc.max_receive_message_length": options.maxReceiveBytes }),
   });
 }
 

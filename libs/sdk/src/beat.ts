@@ -13,6 +13,7 @@ const { parentPort, workerData } = require("node:worker_threads");
 const http2 = require("node:http2");
 const { address, authorization, intervalMs, graceMs } = workerData;
 let request = Buffer.alloc(0);
+let held = new Set();
 let session;
 let killer;
 function connect() {
@@ -21,6 +22,35 @@ function connect() {
   session.on("error", () => {});
   session.unref();
   return session;
+}
+// HeartbeatResponse { repeated LeaseRef revoked = 1 }, LeaseRef { string run_id = 1; uint32 lease = 2 }:
+// read by hand, as "runId:lease" keys.
+function varint(buf, at) {
+  let value = 0, shift = 0, byte;
+  do { byte = buf[at.i++]; value += (byte & 0x7f) * 2 ** shift; shift += 7; } while (byte & 0x80 && at.i < buf.length);
+  return value;
+}
+function fields(buf, each) {
+  const at = { i: 0 };
+  while (at.i < buf.length) {
+    const tag = varint(buf, at);
+    const wire = tag & 7;
+    if (wire === 0) each(tag >>> 3, varint(buf, at));
+    else if (wire === 2) { const n = varint(buf, at); each(tag >>> 3, buf.subarray(at.i, at.i + n)); at.i += n; }
+    else if (wire === 5) at.i += 4;
+    else if (wire === 1) at.i += 8;
+    else return;
+  }
+}
+function revokedKeys(message) {
+  const keys = [];
+  fields(message, (field, ref) => {
+    if (field !== 1 || typeof ref === "number") return;
+    let runId = "", lease = 0;
+    fields(ref, (f, v) => { if (f === 1 && typeof v !== "number") runId = v.toString("utf8"); else if (f === 2) lease = v; });
+    keys.push(runId + ":" + lease);
+  });
+  return keys;
 }
 function beat() {
   if (request.length === 0) return;
@@ -41,7 +71,9 @@ function beat() {
     const message = body.subarray(5, 5 + length);
     if (message.length === 0) return;
     parentPort.postMessage({ type: "revoked", bytes: message });
-    if (killer === undefined) {
+    // Only a lease the main thread still holds arms the kill: an answer to an older beat may
+    // name one it already let go of, while its code rightly holds the loop for another run.
+    if (killer === undefined && revokedKeys(message).some((key) => held.has(key))) {
       killer = setTimeout(() => process.kill(process.pid, "SIGKILL"), graceMs);
     }
   });
@@ -54,7 +86,7 @@ const timer = setInterval(beat, intervalMs);
 parentPort.on("message", (message) => {
   // The main thread answers: it is not stuck.
   if (killer !== undefined) { clearTimeout(killer); killer = undefined; }
-  if (message.type === "leases") { request = Buffer.from(message.bytes); if (message.now) beat(); }
+  if (message.type === "leases") { request = Buffer.from(message.bytes); held = new Set(message.keys); if (message.now) beat(); }
   else if (message.type === "stop") { clearInterval(timer); if (session) session.close(); parentPort.close(); }
 });
 `;
@@ -99,7 +131,8 @@ export class Heartbeat {
       leases.length === 0
         ? new Uint8Array(0)
         : HeartbeatRequest.encode({ worker: this.options.worker, leases: [...leases] }).finish();
-    this.thread.postMessage({ type: "leases", bytes, now });
+    const keys = leases.map((l) => `${l.runId}:${l.lease}`);
+    this.thread.postMessage({ type: "leases", bytes, keys, now });
   }
 
   async stop(): Promise<void> {

@@ -38,6 +38,8 @@ export class RunsApi {
     this.client = connect(RunsClient, {
       address: options.scheduler ?? process.env.HOLDFAST_SCHEDULER_URL ?? "127.0.0.1:4144",
       deadlineMs: options.deadlineMs ?? 30_000,
+      // A run's view carries its recorded steps: a long run's is past grpc-js's 4 MiB default.
+      maxReceiveBytes: -1,
       ...(token === undefined || token === "" ? {} : { metadata: { authorization: `Bearer ${token}` } }),
     });
   }

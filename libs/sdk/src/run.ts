@@ -44,6 +44,24 @@ export interface RunSettings {
 /** The largest result a step may record (it is part of an event of the run's log). */
 export const MAX_RESULT_BYTES = 512 * 1024;
 
+/**
+ * A result as it is recorded: its JSON ("" for undefined). Throws a clear error for what
+ * JSON cannot hold (a function, a symbol, a BigInt, a cycle) or what is too large for an
+ * event. `what` names it in the message ("a step", "a run").
+ */
+export function recordableJson(value: unknown, what: string): string {
+  if (value === undefined) return "";
+  const json = JSON.stringify(value);
+  if (json === undefined) throw new TypeError(`a ${typeof value} is not a JSON value`);
+  const bytes = Buffer.byteLength(json);
+  if (bytes > MAX_RESULT_BYTES) {
+    throw new RangeError(
+      `${bytes} bytes, more than the ${MAX_RESULT_BYTES} ${what} may record: keep large content elsewhere and return a reference to it`,
+    );
+  }
+  return json;
+}
+
 export const DEFAULT_RETRY_DELAYS_MS: readonly number[] = Object.freeze([1_000, 2_000, 4_000, 8_000]);
 const DEFAULT_RETRIES = 4;
 
@@ -105,7 +123,9 @@ export class Run {
   ): Promise<T> {
     if (typeof label !== "string" || label === "") throw new TypeError("a step needs a label");
     // The ordinal is taken now, before anything is awaited: steps started together (a
-    // parallel turn) are numbered in the order the code started them.
+    // parallel turn) are numbered in the order the code started them. Branches that await
+    // and then take more steps of one shared label would be numbered by timing, so each
+    // branch needs labels of its own (said in the README's Steps paragraph).
     const ordinal = (this.ordinals.get(label) ?? 0) + 1;
     this.ordinals.set(label, ordinal);
     const recorded = this.recorded.get(`${label}#${ordinal}`);
@@ -244,12 +264,7 @@ export class Run {
       const durationMs = Math.round(performance.now() - startedAt);
       let resultJson: string;
       try {
-        resultJson = value === undefined ? "" : JSON.stringify(value);
-        if (Buffer.byteLength(resultJson) > MAX_RESULT_BYTES) {
-          throw new RangeError(
-            `${Buffer.byteLength(resultJson)} bytes, more than the ${MAX_RESULT_BYTES} a step may record: keep large content elsewhere and return a reference to it`,
-          );
-        }
+        resultJson = recordableJson(value, "a step");
       } catch (error) {
         this.failedStep = { label, ordinal };
         const unrecordable = new UnrecordableResultError(label, error);

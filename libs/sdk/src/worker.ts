@@ -12,7 +12,7 @@ import {
 import type { Agent } from "./agent.js";
 import { Heartbeat } from "./beat.js";
 import { RunRevokedError, StepFailedError } from "./errors.js";
-import { DEFAULT_RETRY_DELAYS_MS, MAX_RESULT_BYTES, Run } from "./run.js";
+import { DEFAULT_RETRY_DELAYS_MS, Run, recordableJson } from "./run.js";
 
 export interface WorkerOptions {
   /** The agents this worker runs (each at its version). */
@@ -81,6 +81,9 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
     address,
     ...(authorization === undefined ? {} : { metadata: { authorization } }),
     keepaliveMs: 10_000,
+    // A run's assignment carries every step it recorded (each up to MAX_RESULT_BYTES): far
+    // past grpc-js's 4 MiB default for a long run.
+    maxReceiveBytes: -1,
   });
   const active = new Map<string, Active>();
   const pending = new Map<number, Pending>();
@@ -181,12 +184,7 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
       let outputJson = "";
       if (ok) {
         try {
-          outputJson = output === undefined ? "" : JSON.stringify(output);
-          if (Buffer.byteLength(outputJson) > MAX_RESULT_BYTES) {
-            throw new RangeError(
-              `it is ${Buffer.byteLength(outputJson)} bytes, more than the ${MAX_RESULT_BYTES} a run may record: keep large content elsewhere and return a reference to it`,
-            );
-          }
+          outputJson = recordableJson(output, "a run");
         } catch (error) {
           ok = false;
           outputJson = "";

@@ -74,6 +74,15 @@ export class LogUnavailableError extends SchedulerError {
   readonly grpcStatus = GrpcStatus.UNAVAILABLE;
 }
 
+/** The scheduler itself failed (a bug, not the log): the answer says so, not "try again later". */
+export class InternalError extends SchedulerError {
+  override readonly name = "InternalError";
+  readonly code = "internal";
+  readonly retryable = false;
+  readonly httpStatus = 500;
+  readonly grpcStatus = GrpcStatus.INTERNAL;
+}
+
 /** Any error as this API answers it. */
 export function toSchedulerError(error: unknown): SchedulerError {
   if (error instanceof SchedulerError) return error;
@@ -85,5 +94,7 @@ export function toSchedulerError(error: unknown): SchedulerError {
   }
   if (error instanceof ConcurrencyError) return new ConflictError(error.message, { cause: error });
   if (error instanceof BusError) return new LogUnavailableError(error.message, { cause: error });
-  return new LogUnavailableError(`the scheduler failed: ${(error as Error).message}`, { cause: error });
+  return new InternalError(`the scheduler failed: ${(error as Error)?.message ?? String(error)}`, {
+    cause: error,
+  });
 }

@@ -141,7 +141,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
 
     // The queue as the log has it.
     const recovered = await recover(bus, ledger, scheduler, operations);
-    log.info(recovered, "durable runs recovered from the log");
+    log.info(recovered.counts, "durable runs recovered from the log");
 
     const policy = new AccessPolicy(access, {
       name: "runs API",
@@ -191,6 +191,16 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
     const host = reachable(config.scheduler.host);
     const grpcAddress = `${host}:${grpc.port}`;
     const url = `http://${host}:${port}`;
+    // Workers can reach this scheduler now: runs found running have a lease's time to be
+    // claimed, and each recovered run is held, stopped or resumed as the log says now.
+    scheduler.armOrphans();
+    for (const runId of recovered.active) {
+      void scheduler
+        .controlled(runId)
+        .catch((error: unknown) =>
+          log.warn({ err: error, runId }, "could not act on a recovered run's hold or stop"),
+        );
+    }
     log.info({ grpc: grpcAddress, url, tokens: policy.required }, "scheduler listening");
     return { grpcAddress, grpcPort: grpc.port, url, port, close: closeAll };
   } catch (error) {
@@ -208,7 +218,7 @@ async function recover(
   ledger: Ledger<RunState, RunCommand>,
   scheduler: Scheduler,
   operations: RunsOperations,
-): Promise<{ runs: number; queued: number; running: number }> {
+): Promise<{ counts: { runs: number; queued: number; running: number }; active: string[] }> {
   const last = await bus.lastOnSubjects(DURABLE_TYPES.map((type) => bus.subjects.ofType(type)));
   const latest = new Map<string, { type: string; seq: number }>();
   for (const { envelope, streamSequence } of last) {
@@ -221,6 +231,7 @@ async function recover(
   }
   let queued = 0;
   let running = 0;
+  const active: string[] = [];
   for (const [runId, { type }] of latest) {
     if (type === "RunFinished" || type === "RunFailed") continue;
     const state = await ledger.current(runId);
@@ -228,12 +239,14 @@ async function recover(
     if (phase === "queued") {
       scheduler.enqueue(runId, state);
       queued += 1;
+      active.push(runId);
     } else if (phase === "running") {
       scheduler.adoptOrphan(runId, state);
       running += 1;
+      active.push(runId);
     }
   }
-  return { runs: latest.size, queued, running };
+  return { counts: { runs: latest.size, queued, running }, active };
 }
 
 /** Where a client on this machine dials a server bound to `host`. */

@@ -616,6 +616,55 @@ describe("durable runs", () => {
     expect(mine.filter((r) => r.status === 429)).toHaveLength(0);
   }, 90_000);
 
+  it("re-drives a run whose recorded steps together are far past gRPC's 4 MiB message default", async () => {
+    let broken = true;
+    // Twelve steps of 400 KiB each: the re-drive's assignment carries 4.7 MiB of them.
+    const bulky = agent({ name: "bulky", version: "v1" }, async (run) => {
+      let bytes = 0;
+      for (let i = 0; i < 12; i++) bytes += (await run.step("chunk", () => "x".repeat(400 * 1024))).length;
+      await run.step(
+        "last",
+        () => {
+          if (broken) throw new NonRetriable("not yet");
+          return "ok";
+        },
+        { retries: 0 },
+      );
+      return bytes;
+    });
+    await api.deploy(bulky);
+    await serve(bulky);
+    const { run } = await api.submit("bulky", {});
+    expect((await api.result(run.runId)).status).toBe(DurableStatus.DURABLE_STATUS_FAILED);
+    broken = false;
+    await api.redrive(run.runId);
+    const done = await api.result(run.runId);
+    expect(done.status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
+    expect(JSON.parse(done.outputJson)).toBe(12 * 400 * 1024);
+    const leased = ofType(await events(run.runId), "RunLeased").at(-1);
+    expect(leased?.payload?.$case === "runLeased" && leased.payload.value.reusableSteps).toBe(12);
+    // A finished run cannot be cancelled: the answer says why, and the run is as it was.
+    await expect(api.cancel(run.runId, "too late")).rejects.toMatchObject({
+      code: 9 /* FAILED_PRECONDITION */,
+    });
+    expect((await api.get(run.runId)).status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
+  });
+
+  it("fails a step that returns what JSON cannot hold, saying what it was", async () => {
+    const odd = agent({ name: "returns-a-function", version: "v1" }, async (run) =>
+      run.step("make", () => (() => 1) as unknown as string),
+    );
+    await api.deploy(odd);
+    await serve(odd);
+    const { run } = await api.submit("returns-a-function", {});
+    const failed = await api.result(run.runId);
+    expect(failed.status).toBe(DurableStatus.DURABLE_STATUS_FAILED);
+    expect(failed.error).toMatch(
+      /step make returned a value that cannot be recorded \(a function is not a JSON value\)/,
+    );
+    expect(failed.steps).toMatchObject([{ label: "make", attempts: 1, ok: false }]);
+  });
+
   it("fails a step whose result is too large to record, with a clear error, rather than retrying it forever", async () => {
     const big = agent({ name: "big-result", version: "v1" }, async (run) =>
       run.step("fetch", () => "x".repeat(600 * 1024)),

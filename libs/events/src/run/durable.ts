@@ -221,7 +221,12 @@ export function decideDurable(
       fence(durable, command.lease);
       // A step recorded already, or an attempt of it recorded already (a retried write).
       if (isRecorded(durable, command.label, command.ordinal)) return [];
-      if ((durable.failing.get(`${command.label}#${command.ordinal}`) ?? 0) >= command.attempt) return [];
+      if (
+        !command.ok &&
+        (durable.failing.get(`${command.label}#${command.ordinal}`) ?? 0) >= command.attempt
+      ) {
+        return [];
+      }
       const value: StepRecorded = {
         lease: command.lease,
         label: command.label,

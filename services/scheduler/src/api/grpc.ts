@@ -20,13 +20,19 @@ export interface RunsGrpcDeps {
   sessions: Set<() => void>;
 }
 
-/** The one mapping of the service's errors onto gRPC status codes (errors.ts holds the codes). */
-const toStatus: ErrorToStatus = (error) => {
-  const known = toSchedulerError(accessError(error));
-  const metadata = new Metadata();
-  metadata.set("holdfast-error-code", known.code);
-  return { code: known.grpcStatus, details: known.message, metadata };
-};
+/**
+ * The one mapping of the service's errors onto gRPC status codes (errors.ts holds the
+ * codes). The scheduler's own failures are logged: the client sees only their message.
+ */
+function statusFor(log: Logger): ErrorToStatus {
+  return (error) => {
+    const known = toSchedulerError(accessError(error));
+    if (known.httpStatus >= 500) log.warn({ err: error }, "runs API call failed");
+    const metadata = new Metadata();
+    metadata.set("holdfast-error-code", known.code);
+    return { code: known.grpcStatus, details: known.message, metadata };
+  };
+}
 
 /**
  * `holdfast.v1.Runs`: clients submit, watch and operate durable runs; workers hold a
@@ -34,6 +40,7 @@ const toStatus: ErrorToStatus = (error) => {
  */
 export function runsGrpcService(deps: RunsGrpcDeps): ServedService {
   const { operations, scheduler } = deps;
+  const toStatus = statusFor(deps.log);
   const authorize = (metadata: grpc.Metadata, need: Access): Actor => {
     const [value] = metadata.get("authorization");
     return deps.access.authorize(typeof value === "string" ? value : value?.toString("utf8"), need);
@@ -85,7 +92,7 @@ export function runsGrpcService(deps: RunsGrpcDeps): ServedService {
         );
       })().then(
         () => call.end(),
-        (error: unknown) => call.destroy(statusError(error)),
+        (error: unknown) => call.destroy(statusError(error, deps.log)),
       );
     },
     heartbeat: unary(async (request, call) => {
@@ -113,7 +120,7 @@ function workerSession(
   try {
     authorize(call.metadata, "change");
   } catch (error) {
-    call.destroy(statusError(error));
+    call.destroy(statusError(error, deps.log));
     return;
   }
   let link: WorkerLink | undefined;
@@ -175,7 +182,7 @@ function workerSession(
           );
         return;
       case "letGo":
-        scheduler.letGoDone(session.id, m.value.runId);
+        scheduler.letGoDone(session.id, m.value.runId, m.value.lease);
         return;
     }
   });
@@ -196,8 +203,11 @@ function accessError(error: unknown): unknown {
 }
 
 /** An error as a stream answers it (a status, not an exception). */
-function statusError(error: unknown): Error & { code: GrpcStatus; details: string; metadata: Metadata } {
-  const status = toStatus(error);
+function statusError(
+  error: unknown,
+  log: Logger,
+): Error & { code: GrpcStatus; details: string; metadata: Metadata } {
+  const status = statusFor(log)(error);
   return Object.assign(new Error(String(status.details)), {
     code: status.code,
     details: String(status.details),

@@ -51,6 +51,15 @@ export class CapBook {
     }
   }
 
+  /** A run picked to start did not (its lease could not be recorded): its slot is free, and its start never was. */
+  unstarted(key: CapKey, firstStart: boolean, atMs: number): void {
+    this.stopped(key);
+    if (!firstStart) return;
+    const list = this.starts.get(idOf(key));
+    const at = list?.lastIndexOf(atMs) ?? -1;
+    if (list !== undefined && at >= 0) list.splice(at, 1);
+  }
+
   /** A run stopped running (ended, released, its worker lost): its slot is free. */
   stopped(key: CapKey): void {
     const id = idOf(key);

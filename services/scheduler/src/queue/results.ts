@@ -3,6 +3,8 @@ import type { RecordedStep } from "@holdfast/proto";
 
 interface RunResults {
   readonly epoch: number;
+  /** Failed attempts recorded (the run's count): a cache that missed one is read again. */
+  failedAttempts: number;
   readonly steps: Map<string, RecordedStep>;
   /** Attempts a step that has not succeeded yet took, by "label#ordinal". */
   readonly attempts: Map<string, number>;
@@ -30,10 +32,15 @@ export class StepResults {
     let results = this.runs.get(runId);
     if (results === undefined && durable.stepsOk === 0 && durable.failedAttempts === 0) {
       // Nothing recorded yet (a run's first lease): nothing to read.
-      results = { epoch: durable.epoch, steps: new Map(), attempts: new Map() };
+      results = { epoch: durable.epoch, failedAttempts: 0, steps: new Map(), attempts: new Map() };
       this.keep(runId, results);
     }
-    if (results === undefined || results.epoch !== durable.epoch || results.steps.size !== durable.stepsOk) {
+    if (
+      results === undefined ||
+      results.epoch !== durable.epoch ||
+      results.steps.size !== durable.stepsOk ||
+      results.failedAttempts !== durable.failedAttempts
+    ) {
       results = fromEvents(await this.readRun(runId));
       this.keep(runId, results);
     }
@@ -49,7 +56,10 @@ export class StepResults {
   }
 
   attempted(runId: string, label: string, ordinal: number, attempt: number): void {
-    this.runs.get(runId)?.attempts.set(`${label}#${ordinal}`, attempt);
+    const results = this.runs.get(runId);
+    if (results === undefined) return;
+    results.attempts.set(`${label}#${ordinal}`, attempt);
+    results.failedAttempts += 1;
   }
 
   forget(runId: string): void {
@@ -65,12 +75,17 @@ export class StepResults {
 
 /** The current epoch's recorded steps, from the run's events. */
 export function fromEvents(events: readonly StoredEnvelope[]): RunResults {
-  let results: RunResults = { epoch: 0, steps: new Map(), attempts: new Map() };
+  let results: RunResults = { epoch: 0, failedAttempts: 0, steps: new Map(), attempts: new Map() };
   for (const event of events) {
     if (!isKnown(event)) continue;
     const payload = event.payload;
     if (payload.$case === "runRedriven" && payload.value.replay) {
-      results = { epoch: results.epoch + 1, steps: new Map(), attempts: new Map() };
+      results = {
+        epoch: results.epoch + 1,
+        failedAttempts: results.failedAttempts,
+        steps: new Map(),
+        attempts: new Map(),
+      };
     } else if (payload.$case === "stepRecorded") {
       const e = payload.value;
       const key = `${e.label}#${e.ordinal}`;
@@ -78,8 +93,10 @@ export function fromEvents(events: readonly StoredEnvelope[]): RunResults {
         if (!results.steps.has(key))
           results.steps.set(key, { label: e.label, ordinal: e.ordinal, resultJson: e.resultJson });
         results.attempts.delete(key);
-      } else if (!results.steps.has(key)) {
-        results.attempts.set(key, Math.max(results.attempts.get(key) ?? 0, e.attempt));
+      } else {
+        results.failedAttempts += 1;
+        if (!results.steps.has(key))
+          results.attempts.set(key, Math.max(results.attempts.get(key) ?? 0, e.attempt));
       }
     }
   }

@@ -64,6 +64,8 @@ interface Queued {
   firstStart: boolean;
   /** Held or stopped: no worker takes it until it is resumed. */
   held: boolean;
+  /** Not handed out before this (its last lease could not be recorded). */
+  notBeforeMs: number;
 }
 
 interface Running {
@@ -78,6 +80,8 @@ interface Running {
   waitedMs: number;
   ceiling: NodeJS.Timeout | undefined;
   untail: () => void;
+  /** Its release is being recorded (a lease expiry is not acted on twice). */
+  releasing: boolean;
 }
 
 interface Worker {
@@ -88,8 +92,9 @@ interface Worker {
 
 const SCHEDULER: Actor = { kind: ActorKind.ACTOR_KIND_SCHEDULER, name: "scheduler" };
 const DEFAULT_CEILING_MS = 30 * 60_000;
-// What a step may record: its event must fit a NATS message (1 MiB by default) with room to spare.
-const MAX_REPORT_CHARS = 768 * 1024;
+// What a step (or a run's output) may record: its event must fit a NATS message (1 MiB by
+// default) with room to spare.
+const MAX_REPORT_BYTES = 768 * 1024;
 
 /**
  * Hands durable runs to workers and keeps the log's account of them: leases, steps,
@@ -111,6 +116,8 @@ export class Scheduler {
   /** Runs queued again after running (released, resumed): they go before fresh ones. */
   private readonly again = new Map<string, Queued>();
   private readonly running = new Map<string, Running>();
+  /** Runs whose lease is being recorded: a hold or stop heard meanwhile is acted on once it is. */
+  private readonly leasing = new Map<string, { recheck: boolean }>();
   private readonly results: StepResults;
   private readonly needs = new Map<string, { keyId: string; need: Need }>();
   private dispatchPending = false;
@@ -145,13 +152,23 @@ export class Scheduler {
       worker: ORPHANED,
       leasedAtMs: durable.leasedAtMs,
       ranBeforeMs: durable.ranMs,
-      expiresAtMs: this.options.clock() + this.options.leaseMs,
+      // Its worker's lease runs from when workers can reach this scheduler (armOrphans).
+      expiresAtMs: Number.POSITIVE_INFINITY,
       waitedMs: 0,
       ceiling: undefined,
       untail: () => undefined,
+      releasing: false,
     };
     this.running.set(runId, orphan);
+    this.armCeiling(orphan);
     this.options.caps.started(capKeyOf(orphan.queued), false, this.options.clock());
+  }
+
+  /** Workers can reach this scheduler now: the runs found running at start have a lease's time to be claimed. */
+  armOrphans(): void {
+    const expiresAtMs = this.options.clock() + this.options.leaseMs;
+    for (const running of this.running.values())
+      if (running.worker === ORPHANED) running.expiresAtMs = expiresAtMs;
   }
 
   /**
@@ -160,6 +177,11 @@ export class Scheduler {
    * queued again; a stopped one fails as cancelled.
    */
   async controlled(runId: string): Promise<void> {
+    const leasing = this.leasing.get(runId);
+    if (leasing !== undefined) {
+      leasing.recheck = true;
+      return;
+    }
     const queued = this.queued.get(runId) ?? this.again.get(runId);
     const running = this.running.get(runId);
     if (queued === undefined && running === undefined) return;
@@ -175,9 +197,7 @@ export class Scheduler {
       if (!held) this.dispatch();
       return;
     }
-    if (held && running !== undefined && running.worker !== ORPHANED) {
-      await this.letGo(running, ReleaseReason.RELEASE_REASON_HELD, "held");
-    }
+    if (held && running !== undefined) await this.letGo(running, ReleaseReason.RELEASE_REASON_HELD, "held");
   }
 
   /** One of a running run's own events, heard as it was stored (its model calls). */
@@ -215,13 +235,30 @@ export class Scheduler {
     this.workers.set(link.id, worker);
     for (const { runId, lease } of leases) {
       const running = this.running.get(runId);
-      if (running === undefined || running.lease !== lease || running.worker !== ORPHANED) {
+      // Its own: found running at start, or held by an earlier session of this worker (a
+      // connection that died without this scheduler noticing yet).
+      const claimable =
+        running !== undefined &&
+        running.lease === lease &&
+        !running.releasing &&
+        (running.worker === ORPHANED || running.worker.name === link.name);
+      if (!claimable) {
         link.send({ message: { $case: "revoked", value: { runId, lease, reason: "lease_over" } } });
         continue;
       }
-      this.running.set(runId, { ...running, worker: link, untail: this.options.tail(runId) });
+      if (running.worker !== ORPHANED) this.workers.get(running.worker.id)?.busy.delete(runId);
+      running.untail();
+      clearTimeout(running.ceiling);
+      const adopted: Running = {
+        ...running,
+        worker: link,
+        untail: this.options.tail(runId),
+        expiresAtMs: this.options.clock() + this.options.leaseMs,
+        ceiling: undefined,
+      };
+      this.running.set(runId, adopted);
+      this.armCeiling(adopted);
       worker.busy.add(runId);
-      this.renew(link.id, runId, lease);
     }
     this.dispatch();
   }
@@ -262,11 +299,11 @@ export class Scheduler {
       return { ok: false, fenced: true, error: `lease ${report.lease} of ${report.runId} is over` };
     }
     running.expiresAtMs = this.options.clock() + this.options.leaseMs;
-    if (report.resultJson.length + report.error.length > MAX_REPORT_CHARS) {
+    if (Buffer.byteLength(report.resultJson) + Buffer.byteLength(report.error) > MAX_REPORT_BYTES) {
       return {
         ok: false,
         fenced: false,
-        error: `a step's result may take at most ${MAX_REPORT_CHARS} characters`,
+        error: `a step's result may take at most ${MAX_REPORT_BYTES} bytes: keep large content elsewhere and return a reference`,
       };
     }
     try {
@@ -300,6 +337,14 @@ export class Scheduler {
       return { ok: false, fenced: true, error: `lease ${report.lease} of ${report.runId} is over` };
     }
     const ranMs = this.ranMs(running);
+    if (Buffer.byteLength(report.outputJson) + Buffer.byteLength(report.error) > MAX_REPORT_BYTES) {
+      report = {
+        ...report,
+        ok: false,
+        outputJson: "",
+        error: `the run's output may take at most ${MAX_REPORT_BYTES} bytes: keep large content elsewhere and return a reference`,
+      };
+    }
     try {
       await this.execute(
         running.queued,
@@ -334,9 +379,17 @@ export class Scheduler {
     }
   }
 
-  /** The worker let go of a run it was told to: its slot is free. */
-  letGoDone(linkId: string, runId: string): void {
+  /**
+   * The worker let go of a run: told to, or refusing it (it is stopping, or does not serve
+   * the run's agent after all). Its slot is free; a run it still held the lease of goes back
+   * on the queue at once.
+   */
+  letGoDone(linkId: string, runId: string, lease: number): void {
     this.workers.get(linkId)?.busy.delete(runId);
+    const running = this.running.get(runId);
+    if (running !== undefined && running.lease === lease && running.worker.id === linkId) {
+      void this.release(running, ReleaseReason.RELEASE_REASON_WORKER_GONE);
+    }
     this.dispatch();
   }
 
@@ -450,7 +503,7 @@ export class Scheduler {
         // Its cap slot is taken now, before the lease is in the log: the next pick, in this
         // same turn, must see it taken.
         this.options.caps.started(capKeyOf(queued), queued.firstStart, nowMs);
-        void this.lease(queued, worker);
+        void this.lease(queued, worker, nowMs);
       }
     }
     if (nextMs !== undefined) this.wakeUpAt(nextMs);
@@ -462,6 +515,12 @@ export class Scheduler {
     for (const list of [this.again, this.queued]) {
       for (const queued of list.values()) {
         if (queued.held || !link.serves.has(`${queued.agent}\u0000${queued.version}`)) continue;
+        // Not to a worker still running it under an earlier lease (its code has not let go).
+        if (this.workers.get(link.id)?.busy.has(queued.runId)) continue;
+        if (queued.notBeforeMs > nowMs) {
+          retryAtMs = Math.min(retryAtMs ?? queued.notBeforeMs, queued.notBeforeMs);
+          continue;
+        }
         const cap = this.options.caps.check(capKeyOf(queued), queued.caps, queued.firstStart, nowMs);
         if (!cap.allowed) {
           if (cap.retryAtMs !== undefined) retryAtMs = Math.min(retryAtMs ?? cap.retryAtMs, cap.retryAtMs);
@@ -498,7 +557,20 @@ export class Scheduler {
     return decision.untilMs;
   }
 
-  private async lease(queued: Queued, worker: Worker): Promise<void> {
+  private async lease(queued: Queued, worker: Worker, pickedAtMs: number): Promise<void> {
+    const { runId } = queued;
+    const leasing = { recheck: false };
+    this.leasing.set(runId, leasing);
+    try {
+      await this.leaseNow(queued, worker, pickedAtMs);
+    } finally {
+      this.leasing.delete(runId);
+      // A hold or stop heard while the lease was recorded is acted on now.
+      if (leasing.recheck) void this.controlled(runId).catch(() => undefined);
+    }
+  }
+
+  private async leaseNow(queued: Queued, worker: Worker, pickedAtMs: number): Promise<void> {
     const { runId } = queued;
     let done: Executed<RunState>;
     try {
@@ -509,15 +581,15 @@ export class Scheduler {
       });
     } catch (error) {
       worker.busy.delete(runId);
-      this.options.caps.stopped(capKeyOf(queued));
+      this.options.caps.unstarted(capKeyOf(queued), queued.firstStart, pickedAtMs);
       if (error instanceof DurableRunError) {
-        // Held meanwhile: it waits for its resume; anything else (cancelled, leased by
-        // another scheduler) is not this queue's any more.
+        // Held meanwhile: it waits for its resume. Not queued: the lease may have landed
+        // while its append failed (an ack lost), in which case the run is running under it.
         if (error.reason === "held") this.again.set(runId, { ...queued, held: true });
+        else if (error.reason === "not_queued") await this.found(runId);
       } else {
         this.options.log.warn({ err: error, runId }, "could not lease a run; it stays queued");
-        this.again.set(runId, queued);
-        this.wakeUpAt(this.options.clock() + 1_000);
+        this.again.set(runId, { ...queued, notBeforeMs: this.options.clock() + 1_000 });
       }
       this.dispatch();
       return;
@@ -527,7 +599,7 @@ export class Scheduler {
     if (event?.payload.$case !== "runLeased" || !this.workers.has(worker.link.id)) {
       // The worker left while the lease was recorded: give it back at once.
       worker.busy.delete(runId);
-      this.options.caps.stopped(capKeyOf(queued));
+      this.options.caps.unstarted(capKeyOf(queued), queued.firstStart, pickedAtMs);
       if (event?.payload.$case === "runLeased") {
         await this.execute(queued, {
           type: "ReleaseRun",
@@ -550,6 +622,7 @@ export class Scheduler {
       waitedMs: 0,
       ceiling: undefined,
       untail: this.options.tail(runId),
+      releasing: false,
     };
     this.running.set(runId, running);
     queued.firstStart = false;
@@ -559,6 +632,7 @@ export class Scheduler {
       steps = await this.results.of(runId, durable);
     } catch (error) {
       this.options.log.warn({ err: error, runId }, "could not read the run's recorded steps; releasing it");
+      worker.busy.delete(runId);
       await this.release(running, ReleaseReason.RELEASE_REASON_WORKER_GONE);
       return;
     }
@@ -577,12 +651,32 @@ export class Scheduler {
     worker.link.send({ message: { $case: "assigned", value: assigned } });
   }
 
+  /**
+   * What the log says of a run this scheduler lost track of (an append that landed though
+   * it reported a failure): queued, it is queued here; running, it is watched like one
+   * found at start (released if no worker claims it within a lease).
+   */
+  async found(runId: string): Promise<void> {
+    if (this.running.has(runId) || this.leasing.has(runId)) return;
+    const state = await this.options.ledger.latest(runId).catch(() => undefined);
+    const durable = state?.durable;
+    if (state === undefined || durable === null || durable === undefined) return;
+    if (durable.phase === DurablePhase.Queued) this.enqueue(runId, state);
+    else if (durable.phase === DurablePhase.Running) {
+      this.adoptOrphan(runId, state);
+      const orphan = this.running.get(runId);
+      if (orphan !== undefined) orphan.expiresAtMs = this.options.clock() + this.options.leaseMs;
+    }
+    await this.controlled(runId);
+  }
+
   // ---- Letting go ----
 
   /** Records the run released (it is queued again, reusing its steps) and frees its slot. */
   private async release(running: Running, reason: ReleaseReason): Promise<void> {
     const { runId } = running.queued;
-    if (this.running.get(runId) !== running) return;
+    if (this.running.get(runId) !== running || running.releasing) return;
+    running.releasing = true;
     try {
       await this.execute(running.queued, {
         type: "ReleaseRun",
@@ -593,6 +687,7 @@ export class Scheduler {
     } catch (error) {
       if (!(error instanceof DurableRunError)) {
         this.options.log.warn({ err: error, runId }, "could not record a run released; trying again shortly");
+        running.releasing = false;
         setTimeout(() => void this.release(running, reason), 1_000).unref();
         return;
       }
@@ -601,8 +696,8 @@ export class Scheduler {
     const state = await this.options.ledger.latest(runId).catch(() => undefined);
     if (state !== undefined) {
       this.enqueue(runId, state);
-      const requeued = this.again.get(runId);
-      if (requeued !== undefined) requeued.held = state.status === RunStatus.Held;
+      // Held, it waits for its resume; stopped, it is cancelled.
+      if (state.status === RunStatus.Stopped) await this.controlled(runId).catch(() => undefined);
     }
   }
 
@@ -636,7 +731,7 @@ export class Scheduler {
   private expire(): void {
     const nowMs = this.options.clock();
     for (const running of [...this.running.values()]) {
-      if (running.expiresAtMs > nowMs) continue;
+      if (running.expiresAtMs > nowMs || running.releasing) continue;
       this.options.log.warn(
         { runId: running.queued.runId, worker: running.worker.name, lease: running.lease },
         "a worker's lease expired without a heartbeat; its run goes back on the queue",
@@ -728,6 +823,7 @@ function queuedOf(runId: string, state: RunState, durable: DurableState): Queued
     submittedMs: durable.submittedMs,
     firstStart: durable.leases === 0,
     held: state.status === RunStatus.Held || state.status === RunStatus.Stopped,
+    notBeforeMs: 0,
   };
 }
 

@@ -4,9 +4,11 @@ import {
   type Actor,
   assertTag,
   type DecodedEnvelope,
+  DurablePhase,
   decodeEnvelope,
   durableRunOf,
   durableStatusOf,
+  foldRun,
   isKnown,
   MAX_RUN_ID_LENGTH,
   type RunCommand,
@@ -118,10 +120,11 @@ export class RunsOperations {
     const durable = done.state.durable;
     if (durable === null) throw new FailedPreconditionError(`run ${runId} exists and is not a durable run`);
     const created = done.events.length > 0;
-    if (created) {
-      this.indexed(runId, agent, durable.submittedMs);
-      this.deps.scheduler.enqueue(runId, done.state);
-    }
+    if (created) this.indexed(runId, agent, durable.submittedMs);
+    // Queued whether or not this call made it: an earlier submission whose append landed
+    // while it reported a failure is retried with its idempotency key, and must run.
+    if (!created) await this.deps.scheduler.found(runId);
+    else this.deps.scheduler.enqueue(runId, done.state);
     return { run: summaryOf(runId, done.state, durable), created };
   }
 
@@ -159,13 +162,25 @@ export class RunsOperations {
   // every step of a long run would hold up the run it has just queued): Get has them.
 
   async cancel(runId: string, actor: Actor, reason: string): Promise<DurableRun> {
-    await this.durable(runId);
+    const state = await this.durable(runId);
+    const phase = state.durable!.phase;
+    if (phase === DurablePhase.Finished || phase === DurablePhase.Failed) {
+      throw new FailedPreconditionError(
+        `the run has ${phase === DurablePhase.Finished ? "finished" : "failed"} already`,
+      );
+    }
     return summary(runId, await this.deps.scheduler.cancel(runId, actor, reason));
   }
 
   async redrive(runId: string, actor: Actor, reason: string): Promise<DurableRun> {
     await this.durable(runId);
-    return summary(runId, await this.deps.scheduler.redrive(runId, actor, reason, false, ""));
+    try {
+      return summary(runId, await this.deps.scheduler.redrive(runId, actor, reason, false, ""));
+    } catch (error) {
+      // Queued already (an earlier re-drive landed though it reported a failure): it must run.
+      await this.deps.scheduler.found(runId);
+      throw error;
+    }
   }
 
   async replay(runId: string, actor: Actor, reason: string): Promise<DurableRun> {
@@ -234,9 +249,13 @@ export class RunsOperations {
       for (const { envelope, streamSequence } of history.events) {
         if (isKnown(envelope)) deliver(envelope, streamSequence);
       }
-      // Ended, and not re-driven since: nothing more will come.
-      const last = history.events.at(-1)?.envelope.type;
-      ended = last === "RunFinished" || last === "RunFailed";
+      // Ended, and not re-driven since (as the run folds: a model call's outcome may come
+      // after its end): nothing more will come.
+      const phase = foldRun(
+        runId,
+        history.events.map((e) => e.envelope),
+      ).durable?.phase;
+      ended = phase === DurablePhase.Finished || phase === DurablePhase.Failed;
       if (ended) return;
       live = true;
       for (const { streamSequence, data } of waiting.splice(0)) heard(streamSequence, data);

@@ -1,0 +1,27 @@
+import { describe, expect, it } from "vitest";
+import { MAX_RESULT_BYTES, recordableJson } from "./run.js";
+
+describe("recordableJson", () => {
+  it("records JSON values as their JSON and undefined as nothing", () => {
+    expect(recordableJson({ a: [1, "two", null] }, "a step")).toBe('{"a":[1,"two",null]}');
+    expect(recordableJson("text", "a step")).toBe('"text"');
+    expect(recordableJson(undefined, "a step")).toBe("");
+  });
+
+  it("refuses what JSON cannot hold with a message that says what it was", () => {
+    expect(() => recordableJson(() => 1, "a step")).toThrow("a function is not a JSON value");
+    expect(() => recordableJson(Symbol("s"), "a step")).toThrow("a symbol is not a JSON value");
+    expect(() => recordableJson(10n, "a step")).toThrow(TypeError);
+    const cycle: Record<string, unknown> = {};
+    cycle.self = cycle;
+    expect(() => recordableJson(cycle, "a step")).toThrow(/circular/);
+  });
+
+  it("refuses a result larger than an event may carry, naming the limit", () => {
+    const big = "x".repeat(MAX_RESULT_BYTES);
+    expect(() => recordableJson(big, "a run")).toThrow(
+      `${MAX_RESULT_BYTES + 2} bytes, more than the ${MAX_RESULT_BYTES} a run may record`,
+    );
+    expect(recordableJson("x".repeat(MAX_RESULT_BYTES - 2), "a run")).toHaveLength(MAX_RESULT_BYTES);
+  });
+});
