@@ -98,6 +98,16 @@ const anthropic = (runId: string) =>
  * The provider's latest request whose body names this run (Holdfast's own headers are not
  * forwarded, so each test puts its run id in the prompt), once its answer is out.
  */
+/**
+ * A call expected to fail, its failure marked handled at once: the answer may be refused
+ * while the test is still deciding on the gate, before `expect(...).rejects` looks at it.
+ */
+function rejecting<T>(call: PromiseLike<T> | (() => Promise<T>)): Promise<T> {
+  const promise = typeof call === "function" ? call() : Promise.resolve(call);
+  promise.catch(() => undefined);
+  return promise;
+}
+
 async function lastProviderExchange(runId: string): Promise<FakeRequest> {
   const exchange = stack.provider.requests.findLast((r) => r.rawBody.includes(runId));
   if (exchange === undefined) throw new Error(`the provider never saw a call of ${runId}`);
@@ -268,7 +278,7 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
     expect(internal.choices[0]!.message.tool_calls?.[0]).toMatchObject({ function: { name: "send_email" } });
     expect((await stack.settled(runId, 1)).gates).toEqual([]);
 
-    const external = ask("ceo@rival.io");
+    const external = rejecting(ask("ceo@rival.io"));
     const held = await gated(runId);
     expect(held).toMatchObject({
       tool: "send_email",
@@ -294,18 +304,20 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
   it("deny makes each SDK raise: Responses (non-streaming and streaming) and Anthropic Messages (streaming)", async () => {
     const runId = "gate-deny-shapes";
     const openai = client(runId);
-    const responses = openai.responses.create({
-      model: "gpt-4o-mini",
-      input: "[[call:delete_repo]]",
-      tools: [responsesTool("delete_repo")],
-    });
+    const responses = rejecting(
+      openai.responses.create({
+        model: "gpt-4o-mini",
+        input: "[[call:delete_repo]]",
+        tools: [responsesTool("delete_repo")],
+      }),
+    );
     await gated(runId);
     await decide("deny", runId, { reason: "no" });
     await expect(responses).rejects.toBeInstanceOf(OpenAI.PermissionDeniedError);
 
     const streamRun = "gate-deny-responses-stream";
     const events: string[] = [];
-    const streamed = (async () => {
+    const streamed = rejecting(async () => {
       const stream = await client(streamRun).responses.create({
         model: "gpt-4o-mini",
         stream: true,
@@ -313,7 +325,7 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
         tools: [responsesTool("delete_repo")],
       });
       for await (const event of stream) events.push(event.type);
-    })();
+    });
     await gated(streamRun);
     await decide("deny", streamRun, { reason: "no" });
     await expect(streamed).rejects.toThrow(/denied/);
@@ -321,7 +333,7 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
     expect(events).not.toContain("response.completed");
 
     const messagesRun = "gate-deny-messages-stream";
-    const claude = (async () => {
+    const claude = rejecting(async () => {
       const stream = anthropic(messagesRun).messages.stream({
         model: "claude-sonnet-4-5",
         max_tokens: 256,
@@ -329,7 +341,7 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
         tools: [anthropicTool("delete_repo")],
       });
       return stream.finalMessage();
-    })();
+    });
     await gated(messagesRun);
     await decide("deny", messagesRun, { reason: "no" });
     await expect(claude).rejects.toThrow(/denied/);
@@ -370,7 +382,7 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
   it("covers the other halves: deny on a Chat Completions stream and an Anthropic message, approve on a Responses answer and an Anthropic stream", async () => {
     const chatRun = "gate-deny-chat-stream";
     const chatEvents: string[] = [];
-    const chatStream = (async () => {
+    const chatStream = rejecting(async () => {
       const stream = await client(chatRun).chat.completions.create({
         model: "gpt-4o-mini",
         stream: true,
@@ -378,19 +390,21 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
         tools: [chatTool("delete_repo")],
       });
       for await (const chunk of stream) chatEvents.push(chunk.choices[0]?.finish_reason ?? "delta");
-    })();
+    });
     await gated(chatRun);
     await decide("deny", chatRun, { reason: "no" });
     await expect(chatStream).rejects.toThrow(/the model's call to "delete_repo" was denied: no/);
     expect(chatEvents).toContain("tool_calls");
 
     const claudeRun = "gate-deny-messages";
-    const claude = anthropic(claudeRun).messages.create({
-      model: "claude-sonnet-4-5",
-      max_tokens: 256,
-      messages: [{ role: "user", content: "[[call:delete_repo]]" }],
-      tools: [anthropicTool("delete_repo")],
-    });
+    const claude = rejecting(
+      anthropic(claudeRun).messages.create({
+        model: "claude-sonnet-4-5",
+        max_tokens: 256,
+        messages: [{ role: "user", content: "[[call:delete_repo]]" }],
+        tools: [anthropicTool("delete_repo")],
+      }),
+    );
     await gated(claudeRun);
     await decide("deny", claudeRun, { reason: "no" });
     await expect(claude).rejects.toBeInstanceOf(Anthropic.PermissionDeniedError);
@@ -426,11 +440,13 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
   it("on_match: stop stops the run at once: its other calls get 409 while the answer waits, and it stays stopped after a deny", async () => {
     const runId = "gate-strict";
     const openai = client(runId, { defaultHeaders: { "X-Holdfast-Run": runId, "X-Holdfast-Tag": STRICT } });
-    const answer = openai.chat.completions.create({
-      model: "gpt-4o-mini",
-      messages: [{ role: "user", content: "[[call:delete_repo]]" }],
-      tools: [chatTool("delete_repo")],
-    });
+    const answer = rejecting(
+      openai.chat.completions.create({
+        model: "gpt-4o-mini",
+        messages: [{ role: "user", content: "[[call:delete_repo]]" }],
+        tools: [chatTool("delete_repo")],
+      }),
+    );
     const held = await gated(runId);
     expect(held.action).toBe("stop");
     expect((await stack.run(runId)).status).toBe("stopped");
@@ -549,7 +565,7 @@ describe("in ClickHouse", () => {
         messages: [{ role: "user", content: '[[call:send_email {"to":"x@rival.io"}]]' }],
         tools: [chatTool("send_email")],
       });
-    const first = ask();
+    const first = rejecting(ask());
     const parallel = ask();
     await gated(runId, 2);
     const held = await waitFor(
