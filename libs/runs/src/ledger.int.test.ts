@@ -194,4 +194,35 @@ describe("ledger", () => {
     expect(here.cached("cache-1")).toBeUndefined();
     unsubscribe();
   });
+
+  it("foresees what a command would append on the state it follows, appending nothing", async () => {
+    const ledger = runLedger();
+    const lease = { type: "LeaseRun", worker: "w1", leaseMs: 30_000 } as const;
+    // Nothing known of the run: no forecast.
+    expect(ledger.foresee("foresee-1", lease)).toBeUndefined();
+    await ledger.execute("foresee-1", labels, {
+      type: "SubmitRun",
+      agent: "research",
+      version: "v1",
+      inputJson: "{}",
+      partitionKey: "",
+      idempotencyKey: "",
+      caps: { ceilingMs: 60_000, concurrencyPerKey: 0, startsPerMinute: 0 },
+      actor: operator,
+    });
+    const foreseen = ledger.foresee("foresee-1", lease);
+    expect(foreseen?.map((e) => e.$case)).toEqual(["runLeased"]);
+    expect(foreseen?.[0]?.$case === "runLeased" && foreseen[0].value.lease).toBe(1);
+    expect((await bus.readRun("foresee-1")).events.map((e) => e.envelope.type)).toEqual(["RunSubmitted"]);
+    // While a command is in flight on the run, the state it follows is about to change.
+    const leasing = ledger.execute("foresee-1", labels, lease);
+    expect(ledger.foresee("foresee-1", lease)).toBeUndefined();
+    await leasing;
+    // The decider refuses a second lease of a running run: no forecast either.
+    expect(ledger.foresee("foresee-1", lease)).toBeUndefined();
+    expect((await bus.readRun("foresee-1")).events.map((e) => e.envelope.type)).toEqual([
+      "RunSubmitted",
+      "RunLeased",
+    ]);
+  });
 });

@@ -106,6 +106,23 @@ export class Ledger<State, Command> {
    * log has acknowledged it. Rejects with a BusError when the log cannot take it, or with
    * the decider's own error when the command is refused.
    */
+  /**
+   * The events `command` would append if it were executed now, decided on the state this
+   * process follows, without appending anything: undefined unless that state is the log's
+   * as last confirmed, no command of this process is in flight on the aggregate, and the
+   * decider accepts the command. A forecast only: another process's event can still land
+   * first, and the append that follows (execute) is what the log decides.
+   */
+  foresee(id: string, command: Command): EventPayload[] | undefined {
+    const entry = this.entries.get(id);
+    if (entry === undefined || !entry.known || entry.stale || entry.queued > 0) return undefined;
+    try {
+      return this.options.aggregate.decide(command, entry.state, this.options.clock());
+    } catch {
+      return undefined;
+    }
+  }
+
   execute(id: string, labels: RunLabels, command: Command): Promise<Executed<State>> {
     // A deferrable append of this aggregate may be waiting to share a write (see
     // executeDurably): this command queues behind it, so it must not wait the deferral out.

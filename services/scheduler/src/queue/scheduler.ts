@@ -82,6 +82,16 @@ interface Running {
   untail: () => void;
   /** Its release is being recorded (a lease expiry is not acted on twice). */
   releasing: boolean;
+  /** Its worker was sent the run (a run handed over with its lease still being written may not have been yet). */
+  handedOver: boolean;
+}
+
+/** A run whose lease is being recorded: what to look at again once it is. */
+interface Leasing {
+  /** A hold or stop was heard meanwhile. */
+  recheck: boolean;
+  /** The lease was refused as the run is not queued: the log says where it stands. */
+  refind: boolean;
 }
 
 interface Worker {
@@ -99,9 +109,10 @@ const MAX_REPORT_BYTES = 768 * 1024;
 /**
  * Hands durable runs to workers and keeps the log's account of them: leases, steps,
  * releases, ends. Every change is decided by the run's decider and appended through the
- * ledger before anyone is told (a worker is sent a run only once its lease is in the log;
- * a step is acknowledged only once it is recorded), so the log is the truth and this
- * process rebuilds from it.
+ * ledger, and a step is acknowledged only once it is recorded, so the log is the truth and
+ * this process rebuilds from it. A worker is sent a run as its lease is appended (see
+ * leaseNow): nothing it reports can land before the lease, and it is told to let go if
+ * the lease does not land.
  *
  * A run is handed out in queue order (runs that were running before go first), to a
  * worker serving its agent at its version, when its caps allow (per tenant, agent and
@@ -117,7 +128,7 @@ export class Scheduler {
   private readonly again = new Map<string, Queued>();
   private readonly running = new Map<string, Running>();
   /** Runs whose lease is being recorded: a hold or stop heard meanwhile is acted on once it is. */
-  private readonly leasing = new Map<string, { recheck: boolean }>();
+  private readonly leasing = new Map<string, Leasing>();
   private readonly results: StepResults;
   private readonly needs = new Map<string, { keyId: string; need: Need }>();
   private dispatchPending = false;
@@ -158,6 +169,7 @@ export class Scheduler {
       ceiling: undefined,
       untail: () => undefined,
       releasing: false,
+      handedOver: true,
     };
     this.running.set(runId, orphan);
     this.armCeiling(orphan);
@@ -559,34 +571,58 @@ export class Scheduler {
 
   private async lease(queued: Queued, worker: Worker, pickedAtMs: number): Promise<void> {
     const { runId } = queued;
-    const leasing = { recheck: false };
+    const leasing: Leasing = { recheck: false, refind: false };
     this.leasing.set(runId, leasing);
     try {
-      await this.leaseNow(queued, worker, pickedAtMs);
+      await this.leaseNow(queued, worker, pickedAtMs, leasing);
     } finally {
       this.leasing.delete(runId);
+      // What the log says of a run whose lease was refused as not queued, now that it is
+      // no longer being leased (found() leaves a run being leased alone).
+      if (leasing.refind) void this.found(runId).catch(() => undefined);
       // A hold or stop heard while the lease was recorded is acted on now.
-      if (leasing.recheck) void this.controlled(runId).catch(() => undefined);
+      else if (leasing.recheck) void this.controlled(runId).catch(() => undefined);
     }
   }
 
-  private async leaseNow(queued: Queued, worker: Worker, pickedAtMs: number): Promise<void> {
+  private async leaseNow(
+    queued: Queued,
+    worker: Worker,
+    pickedAtMs: number,
+    leasing: Leasing,
+  ): Promise<void> {
     const { runId } = queued;
+    const command: RunCommand = { type: "LeaseRun", worker: worker.link.name, leaseMs: this.options.leaseMs };
+    // Handed over as its lease is written: when the run's state here says what the lease
+    // will be, the worker is given the run while the append (an fsync with the log's
+    // `sync_interval: always`) is under way, instead of after its ack. Nothing the worker
+    // records can land before the lease: its writes are decided after the lease's append
+    // and fenced by it. Should the append fail, the worker is told its lease is over, like
+    // any worker whose lease ends mid-step; a step it ran meanwhile was never recorded and
+    // is run again by the next lease, as after a crash.
+    const ahead = this.foresee(runId, command);
+    const appending = this.execute(queued, command);
+    let handing: Promise<void> | undefined;
+    let early: Running | undefined;
+    if (ahead !== undefined) {
+      early = this.leased(queued, worker, ahead.lease, ahead.durable);
+      handing = this.handOver(early, ahead.durable);
+    }
     let done: Executed<RunState>;
     try {
-      done = await this.execute(queued, {
-        type: "LeaseRun",
-        worker: worker.link.name,
-        leaseMs: this.options.leaseMs,
-      });
+      done = await appending;
     } catch (error) {
-      worker.busy.delete(runId);
-      this.options.caps.unstarted(capKeyOf(queued), queued.firstStart, pickedAtMs);
+      // Handed over early and ended meanwhile by another path (its worker left, a cancel):
+      // that path settled its slots. Otherwise the pick is undone here.
+      if (early === undefined) worker.busy.delete(runId);
+      if (early === undefined || this.unleased(early, worker, "its lease could not be recorded")) {
+        this.options.caps.unstarted(capKeyOf(queued), queued.firstStart, pickedAtMs);
+      }
       if (error instanceof DurableRunError) {
         // Held meanwhile: it waits for its resume. Not queued: the lease may have landed
         // while its append failed (an ack lost), in which case the run is running under it.
         if (error.reason === "held") this.again.set(runId, { ...queued, held: true });
-        else if (error.reason === "not_queued") await this.found(runId);
+        else if (error.reason === "not_queued") leasing.refind = true;
       } else {
         this.options.log.warn({ err: error, runId }, "could not lease a run; it stays queued");
         this.again.set(runId, { ...queued, notBeforeMs: this.options.clock() + 1_000 });
@@ -596,11 +632,20 @@ export class Scheduler {
     }
     const event = done.events[0];
     const durable = done.state.durable!;
-    if (event?.payload.$case !== "runLeased" || !this.workers.has(worker.link.id)) {
-      // The worker left while the lease was recorded: give it back at once.
-      worker.busy.delete(runId);
+    const landed = event?.payload.$case === "runLeased" ? event.payload.value.lease : 0;
+    // Handed over early and ended meanwhile by another path: that path settled it.
+    if (early !== undefined && this.running.get(runId) !== early) return;
+    if (
+      landed === 0 ||
+      !this.workers.has(worker.link.id) ||
+      (early !== undefined && early.lease !== landed)
+    ) {
+      // The worker left while the lease was recorded (or, handed over early, the lease that
+      // landed is not the one it was told): give the run back at once.
+      if (early !== undefined) this.unleased(early, worker, "its lease was not the one recorded");
+      else worker.busy.delete(runId);
       this.options.caps.unstarted(capKeyOf(queued), queued.firstStart, pickedAtMs);
-      if (event?.payload.$case === "runLeased") {
+      if (landed !== 0) {
         await this.execute(queued, {
           type: "ReleaseRun",
           lease: durable.lease,
@@ -611,44 +656,85 @@ export class Scheduler {
       }
       return;
     }
+    queued.firstStart = false;
+    if (handing !== undefined) return await handing;
+    await this.handOver(this.leased(queued, worker, durable.lease, durable), durable);
+  }
+
+  /** What the lease `command` will be, if this process's state of the run says so now. */
+  private foresee(runId: string, command: RunCommand): { lease: number; durable: DurableState } | undefined {
+    const state = this.options.ledger.cached(runId);
+    const event = this.options.ledger.foresee(runId, command)?.[0];
+    if (state?.durable == null || event?.$case !== "runLeased") return undefined;
+    return { lease: event.value.lease, durable: state.durable };
+  }
+
+  /** The run is running on `worker` under `lease`, as of its state `durable` (before the lease). */
+  private leased(queued: Queued, worker: Worker, lease: number, durable: DurableState): Running {
     const nowMs = this.options.clock();
     const running: Running = {
       queued,
-      lease: durable.lease,
+      lease,
       worker: worker.link,
       leasedAtMs: nowMs,
       ranBeforeMs: durable.ranMs,
       expiresAtMs: nowMs + this.options.leaseMs,
       waitedMs: 0,
       ceiling: undefined,
-      untail: this.options.tail(runId),
+      untail: this.options.tail(queued.runId),
       releasing: false,
+      handedOver: false,
     };
-    this.running.set(runId, running);
-    queued.firstStart = false;
+    this.running.set(queued.runId, running);
     this.armCeiling(running);
+    return running;
+  }
+
+  /**
+   * A lease handed over early did not land as told: the run no longer runs here, and its
+   * worker is told to let go (its slot frees when it has; at once if it was not sent the
+   * run yet). False when another path had ended the run already.
+   */
+  private unleased(running: Running, worker: Worker, reason: string): boolean {
+    const { runId } = running.queued;
+    if (this.running.get(runId) !== running) return false;
+    this.running.delete(runId);
+    clearTimeout(running.ceiling);
+    running.untail();
+    if (running.handedOver) this.revoke(running, reason);
+    else worker.busy.delete(runId);
+    return true;
+  }
+
+  /** Sends the worker its run: the steps it may reuse, the time left under its ceiling. */
+  private async handOver(running: Running, durable: DurableState): Promise<void> {
+    const { runId } = running.queued;
     let steps: Awaited<ReturnType<StepResults["of"]>>;
     try {
       steps = await this.results.of(runId, durable);
     } catch (error) {
+      if (this.running.get(runId) !== running) return;
       this.options.log.warn({ err: error, runId }, "could not read the run's recorded steps; releasing it");
-      worker.busy.delete(runId);
+      this.workers.get(running.worker.id)?.busy.delete(runId);
       await this.release(running, ReleaseReason.RELEASE_REASON_WORKER_GONE);
       return;
     }
+    // Let go of meanwhile (its lease did not land, it was cancelled): not sent.
+    if (this.running.get(runId) !== running) return;
     const assigned: RunAssigned = {
       runId,
-      lease: durable.lease,
+      lease: running.lease,
       agent: durable.agent,
       version: durable.version,
       inputJson: durable.inputJson,
       steps: steps.steps,
       remainingMs: Math.max(0, ceilingOf(durable) - durable.ranMs),
-      tag: queued.tag,
-      tenant: queued.tenant,
+      tag: running.queued.tag,
+      tenant: running.queued.tenant,
       attempts: steps.attempts,
     };
-    worker.link.send({ message: { $case: "assigned", value: assigned } });
+    running.handedOver = true;
+    running.worker.send({ message: { $case: "assigned", value: assigned } });
   }
 
   /**
