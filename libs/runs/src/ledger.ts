@@ -102,11 +102,6 @@ export class Ledger<State, Command> {
   constructor(private readonly options: LedgerOptions<State, Command>) {}
 
   /**
-   * Decides `command` on the aggregate as it stands and appends what it decides, once the
-   * log has acknowledged it. Rejects with a BusError when the log cannot take it, or with
-   * the decider's own error when the command is refused.
-   */
-  /**
    * The events `command` would append if it were executed now, decided on the state this
    * process follows, without appending anything: undefined unless that state is the log's
    * as last confirmed, no command of this process is in flight on the aggregate, and the
@@ -115,7 +110,9 @@ export class Ledger<State, Command> {
    */
   foresee(id: string, command: Command): EventPayload[] | undefined {
     const entry = this.entries.get(id);
-    if (entry === undefined || !entry.known || entry.stale || entry.queued > 0) return undefined;
+    if (entry === undefined || !entry.known || entry.stale || entry.queued > 0 || entry.appending > 0) {
+      return undefined;
+    }
     try {
       return this.options.aggregate.decide(command, entry.state, this.options.clock());
     } catch {
@@ -123,6 +120,11 @@ export class Ledger<State, Command> {
     }
   }
 
+  /**
+   * Decides `command` on the aggregate as it stands and appends what it decides, once the
+   * log has acknowledged it. Rejects with a BusError when the log cannot take it, or with
+   * the decider's own error when the command is refused.
+   */
   execute(id: string, labels: RunLabels, command: Command): Promise<Executed<State>> {
     // A deferrable append of this aggregate may be waiting to share a write (see
     // executeDurably): this command queues behind it, so it must not wait the deferral out.
@@ -330,6 +332,9 @@ export class Ledger<State, Command> {
           entry.stale = true;
           continue;
         }
+        // An append whose outcome is unknown (its ack lost, the log unreachable) may have
+        // landed: the state here is read from the log before it is decided on again.
+        if (error instanceof BusError && !(error instanceof ConcurrencyError)) entry.stale = true;
         if (!(error instanceof ConcurrencyError) || attempt >= retries) throw error;
         this.options.log.debug({ id, attempt }, "aggregate moved on in another writer; catching up");
         behind = error.actualStreamSequence ?? Number.MAX_SAFE_INTEGER;

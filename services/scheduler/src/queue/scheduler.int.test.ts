@@ -51,14 +51,21 @@ function schedulerOn(ledger: Ledger<RunState, RunCommand>): Scheduler {
   });
 }
 
-function workerLink(name: string): WorkerLink & { told: SchedulerMessage["message"][] } {
+function workerLink(
+  name: string,
+  session = 1,
+  onTold: (message: SchedulerMessage["message"]) => void = () => undefined,
+): WorkerLink & { told: SchedulerMessage["message"][] } {
   const told: SchedulerMessage["message"][] = [];
   return {
-    id: `${name}#1`,
+    id: `${name}#${session}`,
     name,
     serves: new Set(["research\u0000v1"]),
     slots: 1,
-    send: (message) => told.push(message.message),
+    send: (message) => {
+      told.push(message.message);
+      onTold(message.message);
+    },
     told,
   };
 }
@@ -181,6 +188,42 @@ describe("scheduler", () => {
       );
       await waitFor(async () => ((await typesOf("handover-2")).includes("RunLeased") ? true : undefined));
       expect(await typesOf("handover-2")).toEqual(["RunSubmitted", "RunHeld", "RunResumed", "RunLeased"]);
+      expect(scheduler.counts()).toEqual({ queued: 0, running: 1, workers: 1 });
+    } finally {
+      scheduler.close();
+    }
+  });
+
+  it("tells a worker reconnecting while its run's lease is still being written to let go, and the run goes on from the log", async () => {
+    const ledger = ledgerOf();
+    const scheduler = schedulerOn(ledger);
+    const again = workerLink("w-flaky", 2);
+    // The worker's next session says hello, claiming the run, the moment it is handed the
+    // run: the lease's append has not come back yet.
+    const first = workerLink("w-flaky", 1, (message) => {
+      if (message?.$case === "assigned") scheduler.joined(again, [{ runId: message.value.runId, lease: 1 }]);
+    });
+    try {
+      scheduler.joined(first, []);
+      const submitted = await submit(ledger, "handover-3");
+      scheduler.enqueue("handover-3", submitted.state);
+      await waitFor(() => (again.told.length > 0 ? true : undefined), {
+        message: "the new session was never told",
+      });
+      expect(again.told[0]).toEqual({
+        $case: "revoked",
+        value: { runId: "handover-3", lease: 1, reason: "lease_over" },
+      });
+      await waitFor(async () => ((await typesOf("handover-3")).includes("RunLeased") ? true : undefined));
+      // The first session's close is noticed: its run is released and handed to the new one.
+      await scheduler.left(first.id);
+      const assigned = await waitFor(() => {
+        const message = again.told.find((m) => m?.$case === "assigned");
+        return message?.$case === "assigned" ? message.value : undefined;
+      });
+      expect(assigned).toMatchObject({ runId: "handover-3", lease: 2 });
+      await waitFor(async () => ((await typesOf("handover-3")).length === 4 ? true : undefined));
+      expect(await typesOf("handover-3")).toEqual(["RunSubmitted", "RunLeased", "RunReleased", "RunLeased"]);
       expect(scheduler.counts()).toEqual({ queued: 0, running: 1, workers: 1 });
     } finally {
       scheduler.close();

@@ -249,10 +249,13 @@ export class Scheduler {
       const running = this.running.get(runId);
       // Its own: found running at start, or held by an earlier session of this worker (a
       // connection that died without this scheduler noticing yet).
+      // Not a run whose lease is still being written (handed over early): whether that
+      // lease is the run's is not known yet, and the attempt settles it.
       const claimable =
         running !== undefined &&
         running.lease === lease &&
         !running.releasing &&
+        !this.leasing.has(runId) &&
         (running.worker === ORPHANED || running.worker.name === link.name);
       if (!claimable) {
         link.send({ message: { $case: "revoked", value: { runId, lease, reason: "lease_over" } } });
@@ -424,9 +427,11 @@ export class Scheduler {
     });
     this.queued.delete(runId);
     this.again.delete(runId);
-    if (running !== undefined) {
-      this.ended(running);
-      this.revoke(running, "cancelled");
+    // As it runs now: it may have been leased while the cancel was recorded.
+    const cancelled = this.running.get(runId);
+    if (cancelled !== undefined) {
+      this.ended(cancelled);
+      this.revoke(cancelled, "cancelled");
     }
     return done.state;
   }
@@ -596,10 +601,12 @@ export class Scheduler {
     // Handed over as its lease is written: when the run's state here says what the lease
     // will be, the worker is given the run while the append (an fsync with the log's
     // `sync_interval: always`) is under way, instead of after its ack. Nothing the worker
-    // records can land before the lease: its writes are decided after the lease's append
-    // and fenced by it. Should the append fail, the worker is told its lease is over, like
-    // any worker whose lease ends mid-step; a step it ran meanwhile was never recorded and
-    // is run again by the next lease, as after a crash.
+    // reports can be recorded before the lease: the run's commands are decided one after
+    // another, the lease's first, and its writes are fenced by it. Should the lease not
+    // land, the worker is told its lease is over, like any worker whose lease ends
+    // mid-step: a step it ran meanwhile was never recorded and runs again under the next
+    // lease, as after a crash (a model call it made meanwhile went through the gateway,
+    // metered on the run like any call, and is aborted with the run).
     const ahead = this.foresee(runId, command);
     const appending = this.execute(queued, command);
     let handing: Promise<void> | undefined;
@@ -612,8 +619,12 @@ export class Scheduler {
     try {
       done = await appending;
     } catch (error) {
-      // Handed over early and ended meanwhile by another path (its worker left, a cancel):
-      // that path settled its slots. Otherwise the pick is undone here.
+      // The append's outcome is unknown (its ack lost, the log unreachable): a worker handed
+      // the run early keeps it if the log has its lease after all.
+      if (early !== undefined && !(error instanceof DurableRunError) && (await this.landed(runId, early))) {
+        queued.firstStart = false;
+        return await handing;
+      }
       if (early === undefined) worker.busy.delete(runId);
       if (early === undefined || this.unleased(early, worker, "its lease could not be recorded")) {
         this.options.caps.unstarted(capKeyOf(queued), queued.firstStart, pickedAtMs);
@@ -633,7 +644,7 @@ export class Scheduler {
     const event = done.events[0];
     const durable = done.state.durable!;
     const landed = event?.payload.$case === "runLeased" ? event.payload.value.lease : 0;
-    // Handed over early and ended meanwhile by another path: that path settled it.
+    // No longer this attempt's to settle (whatever ended it settled its slots).
     if (early !== undefined && this.running.get(runId) !== early) return;
     if (
       landed === 0 ||
@@ -659,6 +670,18 @@ export class Scheduler {
     queued.firstStart = false;
     if (handing !== undefined) return await handing;
     await this.handOver(this.leased(queued, worker, durable.lease, durable), durable);
+  }
+
+  /** Whether the log has the run running under `early`'s lease, and it is still this process's account of it. */
+  private async landed(runId: string, early: Running): Promise<boolean> {
+    const state = await this.options.ledger.latest(runId).catch(() => undefined);
+    const durable = state?.durable;
+    return (
+      durable != null &&
+      durable.phase === DurablePhase.Running &&
+      durable.lease === early.lease &&
+      this.running.get(runId) === early
+    );
   }
 
   /** What the lease `command` will be, if this process's state of the run says so now. */
@@ -693,7 +716,7 @@ export class Scheduler {
   /**
    * A lease handed over early did not land as told: the run no longer runs here, and its
    * worker is told to let go (its slot frees when it has; at once if it was not sent the
-   * run yet). False when another path had ended the run already.
+   * run yet). False when it no longer ran here under that lease.
    */
   private unleased(running: Running, worker: Worker, reason: string): boolean {
     const { runId } = running.queued;
