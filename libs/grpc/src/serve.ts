@@ -1,8 +1,7 @@
 import * as grpc from "@grpc/grpc-js";
-import * as protoLoader from "@grpc/proto-loader";
-import { ReflectionService } from "@grpc/reflection";
-import { HealthImplementation, protoPath as healthProtoPath } from "grpc-health-check";
+import { HealthImplementation } from "grpc-health-check";
 import { GrpcBindError } from "./errors.js";
+import { DescriptorReflection } from "./reflection.js";
 
 /** One service the server offers: its definition (ts-proto's `…Service`) and its handlers. */
 export interface ServedService {
@@ -23,7 +22,8 @@ export interface ServeOptions {
   /**
    * Serve gRPC server reflection (`grpc.reflection.v1` and `v1alpha`, what `grpcurl list`
    * and `describe` use) from this serialized FileDescriptorSet, which must hold every file
-   * the services are defined in, imports included; undefined for none.
+   * the services are defined in, imports included (and grpc/health/v1/health.proto when
+   * health is served); undefined for none.
    */
   reflection: Uint8Array | undefined;
   /** Longest a close lets calls in flight finish before it cancels them (default 5 s). */
@@ -61,12 +61,10 @@ export async function serve(options: ServeOptions): Promise<GrpcServer> {
     health.addToServer(server);
   }
   if (options.reflection !== undefined) {
-    const own = protoLoader.loadFileDescriptorSetFromBuffer(Buffer.from(options.reflection));
-    // Health is listed too, so a client can find it by reflection like any other service.
-    const listed = options.health ? { ...protoLoader.loadSync(healthProtoPath), ...own } : own;
-    // The set may describe more services than this server offers: only those it offers are listed.
+    // The set may describe more services than this server offers: only those it offers are
+    // listed. Health is listed too, so a client can find it like any other service.
     const offered = options.health ? [...names, "grpc.health.v1.Health"] : names;
-    new ReflectionService(listed, { services: offered }).addToServer(server);
+    new DescriptorReflection(options.reflection, offered).addToServer(server);
   }
 
   const host = options.host;
