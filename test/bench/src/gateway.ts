@@ -333,6 +333,17 @@ async function warmUp(stack: Stack): Promise<void> {
 async function alternating(stack: Stack): Promise<void> {
   const second = await startSecondGateway(stack);
   const shape = SHAPE_LOADS[0]!;
+  // The second gateway starts now: it serves the shape as long as every proxy did before
+  // the first phase, so that its code is compiled and optimized before it is measured too.
+  await runPhase({
+    shape,
+    stream: false,
+    concurrency: 8,
+    warmupMs: 0,
+    measureMs: WARMUP_PER_SHAPE_MS,
+    origin: second.url,
+    runOf: (i) => `bench-warmup-second-${i % RUNS}`,
+  });
   const base = { shape, stream: false, concurrency: 1, warmupMs: 500, measureMs: PHASE_MS / 2 };
   const ones: PhaseResult[] = [];
   const twos: PhaseResult[] = [];
