@@ -614,6 +614,10 @@ export class Scheduler {
     if (ahead !== undefined) {
       early = this.leased(queued, worker, ahead.lease, ahead.durable);
       handing = this.handOver(early, ahead.durable);
+      // Not awaited on every path below (a lease that did not land): never unhandled.
+      handing.catch((error: unknown) =>
+        this.options.log.warn({ err: error, runId }, "could not hand a run over"),
+      );
     }
     let done: Executed<RunState>;
     try {
