@@ -81,7 +81,15 @@ export class DescriptorReflection {
         ServerReflectionInfo: (call: grpc.ServerDuplexStream<ReflectionRequest, unknown>) => {
           // Files already sent on this stream go once (the client keeps them).
           const sent = new Set<string>();
-          call.on("data", (request: ReflectionRequest) => call.write(this.answer(request, sent)));
+          call.on("data", (request: ReflectionRequest) => {
+            let answer: Record<string, unknown>;
+            try {
+              answer = this.answer(request, sent);
+            } catch (error) {
+              answer = failure(grpc.status.INTERNAL, `reflection failed: ${(error as Error).message}`);
+            }
+            call.write(answer);
+          });
           call.on("end", () => call.end());
           call.on("error", () => undefined);
         },
