@@ -26,7 +26,7 @@ import {
   type StreamConfig,
 } from "@nats-io/jetstream";
 import { type KV, Kvm } from "@nats-io/kv";
-import { connect, headers, type NatsConnection, nanos } from "@nats-io/transport-node";
+import { connect, headers, type MsgHdrs, type NatsConnection, nanos } from "@nats-io/transport-node";
 import {
   BusConfigurationError,
   BusError,
@@ -278,13 +278,9 @@ export class Bus {
   ): Promise<AppendResult> {
     const type = envelope.type as EventType;
     const subject = this.subjects.runEvent(envelope.runId, type);
-    const h = headers();
-    h.set("Nats-Msg-Id", envelope.id);
+    const h = eventHeaders(envelope);
     h.set("Nats-Expected-Last-Subject-Sequence", String(expectedLastStreamSequence));
     h.set("Nats-Expected-Last-Subject-Sequence-Subject", this.subjects.run(envelope.runId));
-    h.set("Holdfast-Type", envelope.type);
-    h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
-    h.set("Content-Type", "application/protobuf");
     const data = encodeEnvelope(envelope);
     const ack = await (options.defer
       ? this.publisher.publishDeferred(subject, data, h)
@@ -312,11 +308,7 @@ export class Bus {
    * reading that stands alone) on the key's own subject; its id dedupes a retried publish.
    */
   async appendKeyEvent(keyId: string, envelope: Envelope): Promise<void> {
-    const h = headers();
-    h.set("Nats-Msg-Id", envelope.id);
-    h.set("Holdfast-Type", envelope.type);
-    h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
-    h.set("Content-Type", "application/protobuf");
+    const h = eventHeaders(envelope);
     const ack = await this.publisher.publishDeferred(
       this.subjects.keyEvent(keyId, envelope.type as EventType),
       encodeEnvelope(envelope),
@@ -330,11 +322,7 @@ export class Bus {
    * agent's own subject, and waits for the log to take it; its id dedupes a retried publish.
    */
   async appendAgentEvent(agent: string, envelope: Envelope): Promise<number> {
-    const h = headers();
-    h.set("Nats-Msg-Id", envelope.id);
-    h.set("Holdfast-Type", envelope.type);
-    h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
-    h.set("Content-Type", "application/protobuf");
+    const h = eventHeaders(envelope);
     const ack = await this.publisher.publish(
       this.subjects.agentEvent(agent, envelope.type as EventType),
       encodeEnvelope(envelope),
@@ -948,4 +936,18 @@ const SETTLES_LATER = new Set([10158, 10163]);
 function wrongLastSequence(description: string): number | undefined {
   const match = /wrong last sequence: (\d+)/.exec(description);
   return match ? Number(match[1]) : undefined;
+}
+
+/**
+ * The headers every event is published with: its id as the message id (a retried publish
+ * is deduplicated), its type and schema version (readers filter and upcast without
+ * decoding), and its encoding.
+ */
+function eventHeaders(envelope: Envelope): MsgHdrs {
+  const h = headers();
+  h.set("Nats-Msg-Id", envelope.id);
+  h.set("Holdfast-Type", envelope.type);
+  h.set("Holdfast-Schema-Version", String(envelope.schemaVersion));
+  h.set("Content-Type", "application/protobuf");
+  return h;
 }
