@@ -1,5 +1,6 @@
 import { mkdirSync } from "node:fs";
 import { createServer } from "node:net";
+import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -119,6 +120,7 @@ export async function up(argv: string[]): Promise<void> {
           serverName: "holdfast",
           logFile: join(logsDir, "nats-server.log"),
           syncInterval: config.nats.sync_interval,
+          gomaxprocs: config.nats.gomaxprocs ?? embeddedGomaxprocs(),
           // A nats-server left running by an `up` that was killed (kill -9, no setpriv to
           // take it down too) is stopped, so this one is the only server on the store.
           takeOverOrphan: true,
@@ -342,6 +344,18 @@ and act on runs (held calls wait; resumed, they go on):
   ${hf} hold --tag T        ${hf} rules                 ${hf} ls --status held
 
 Ctrl-C stops everything.`;
+}
+
+/**
+ * GOMAXPROCS for the nats-server `up` starts when the config names none: a quarter of the
+ * machine's CPUs, at least 1. The server shares the machine with every other process of the
+ * stack, and each CPU Go may use beyond what the load needs is paid for in threads woken to
+ * look for work: on 2 CPUs, 1 costs a quarter less CPU per stored event than Go's default
+ * (and undefined when this process was given a GOMAXPROCS of its own, which the server keeps).
+ */
+function embeddedGomaxprocs(): number | undefined {
+  if (process.env.GOMAXPROCS !== undefined) return undefined;
+  return Math.max(1, Math.floor(availableParallelism() / 4));
 }
 
 function portFlag(text: string): number {

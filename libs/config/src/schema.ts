@@ -478,6 +478,11 @@ export const configSchema = z
           sync_interval: matching(GO_DURATION, 'a duration like "2m" or "always"')
             .optional()
             .describe('How often the embedded nats-server fsyncs JetStream data, e.g. "2m" or "always".'),
+          gomaxprocs: integer(0, 1024)
+            .optional()
+            .describe(
+              "CPUs the embedded nats-server's Go runtime may run on at once (GOMAXPROCS); 0 is Go's own default, every CPU. Unset: a quarter of the machine's CPUs, at least 1, since the server shares its machine with the rest of the stack.",
+            ),
         },
         mapping,
       )

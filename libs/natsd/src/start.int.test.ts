@@ -120,6 +120,23 @@ describe("startNatsServer", () => {
     expect((await readServerInfo(server.url)).max_payload).toBe(4 * 1024 * 1024);
   });
 
+  it("runs Go on as many CPUs as asked, and on Go's default otherwise", async () => {
+    const varz = async (url: string | undefined) =>
+      (await (await fetch(`${url}/varz`)).json()) as { gomaxprocs: number; cores: number };
+    {
+      await using one = await startNatsServer({
+        binary,
+        storeDir: join(scratch, "gomaxprocs-1"),
+        monitor: true,
+        gomaxprocs: 1,
+      });
+      expect((await varz(one.monitorUrl)).gomaxprocs).toBe(1);
+    }
+    await using unset = await startNatsServer({ binary, storeDir: join(scratch, "gomaxprocs-0"), monitor: true });
+    const stats = await varz(unset.monitorUrl);
+    expect(stats.gomaxprocs).toBe(Number(process.env.GOMAXPROCS ?? stats.cores));
+  });
+
   it("rejects with the server's own words when it exits during startup", async () => {
     const attempt = startNatsServer({
       binary,

@@ -23,6 +23,11 @@ export interface StartNatsServerOptions {
   readonly logFile?: string;
   /** JetStream fsync interval, e.g. "2m", "10s" or "always". */
   readonly syncInterval?: string;
+  /**
+   * GOMAXPROCS of the server's Go runtime; 0 or unset leaves Go's default (every CPU, or
+   * the GOMAXPROCS this process was given).
+   */
+  readonly gomaxprocs?: number;
   readonly maxPayload?: number;
   /** Also open the HTTP monitoring endpoint (varz, jsz, healthz) on a free port. */
   readonly monitor?: boolean;
@@ -144,11 +149,16 @@ async function spawnNatsServer(
   args.push(...(options.extraArgs ?? []));
 
   const output = new OutputTail(OUTPUT_LIMIT);
+  const env =
+    options.gomaxprocs === undefined || options.gomaxprocs === 0
+      ? process.env
+      : { ...process.env, GOMAXPROCS: String(Math.trunc(options.gomaxprocs)) };
   const child =
     launcher === undefined
-      ? spawn(options.binary, args, { stdio: ["ignore", "pipe", "pipe"] })
+      ? spawn(options.binary, args, { stdio: ["ignore", "pipe", "pipe"], env })
       : spawn(launcher, ["--pdeathsig", "SIGTERM", "--", options.binary, ...args], {
           stdio: ["ignore", "pipe", "pipe"],
+          env,
         });
   // Before anything else can happen, so a lock never hides which process holds the store.
   if (child.pid !== undefined) lock.record({ natsPid: child.pid });
