@@ -132,7 +132,11 @@ describe("startNatsServer", () => {
       });
       expect((await varz(one.monitorUrl)).gomaxprocs).toBe(1);
     }
-    await using unset = await startNatsServer({ binary, storeDir: join(scratch, "gomaxprocs-0"), monitor: true });
+    await using unset = await startNatsServer({
+      binary,
+      storeDir: join(scratch, "gomaxprocs-0"),
+      monitor: true,
+    });
     const stats = await varz(unset.monitorUrl);
     expect(stats.gomaxprocs).toBe(Number(process.env.GOMAXPROCS ?? stats.cores));
   });
