@@ -50,7 +50,7 @@ export interface BusOptions {
   appendTimeoutMs?: number;
   /** Longest wait of a deferred append for others to share its socket write (default 2 ms). */
   deferMs?: number;
-  /** How long a watch waits between reads of the stream (default 20 ms): how late it may see an event. */
+  /** How long a watch waits between reads of the stream (default 100 ms): how late it may see an event. */
   watchLingerMs?: number;
   /** How long a watch of a quiet stream may wait between reads (default 250 ms). */
   watchIdleMs?: number;
@@ -911,7 +911,7 @@ function isNotFound(error: unknown): boolean {
  * still in flight in the stream's raft group.
  */
 /** How long a watch waits between reads of the stream, unless told otherwise. */
-const DEFAULT_WATCH_LINGER_MS = 20;
+const DEFAULT_WATCH_LINGER_MS = 100;
 /** The longest a watch waits between reads while the stream is quiet, unless told otherwise. */
 const DEFAULT_WATCH_IDLE_MS = 250;
 /** The longest a watch waits before trying a failed read again. */

@@ -55,7 +55,7 @@ describe("loadConfig", () => {
           outcome_defer_ms: 2,
           upstream_connections: 0,
         },
-        nats: { host: "127.0.0.1", port: 0, prefix: "hf", replicas: 1 },
+        nats: { host: "127.0.0.1", port: 0, prefix: "hf", replicas: 1, watch_linger_ms: 100 },
         clickhouse: { database: "holdfast", username: "default", password: "", reader_password: "" },
         analytics: { max_rows: 10_000, max_execution_ms: 30_000, max_memory_bytes: 1_073_741_824 },
         projector: {

@@ -478,6 +478,11 @@ export const configSchema = z
           sync_interval: matching(GO_DURATION, 'a duration like "2m" or "always"')
             .optional()
             .describe('How often the embedded nats-server fsyncs JetStream data, e.g. "2m" or "always".'),
+          watch_linger_ms: integer(1, 10_000)
+            .default(100)
+            .describe(
+              "How often a service that follows the whole log (the gateways, budget, control and scheduler) reads what was appended since its last read, while events come: how late it may see another process's event that is not pushed at once, in milliseconds. Holds, resumes, rules, gate decisions and rate-limit readings are pushed as they are stored.",
+            ),
           gomaxprocs: integer(0, 1024)
             .optional()
             .describe(

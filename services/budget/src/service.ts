@@ -60,6 +60,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     prefix: config.nats.prefix,
     name: "holdfast-budget",
     replicas: config.nats.replicas,
+    watchLingerMs: config.nats.watch_linger_ms,
   });
   await bus.provision();
   const book = new BudgetBook(budgetLimits(config));

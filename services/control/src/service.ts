@@ -47,6 +47,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
     prefix: config.nats.prefix,
     name: `holdfast-control ${hostname()}-${process.pid}`,
     replicas: config.nats.replicas,
+    watchLingerMs: config.nats.watch_linger_ms,
   });
   const closers: (() => Promise<void>)[] = [() => bus.close()];
   const closeAll = async () => {

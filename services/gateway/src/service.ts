@@ -68,6 +68,7 @@ export async function startGateway(
     prefix: config.nats.prefix,
     name: `holdfast-gateway ${instanceId}`,
     replicas: config.nats.replicas,
+    watchLingerMs: config.nats.watch_linger_ms,
     deferMs: config.gateway.outcome_defer_ms,
   });
   await bus.provision();

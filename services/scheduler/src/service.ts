@@ -57,6 +57,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
     prefix: config.nats.prefix,
     name: `holdfast-scheduler ${hostname()}-${process.pid}`,
     replicas: config.nats.replicas,
+    watchLingerMs: config.nats.watch_linger_ms,
   });
   const closers: (() => Promise<void>)[] = [() => bus.close()];
   const closeAll = async () => {
