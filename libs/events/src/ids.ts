@@ -1,5 +1,8 @@
 import { randomFillSync } from "node:crypto";
 
+/** Two hex digits of each byte value. */
+const HEX = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, "0"));
+
 /**
  * Returns a UUIDv7 generator (RFC 9562). Ids sort by creation time; within one
  * millisecond a 12-bit counter in `rand_a` keeps them strictly increasing per generator,
@@ -29,14 +32,15 @@ export function createIdGenerator(clock: () => number = Date.now): () => string 
       randomFillSync(pool);
       offset = 0;
     }
-    const random = pool.subarray(offset, offset + 10);
+    const at = offset;
     offset += 10;
     const hex = ms.toString(16).padStart(12, "0");
     const randA = (0x7000 | counter).toString(16);
-    const variant = ((random[0]! & 0x3f) | 0x80).toString(16).padStart(2, "0");
-    let tail = variant;
-    for (let i = 1; i < 8; i++) tail += random[i]!.toString(16).padStart(2, "0");
-    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${randA}-${tail.slice(0, 4)}-${tail.slice(4, 16)}`;
+    const variant = HEX[(pool[at]! & 0x3f) | 0x80]!;
+    return (
+      `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${randA}-${variant}${HEX[pool[at + 1]!]}-` +
+      `${HEX[pool[at + 2]!]}${HEX[pool[at + 3]!]}${HEX[pool[at + 4]!]}${HEX[pool[at + 5]!]}${HEX[pool[at + 6]!]}${HEX[pool[at + 7]!]}`
+    );
   };
 }
 

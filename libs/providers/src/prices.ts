@@ -233,6 +233,13 @@ function priceFromCatalog(
  * that noise without touching any digit a real price has.
  */
 function roundNano(nano: number): number {
+  const magnitude = Math.abs(nano);
+  // Snapping moves a value by at most half a unit of its 15th digit: only a fraction that
+  // close to one half can round differently for it.
+  if (Math.abs(magnitude - Math.floor(magnitude) - 0.5) > magnitude * 1e-14) {
+    const rounded = Math.round(magnitude);
+    return nano < 0 ? -rounded : rounded;
+  }
   const snapped = Number(nano.toPrecision(15));
   const rounded = Math.round(Math.abs(snapped));
   return snapped < 0 ? -rounded : rounded;

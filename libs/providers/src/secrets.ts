@@ -97,8 +97,11 @@ interface KeyIndex {
  * key's own runs. `scrubSecrets` adds the shape-based patterns.
  */
 export function redactKnownSecrets(text: string, secrets: readonly string[]): string {
+  return redactPrepared(text, prepared(secrets));
+}
+
+function redactPrepared(text: string, { known, indexes }: Prepared): string {
   let scrubbed = text;
-  const { known, indexes } = prepared(secrets);
   for (const secret of known) {
     if (scrubbed.includes(secret)) scrubbed = scrubbed.replaceAll(secret, REDACTED);
   }
@@ -111,9 +114,14 @@ export function redactKnownSecrets(text: string, secrets: readonly string[]): st
 
 // A request's secrets are redacted from every string recorded about it: what that needs is
 // computed once per secrets array, and forgotten with it.
-const PREPARED = new WeakMap<readonly string[], { known: string[]; indexes: KeyIndex[] }>();
+const PREPARED = new WeakMap<readonly string[], Prepared>();
 
-function prepared(secrets: readonly string[]): { known: string[]; indexes: KeyIndex[] } {
+interface Prepared {
+  known: string[];
+  indexes: KeyIndex[];
+}
+
+function prepared(secrets: readonly string[]): Prepared {
   let found = PREPARED.get(secrets);
   if (found === undefined) {
     // Longest first: a secret that contains another must go whole, not leave a remainder.
@@ -221,32 +229,36 @@ function indexOf(key: string): KeyIndex {
  */
 export function redactSecretsDeep<T>(value: T, secrets: readonly string[]): T {
   if (secrets.length === 0) return value;
-  return walk(value, secrets) as T;
+  return walk(value, prepared(secrets)) as T;
 }
 
-function walk(value: unknown, secrets: readonly string[]): unknown {
-  if (typeof value === "string") return redactKnownSecrets(value, secrets);
+function walk(value: unknown, secrets: Prepared): unknown {
+  if (typeof value === "string") return redactPrepared(value, secrets);
+  if (value === null || typeof value !== "object" || value instanceof Uint8Array) return value;
   if (Array.isArray(value)) {
-    let changed = false;
-    const out = value.map((item) => {
-      const next = walk(item, secrets);
-      changed ||= next !== item;
-      return next;
-    });
-    return changed ? out : value;
-  }
-  if (value !== null && typeof value === "object" && !(value instanceof Uint8Array)) {
-    let out: Record<string, unknown> | undefined;
-    for (const [key, item] of Object.entries(value)) {
+    let out: unknown[] | undefined;
+    for (let i = 0; i < value.length; i++) {
+      const item: unknown = value[i];
       const next = walk(item, secrets);
       if (next !== item) {
-        out ??= { ...(value as Record<string, unknown>) };
-        out[key] = next;
+        out ??= value.slice();
+        out[i] = next;
       }
     }
     return out ?? value;
   }
-  return value;
+  const record = value as Record<string, unknown>;
+  let out: Record<string, unknown> | undefined;
+  for (const key in record) {
+    if (!Object.hasOwn(record, key)) continue;
+    const item = record[key];
+    const next = walk(item, secrets);
+    if (next !== item) {
+      out ??= { ...record };
+      out[key] = next;
+    }
+  }
+  return out ?? value;
 }
 
 function escapeRegExp(text: string): string {

@@ -216,6 +216,27 @@ describe("Chat Completions through the gateway with the openai SDK", () => {
     });
   });
 
+  it("stops the upstream call of a client that leaves before the provider answers, and records it", async () => {
+    const client = stack.client({ headers: { "X-Holdfast-Run": "left-early", "x-fake-latency-ms": "5000" } });
+    const abort = new AbortController();
+    const before = stack.provider.requests.length;
+    const call = client.chat.completions.create(
+      { model: "gpt-4o-mini", messages: [{ role: "user", content: "take your time" }] },
+      { signal: abort.signal, maxRetries: 0 },
+    );
+    call.catch(() => undefined);
+    const upstream = await waitFor(() => stack.provider.requests[before], {
+      timeoutMs: 5_000,
+      message: "the call never reached the provider",
+    });
+    abort.abort();
+    await expect(call).rejects.toThrow(/abort/i);
+    expect(await upstream.done).toBe("aborted");
+    const run = await stack.settled("left-early", 1);
+    expect(run.steps[0]?.status).toBe("failed");
+    expect(run.steps[0]?.failure?.reason).toBe("client_aborted");
+  });
+
   it("records a client that gives up mid-stream, stops the upstream call, and keeps serving", async () => {
     const client = stack.client({ headers: { "X-Holdfast-Run": "abandoned", "x-fake-pause-after": "2" } });
     const abort = new AbortController();

@@ -15,6 +15,19 @@ const CONTROL = /[\u0000-\u001f\u007f]|%[01][0-9A-F]|%7F/i;
  * The query string is kept as it came.
  */
 export function normalizeTarget(target: string): NormalizedTarget {
+  // An agent's calls come by a handful of targets: each is worked out once.
+  const known = normalized.get(target);
+  if (known !== undefined) return known;
+  const result = normalizeNew(target);
+  if (normalized.size >= NORMALIZED_MAX) normalized.clear();
+  normalized.set(target, result);
+  return result;
+}
+
+const normalized = new Map<string, NormalizedTarget>();
+const NORMALIZED_MAX = 1_024;
+
+function normalizeNew(target: string): NormalizedTarget {
   const q = target.indexOf("?");
   const rawPath = q === -1 ? target : target.slice(0, q);
   const query = q === -1 ? "" : target.slice(q);

@@ -102,10 +102,17 @@ export async function handleCall(
   reply: FastifyReply,
 ): Promise<void> {
   const t0 = performance.now();
-  // The client going away aborts everything done on its behalf.
-  const clientGone = new AbortController();
+  // The client going away aborts everything done on its behalf: the upstream attempt in
+  // flight directly, and whoever listens on `call.clientGone` (a signal made only when asked
+  // for: most calls end without anybody needing one).
+  let left = false;
+  let gone: AbortController | undefined;
+  let abortAttempt: (() => void) | undefined;
   reply.raw.on("close", () => {
-    if (!reply.raw.writableFinished) clientGone.abort();
+    if (reply.raw.writableFinished) return;
+    left = true;
+    abortAttempt?.();
+    gone?.abort();
   });
   const raw = request.body as Buffer;
   const body = parseJson(raw);
@@ -125,7 +132,13 @@ export async function handleCall(
     stepId: deps.newId(),
     request,
     writer: new ResponseWriter(reply.raw),
-    clientGone: clientGone.signal,
+    get clientGone(): AbortSignal {
+      if (gone === undefined) {
+        gone = new AbortController();
+        if (left) gone.abort();
+      }
+      return gone.signal;
+    },
     estimatedInputTokens,
     reservedNanoUsd: deps.admission.reserve(run.runId, view, upstream, estimatedInputTokens),
     budgetLeases: [],
@@ -202,7 +215,7 @@ export async function handleCall(
       bytes = Buffer.from(await response.body.arrayBuffer());
       markFirstByte();
     } catch (error) {
-      if (call.clientGone.aborted) return void record(clientAborted(NO_USAGE, call.model));
+      if (left) return void record(clientAborted(NO_USAGE, call.model));
       const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;
       record(upstreamReset(message, NO_USAGE, call.model, response.statusCode));
       return answerError(call, new UpstreamUnreachableError(message, { cause: error }));
@@ -259,8 +272,8 @@ export async function handleCall(
         // This attempt's upstream call: aborted when the client leaves, or when the log
         // turns out not to have started the step (the run was held meanwhile).
         const attempt = new AbortController();
-        const stopAttempt = () => attempt.abort();
-        call.clientGone.addEventListener("abort", stopAttempt, { once: true });
+        if (left) attempt.abort();
+        abortAttempt = () => attempt.abort();
         void admitted.started.then(
           (result) => {
             if (result !== "started") attempt.abort();
@@ -274,7 +287,7 @@ export async function handleCall(
         } catch (error) {
           upstreamError = error;
         } finally {
-          call.clientGone.removeEventListener("abort", stopAttempt);
+          abortAttempt = undefined;
         }
         // Nothing reaches the client before the log holds the call's start.
         let result: StartResult;
@@ -291,7 +304,7 @@ export async function handleCall(
         // dropped, and the call goes back to admission (which parks it), or waits its turn.
         answered?.body.destroy();
         if (result === "stopped") return refuseStopped(call);
-        if (call.clientGone.aborted) return undefined;
+        if (left) return undefined;
         if (result === "busy" && !(await roomMade(call, deps))) return undefined;
       }
     }
@@ -315,14 +328,14 @@ export async function handleCall(
     /** Sends the call again (after a retry's wait, or to another route target), for as long as the client stays. */
     async function again(): Promise<Attempt> {
       const retry = new AbortController();
-      const stop = () => retry.abort();
-      call.clientGone.addEventListener("abort", stop, { once: true });
+      if (left) retry.abort();
+      abortAttempt = () => retry.abort();
       try {
         return { answered: await send(retry.signal) };
       } catch (error) {
         return { error };
       } finally {
-        call.clientGone.removeEventListener("abort", stop);
+        abortAttempt = undefined;
       }
     }
 
@@ -351,7 +364,7 @@ export async function handleCall(
     async function retried(first: Attempt): Promise<Dispatcher.ResponseData | undefined> {
       let current = first;
       for (let attempt = 1; ; attempt++) {
-        if (call.clientGone.aborted) {
+        if (left) {
           discard(current.answered);
           return void record(clientAborted(NO_USAGE, call.model));
         }
