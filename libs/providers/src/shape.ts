@@ -105,10 +105,11 @@ export interface ApiShape {
   readonly continues: boolean;
   readRequest(body: unknown): RequestRead;
   /**
-   * The body to send upstream when it must differ from the client's (a Chat Completions
+   * The bytes to send upstream when they must differ from the client's (a Chat Completions
    * stream asks for usage on the client's behalf); undefined: the client's bytes as sent.
+   * `raw` is the client's body, `body` the same parsed.
    */
-  upstreamBody(body: Record<string, unknown>, view: RequestView): Record<string, unknown> | undefined;
+  upstreamBody(body: Record<string, unknown>, view: RequestView, raw: Buffer): Buffer | undefined;
   /** Reads a non-streamed answer's JSON. */
   summarize(json: unknown): AnswerSummary;
   streamMeter(view: RequestView): StreamMeter;

@@ -8,7 +8,9 @@ describe("anthropicMessagesShape", () => {
     const body = { model: "claude-sonnet-4-5", max_tokens: 64, stream: true, messages: [] };
     const read = anthropicMessagesShape.readRequest(body);
     if (!read.ok) throw new Error(read.error.message);
-    expect(anthropicMessagesShape.upstreamBody(body, read.request)).toBeUndefined();
+    expect(
+      anthropicMessagesShape.upstreamBody(body, read.request, Buffer.from(JSON.stringify(body))),
+    ).toBeUndefined();
   });
 
   it("given a refusal, then the error body is Anthropic's, with OpenAI's server_error as api_error", () => {

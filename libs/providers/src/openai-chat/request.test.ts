@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { readChatRequest, withStreamUsage } from "./request.js";
+import { readChatRequest, withStreamUsage, withStreamUsageBytes } from "./request.js";
 
 describe("readChatRequest", () => {
   it("given a streamed request with system, developer and user messages, then it reads what the gateway needs", () => {
@@ -117,5 +117,31 @@ describe("withStreamUsage", () => {
   it("given include_usage false, then it is turned on", () => {
     const sent = withStreamUsage({ stream_options: { include_usage: false } });
     expect(sent.stream_options).toEqual({ include_usage: true });
+  });
+});
+
+describe("withStreamUsageBytes", () => {
+  const sent = (text: string) => {
+    const raw = Buffer.from(text);
+    return withStreamUsageBytes(JSON.parse(text) as Record<string, unknown>, raw).toString();
+  };
+
+  it("given no stream_options, then they go in front of the first member and the client's bytes follow as sent", () => {
+    const text = ' \n{ "model":"m",  "stream":true, "messages":[{"role":"user","content":"h\u00e9"}]}';
+    const out = sent(text);
+    expect(out).toBe(
+      ' \n{"stream_options":{"include_usage":true}, "model":"m",  "stream":true, "messages":[{"role":"user","content":"h\u00e9"}]}',
+    );
+    expect(JSON.parse(out)).toEqual(withStreamUsage(JSON.parse(text) as Record<string, unknown>));
+  });
+
+  it.each([
+    ['{"model":"m","stream":true,"stream_options":{"include_obfuscation":false}}'],
+    ['{"model":"m","stream":true,"stream_options":null}'],
+    ['{"model":"m","stream":true,"stream_options":{"include_usage":false}}'],
+    ["{}"],
+    ["{ \t}"],
+  ])("given %s, then the result is the body with usage merged in, as JSON", (text) => {
+    expect(JSON.parse(sent(text))).toEqual(withStreamUsage(JSON.parse(text) as Record<string, unknown>));
   });
 });

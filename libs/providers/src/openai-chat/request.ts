@@ -91,6 +91,36 @@ export function withStreamUsage(body: Record<string, unknown>): Record<string, u
   return { ...body, stream_options: { ...options, include_usage: true } };
 }
 
+/**
+ * `withStreamUsage` as the bytes to send: a body without `stream_options` gets them
+ * written in front of its first member, the client's own bytes kept as they came (a long
+ * conversation is not serialized again on its way to the first token); otherwise the body
+ * is serialized with them merged in.
+ */
+export function withStreamUsageBytes(body: Record<string, unknown>, raw: Buffer): Buffer {
+  if (!("stream_options" in body)) {
+    const open = raw.indexOf(OPEN_BRACE);
+    const next = open === -1 ? -1 : nextNonSpace(raw, open + 1);
+    if (next !== -1 && raw[next] !== CLOSE_BRACE) {
+      return Buffer.concat([raw.subarray(0, open + 1), USAGE_MEMBER, raw.subarray(open + 1)]);
+    }
+  }
+  return Buffer.from(JSON.stringify(withStreamUsage(body)));
+}
+
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const USAGE_MEMBER = Buffer.from('"stream_options":{"include_usage":true},');
+
+/** Index of the first byte at or after `from` that is not JSON whitespace; -1 if none. */
+function nextNonSpace(raw: Buffer, from: number): number {
+  for (let i = from; i < raw.length; i++) {
+    const byte = raw[i];
+    if (byte !== 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d) return i;
+  }
+  return -1;
+}
+
 function refuse(message: string, param: string | null): ChatRequestResult {
   return { ok: false, error: { message, param } };
 }

@@ -2,7 +2,7 @@ import { openAIErrorBody } from "../error-shape.js";
 import type { ApiShape, RequestView, StreamMeter, StreamObservation } from "../shape.js";
 import { formatSseData, type SseEvent } from "../sse.js";
 import { chatConversation } from "./conversation.js";
-import { type ChatRequestView, readChatRequest, withStreamUsage } from "./request.js";
+import { type ChatRequestView, readChatRequest, withStreamUsageBytes } from "./request.js";
 import { ChatStreamMeter, summarizeChatCompletion } from "./response.js";
 
 const PLAIN: StreamObservation = Object.freeze({ hidden: false, terminal: false });
@@ -19,9 +19,9 @@ export const openAIChatShape: ApiShape = {
   readRequest: readChatRequest,
   // Usage on a stream is only sent when asked for: ask on the client's behalf so every
   // stream is metered (the meter hides the extra chunk from a client that did not ask).
-  upstreamBody(body, view) {
+  upstreamBody(body, view, raw) {
     const chat = view as ChatRequestView;
-    return chat.stream && !chat.clientWantsUsage ? withStreamUsage(body) : undefined;
+    return chat.stream && !chat.clientWantsUsage ? withStreamUsageBytes(body, raw) : undefined;
   },
   summarize: summarizeChatCompletion,
   streamMeter: (view: RequestView) => new ChatMeter((view as ChatRequestView).clientWantsUsage),

@@ -7,7 +7,9 @@ describe("openAIResponsesShape", () => {
     const body = { model: "gpt-4.1", stream: true, input: "hi" };
     const read = openAIResponsesShape.readRequest(body);
     if (!read.ok) throw new Error(read.error.message);
-    expect(openAIResponsesShape.upstreamBody(body, read.request)).toBeUndefined();
+    expect(
+      openAIResponsesShape.upstreamBody(body, read.request, Buffer.from(JSON.stringify(body))),
+    ).toBeUndefined();
   });
 
   it("given a refusal, then the error body is OpenAI's with its param", () => {

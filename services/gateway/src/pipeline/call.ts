@@ -876,8 +876,7 @@ function answerOf(summary: AnswerSummary): Answer {
 
 /** The body to forward: the client's bytes, unless the shape must change it (usage opt-in). */
 function upstreamBodyOf(shape: ApiShape, body: unknown, view: RequestView, raw: Buffer): Buffer {
-  const changed = shape.upstreamBody(body as Record<string, unknown>, view);
-  return changed === undefined ? raw : Buffer.from(JSON.stringify(changed));
+  return shape.upstreamBody(body as Record<string, unknown>, view, raw) ?? raw;
 }
 
 function parseJson(raw: Buffer | undefined): unknown {
