@@ -29,8 +29,13 @@ interface Deferred {
  * Publishes to JetStream with many publishes in flight and their acknowledgements
  * matched as they come back, on one subscription and one timer for all of them: no
  * promise, timer or Error per publish (the nats.js request path builds all three), so an
- * ack costs a JSON parse and a map lookup. Writes issued in the same tick go out in one
- * socket write (nats.js coalesces them).
+ * ack costs a JSON parse and a map lookup.
+ *
+ * Publishes made while the event loop handles one round of I/O go out together, in one
+ * socket write, once that round is done (setImmediate): nats.js writes what was published
+ * within one microtask checkpoint, and each connection's request is handled in a callback
+ * of its own, so calls arriving together on many connections each cost a write of their
+ * own otherwise. The round's other callbacks are all a publish waits for.
  *
  * A publish that nobody waits on urgently (a call's outcome, once the client has its
  * answer) can be deferred: it goes out with the next urgent publish, in the same write, or
@@ -45,6 +50,7 @@ export class AsyncPublisher {
   private next = 0;
   private deferred: Deferred[] = [];
   private deferTimer: NodeJS.Timeout | undefined;
+  private immediate: NodeJS.Immediate | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -66,13 +72,19 @@ export class AsyncPublisher {
 
   /** Publishes and resolves with JetStream's ack (never rejects: failures are PubAcks). */
   publish(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
-    this.flush();
     const token = (this.next++).toString(36);
     return new Promise<PubAck>((resolve) => {
       this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs });
-      this.send(subject, data, headers, token);
+      // Behind the deferred ones, in order: they all go out in this round's write.
+      this.deferred.push({ subject, data, headers, token });
+      this.immediate ??= setImmediate(this.flushRound);
     });
   }
+
+  private readonly flushRound = (): void => {
+    this.immediate = undefined;
+    this.flush();
+  };
 
   /** Like publish, but the message may wait up to `deferMs` to share a write with others. */
   publishDeferred(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
@@ -84,7 +96,7 @@ export class AsyncPublisher {
     });
   }
 
-  /** Sends every deferred publish now. */
+  /** Sends every publish not sent yet (deferred, or waiting for this round's end) now. */
   flush(): void {
     if (this.deferTimer !== undefined) {
       clearTimeout(this.deferTimer);
@@ -110,6 +122,8 @@ export class AsyncPublisher {
   close(): void {
     clearInterval(this.sweeper);
     clearTimeout(this.deferTimer);
+    if (this.immediate !== undefined) clearImmediate(this.immediate);
+    this.immediate = undefined;
     this.deferred = [];
     this.subscription.unsubscribe();
     for (const [token, pending] of this.pending) {
