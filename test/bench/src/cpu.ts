@@ -18,10 +18,10 @@ export function cpuMs(pid: number): number {
   return (ticks * 1000) / TICKS_PER_SECOND;
 }
 
-/** CPU used by a set of processes between start() and stop(). */
+/** CPU used by a set of processes between start() and stop(), summed over every such pair. */
 export class CpuMeter {
   private before = new Map<number, number>();
-  private used = new Map<number, number>();
+  private readonly used = new Map<number, number>();
 
   constructor(private readonly pids: readonly number[]) {}
 
@@ -30,7 +30,9 @@ export class CpuMeter {
   }
 
   stop(): void {
-    this.used = new Map(this.pids.map((pid) => [pid, cpuMs(pid) - (this.before.get(pid) ?? 0)]));
+    for (const pid of this.pids) {
+      this.used.set(pid, (this.used.get(pid) ?? 0) + cpuMs(pid) - (this.before.get(pid) ?? 0));
+    }
   }
 
   /** Milliseconds used by these processes (all of them if none are named). */

@@ -7,11 +7,13 @@
 // not, at 1, 32 and 256 connections. It prints added latency (p50/p99 over calling the
 // provider directly), req/s, time to first byte and CPU per call (read from /proc) for the
 // floor, the gateway alone and the whole stack (gateway, nats-server, the projector, the
-// budget and control services: every process of `holdfast up`), as
-// ratios to the floor; then two gateways alternating on one run, a 20,000-step run, and
+// budget, control and scheduler services: every process of `holdfast up`), as
+// ratios to the floor; each target's figures come from rounds taken in turn with the
+// others', so a drift of the machine's speed does not fall on one of them alone; then two gateways alternating on one run, a 20,000-step run, and
 // the projection's lag. Linux only (CPU comes from /proc).
 //
-//   BENCH_PHASE_MS (default 4000)  measured time per phase, after a 1 s warm-up
+//   BENCH_PHASE_MS (default 4000)  measured time per target, after a 1 s warm-up
+//   BENCH_ROUNDS (4)               rounds that time is taken in
 //   BENCH_CONCURRENCY (1,32,256)   BENCH_SHAPES (chat,responses,messages)
 //   BENCH_STEPS (20000)            length of the long run
 import { type ChildProcess, spawn } from "node:child_process";
@@ -19,11 +21,25 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { CpuMeter, childrenOf } from "./cpu.js";
-import { type PhaseResult, percentile, runPhase, SHAPE_LOADS, type ShapeLoad, sleep } from "./load.js";
+import {
+  mergePhases,
+  type PhaseResult,
+  percentile,
+  runPhase,
+  SHAPE_LOADS,
+  type ShapeLoad,
+  sleep,
+} from "./load.js";
 import { firstMatch, ROOT, startExtraGateway, startProvider, startUp } from "./processes.js";
 
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 4_000);
 const WARMUP_MS = 1_000;
+// Each target's measurement is taken in this many rounds, direct, floor and Holdfast in
+// turn, so that a drift of the machine's speed (other tenants of its host) falls on all
+// three alike instead of on whichever was measured during it.
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
+// New connections each round: a short warm-up before each round after the first.
+const ROUND_WARMUP_MS = 500;
 // Before any phase, each proxy serves each shape (streaming and not) this long.
 const WARMUP_PER_SHAPE_MS = 2_000;
 const ALTERNATING_ROUNDS = 5;
@@ -38,7 +54,15 @@ interface Stack {
   gatewayUrl: string;
   natsUrl: string;
   analyticsUrl: string;
-  pids: { floor: number; gateway: number; nats: number; projector: number; budget: number; control: number };
+  pids: {
+    floor: number;
+    gateway: number;
+    nats: number;
+    projector: number;
+    budget: number;
+    control: number;
+    scheduler: number;
+  };
   children: ChildProcess[];
   dataDir: string;
 }
@@ -59,7 +83,10 @@ async function main(): Promise<void> {
       `Each proxy first serves every shape for ${WARMUP_PER_SHAPE_MS} ms at 8 connections (not measured); then per phase`,
     );
     console.log(
-      `${WARMUP_MS} ms warm-up + ${PHASE_MS} ms measured; fake provider with no added latency, so what`,
+      `${PHASE_MS} ms measured, in ${ROUNDS} rounds taking direct, floor and Holdfast in turn (a warm-up of ${WARMUP_MS} ms`,
+    );
+    console.log(
+      `before the first round, ${ROUND_WARMUP_MS} ms before each other); fake provider with no added latency, so what`,
     );
     console.log(
       "the proxies add is visible; load generator, provider and every proxy share this machine's CPUs.\n",
@@ -112,39 +139,49 @@ async function compare(
     shape,
     stream,
     concurrency,
-    warmupMs: WARMUP_MS,
-    measureMs: PHASE_MS,
+    measureMs: PHASE_MS / ROUNDS,
     runOf: (i: number) => `bench-${shape.name}-${i % RUNS}`,
   };
-  const direct = await runPhase({ ...base, origin: stack.providerUrl });
   const floorCpu = new CpuMeter([stack.pids.floor]);
-  const floor = await runPhase({
-    ...base,
-    origin: stack.floorUrl,
-    onMeasure: (at) => (at === "start" ? floorCpu.start() : floorCpu.stop()),
-  });
-  const { gateway, nats, projector, budget, control } = stack.pids;
-  const holdfastCpu = new CpuMeter([gateway, nats, projector, budget, control]);
-  const holdfast = await runPhase({
-    ...base,
-    origin: stack.gatewayUrl,
-    onMeasure: (at) => {
-      if (at === "start") {
-        holdfastCpu.start();
-        lag.measuring = true;
-      } else {
-        holdfastCpu.stop();
-        lag.measuring = false;
-      }
-    },
-  });
+  const { gateway, nats, projector, budget, control, scheduler } = stack.pids;
+  const holdfastCpu = new CpuMeter([gateway, nats, projector, budget, control, scheduler]);
+  const phases = {
+    direct: () => ({ origin: stack.providerUrl }),
+    floor: () => ({
+      origin: stack.floorUrl,
+      onMeasure: (at: "start" | "stop") => (at === "start" ? floorCpu.start() : floorCpu.stop()),
+    }),
+    holdfast: () => ({
+      origin: stack.gatewayUrl,
+      onMeasure: (at: "start" | "stop") => {
+        if (at === "start") {
+          holdfastCpu.start();
+          lag.measuring = true;
+        } else {
+          holdfastCpu.stop();
+          lag.measuring = false;
+        }
+      },
+    }),
+  };
+  const results = { direct: [] as PhaseResult[], floor: [] as PhaseResult[], holdfast: [] as PhaseResult[] };
+  for (let round = 0; round < ROUNDS; round++) {
+    // Every other round in the opposite order: none is always measured first or last.
+    const order = (["direct", "floor", "holdfast"] as const).slice();
+    if (round % 2 === 1) order.reverse();
+    for (const target of order) {
+      results[target].push(
+        await runPhase({ ...base, ...phases[target](), warmupMs: round === 0 ? WARMUP_MS : ROUND_WARMUP_MS }),
+      );
+    }
+  }
   return {
     shape: shape.name,
     stream,
     concurrency,
-    direct,
-    floor: { result: floor, cpu: floorCpu },
-    holdfast: { result: holdfast, cpu: holdfastCpu },
+    direct: mergePhases(results.direct),
+    floor: { result: mergePhases(results.floor), cpu: floorCpu },
+    holdfast: { result: mergePhases(results.holdfast), cpu: holdfastCpu },
     pids: stack.pids,
   };
 }
@@ -258,7 +295,7 @@ function legend(): string {
     "ms throughout. +p50/+p99: latency added over calling the provider directly. ttfb: to the first body",
     "byte. cpu/call: CPU time of the proxy's processes per call (floor: its one process; gw: the Holdfast",
     "gateway process; stack: every process of `holdfast up`: gateway, nats-server, the projector with",
-    "embedded ClickHouse, the budget and the control services).",
+    "embedded ClickHouse, the budget, control and scheduler services).",
   ].join("\n");
 }
 
@@ -490,6 +527,7 @@ async function startStack(): Promise<Stack> {
       nats: pidOf(/nats-server/),
       budget: pidOf(/budget\/dist\/main\.js/),
       control: pidOf(/control\/dist\/main\.js/),
+      scheduler: pidOf(/scheduler\/dist\/main\.js/),
     },
     children,
     dataDir,

@@ -150,6 +150,27 @@ export async function runPhase(options: PhaseOptions): Promise<PhaseResult> {
   };
 }
 
+/** Several phases' calls as one phase's (rounds of one measurement taken in turn with others). */
+export function mergePhases(parts: readonly PhaseResult[]): PhaseResult {
+  const joined = (pick: (r: PhaseResult) => Float64Array) => {
+    const out = new Float64Array(parts.reduce((n, r) => n + pick(r).length, 0));
+    let at = 0;
+    for (const r of parts) {
+      out.set(pick(r), at);
+      at += pick(r).length;
+    }
+    return out;
+  };
+  return {
+    requests: parts.reduce((n, r) => n + r.requests, 0),
+    errors: parts.reduce((n, r) => n + r.errors, 0),
+    seconds: parts.reduce((n, r) => n + r.seconds, 0),
+    latencies: joined((r) => r.latencies).sort(),
+    firstBytes: joined((r) => r.firstBytes).sort(),
+    inOrder: joined((r) => r.inOrder),
+  };
+}
+
 export function percentile(sorted: Float64Array, p: number): number {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
