@@ -401,3 +401,76 @@ describe("the legacy functions API", () => {
     expect(meter.summary().toolCalls).toEqual([{ id: "", name: "delete_repo", arguments: '{"a":1}' }]);
   });
 });
+
+describe("ChatStreamMeter reading only the chunks that can change what it meters", () => {
+  const base = { id: "chatcmpl-1", object: "chat.completion.chunk", model: "gpt-4o-mini" };
+  const text = (content: string, extra: Record<string, unknown> = {}) =>
+    JSON.stringify({
+      ...base,
+      choices: [{ index: 0, delta: { content }, finish_reason: null }],
+      usage: null,
+      ...extra,
+    });
+
+  it.each([
+    ["compact JSON", (value: unknown) => JSON.stringify(value)],
+    [
+      "Python's spacing",
+      (value: unknown) => JSON.stringify(value).replaceAll('":', '": ').replaceAll(",", ", "),
+    ],
+    ["pretty-printed", (value: unknown) => JSON.stringify(value, null, 2)],
+  ])(
+    "given a stream written as %s, then text chunks between change nothing and the rest is read",
+    (_, write) => {
+      const meter = new ChatStreamMeter();
+      const chunks = [
+        {
+          ...base,
+          choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }],
+          usage: null,
+        },
+        {
+          ...base,
+          choices: [
+            { index: 0, delta: { content: 'a "usage": {"x":1} and "error" in text' }, finish_reason: null },
+          ],
+          usage: null,
+        },
+        {
+          ...base,
+          choices: [
+            {
+              index: 0,
+              delta: {
+                tool_calls: [
+                  { index: 0, id: "call_1", type: "function", function: { name: "rm", arguments: "{}" } },
+                ],
+              },
+              finish_reason: null,
+            },
+          ],
+          usage: null,
+        },
+        { ...base, choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }], usage: null },
+        { ...base, choices: [], usage: { prompt_tokens: 12, completion_tokens: 7, total_tokens: 19 } },
+      ];
+      const seen = chunks.map((chunk) => meter.observe(write(chunk)).usageOnly);
+      expect(seen).toEqual([false, false, false, false, true]);
+      const summary = meter.summary();
+      expect(summary.model).toBe("gpt-4o-mini");
+      expect(summary.responseId).toBe("chatcmpl-1");
+      expect(summary.finishReason).toBe("tool_calls");
+      expect(summary.toolCalls.map((call) => call.name)).toEqual(["rm"]);
+      expect(summary.usage).toMatchObject({ reported: true, inputTokens: 12, outputTokens: 7 });
+    },
+  );
+
+  it("given an error after text chunks, then the error is still seen", () => {
+    const meter = new ChatStreamMeter();
+    meter.observe(text("hello"));
+    meter.observe(text(" world"));
+    const error = JSON.stringify({ error: { message: "overloaded", type: "server_error" } });
+    meter.observe(error);
+    expect(meter.errorEvent).toBe(error);
+  });
+});

@@ -56,6 +56,13 @@ export interface ChatChunkObservation {
   readonly usageOnly: boolean;
 }
 
+/**
+ * What a chunk must contain for the meter to learn anything from it: usage or a finish
+ * reason that is not null (under any key, Groq's `x_groq.usage` too), tool calls, a legacy
+ * function call, an error. Text that merely mentions one of them only costs a parse.
+ */
+const MAY_BE_METERED = /"(?:usage|finish_reason)"\s*:\s*[^\sn]|"tool_calls"|"function_call"|"error"/;
+
 const USAGE_ONLY: ChatChunkObservation = Object.freeze({ usageOnly: true });
 const NOT_USAGE_ONLY: ChatChunkObservation = Object.freeze({ usageOnly: false });
 
@@ -83,6 +90,11 @@ export class ChatStreamMeter {
   observe(data: string): ChatChunkObservation {
     // Cheap exit before JSON.parse: "[DONE]", keepalive text, anything not an object.
     if (!startsLikeObject(data)) return NOT_USAGE_ONLY;
+    // Most of a stream is text: once the model and id are known, a chunk that names no
+    // usage, finish reason, tool call or error holds nothing to meter and is not parsed.
+    if (this.#model !== undefined && this.#responseId !== undefined && !MAY_BE_METERED.test(data)) {
+      return NOT_USAGE_ONLY;
+    }
     let chunk: unknown;
     try {
       chunk = JSON.parse(data);
