@@ -840,13 +840,29 @@ export class Bus {
    * pointers a service must share across instances and restarts.
    */
   async keyValue(bucket: string, options: { ttlMs?: number } = {}): Promise<KV> {
-    const name = `${this.subjects.prefix.toUpperCase()}_${bucket}`;
+    const name = this.bucketName(bucket);
     return new Kvm(this.js).create(name, {
       history: 1,
       replicas: this.options.replicas ?? 1,
       storage: StorageType.File,
       ...(options.ttlMs === undefined ? {} : { ttl: options.ttlMs }),
     });
+  }
+
+  /**
+   * Puts `value` under `key` in a bucket `keyValue` made, and resolves once the bucket
+   * has it: `KV.put` through the bus's publisher, so a put made on the hot path costs what
+   * an append does (a write shared with the round's other publishes, no request timer or
+   * error object of its own). `key` must be a valid KV key.
+   */
+  async putValue(bucket: string, key: string, value: string): Promise<void> {
+    const ack = await this.publisher.publish(`$KV.${this.bucketName(bucket)}.${key}`, Buffer.from(value));
+    if (!ack.ok)
+      throw new BusUnavailableError(`put to ${this.bucketName(bucket)} failed: ${ack.description}`);
+  }
+
+  private bucketName(bucket: string): string {
+    return `${this.subjects.prefix.toUpperCase()}_${bucket}`;
   }
 
   /**

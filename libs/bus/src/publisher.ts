@@ -21,7 +21,7 @@ interface Pending {
 interface Deferred {
   readonly subject: string;
   readonly data: Uint8Array;
-  readonly headers: MsgHdrs;
+  readonly headers: MsgHdrs | undefined;
   readonly token: string;
 }
 
@@ -71,7 +71,7 @@ export class AsyncPublisher {
   }
 
   /** Publishes and resolves with JetStream's ack (never rejects: failures are PubAcks). */
-  publish(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
+  publish(subject: string, data: Uint8Array, headers?: MsgHdrs): Promise<PubAck> {
     const token = (this.next++).toString(36);
     return new Promise<PubAck>((resolve) => {
       this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs });
@@ -108,7 +108,7 @@ export class AsyncPublisher {
     for (const d of deferred) this.send(d.subject, d.data, d.headers, d.token);
   }
 
-  private send(subject: string, data: Uint8Array, headers: MsgHdrs, token: string): void {
+  private send(subject: string, data: Uint8Array, headers: MsgHdrs | undefined, token: string): void {
     try {
       this.nc.publish(subject, data, { reply: `${this.prefix}.${token}`, headers });
     } catch (error) {

@@ -95,7 +95,10 @@ export async function startGateway(
     idleMs: config.identification.idle_minutes * 60_000,
   });
   await generations.start();
-  const responses = new ResponseIndex(await bus.keyValue("RESPONSES", { ttlMs: RESPONSE_TTL_MS }));
+  const responses = new ResponseIndex(
+    await bus.keyValue("RESPONSES", { ttlMs: RESPONSE_TTL_MS }),
+    (key, value) => bus.putValue("RESPONSES", key, value),
+  );
   await responses.start();
   // A process id that a restart of the same instance does not reuse: the calls the dead
   // process had in flight are told apart from this one's.

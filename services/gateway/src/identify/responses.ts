@@ -24,6 +24,9 @@ export class ResponseIndex {
 
   constructor(
     private readonly kv: KV,
+    /** Writes a key of the bucket (Bus.putValue: the hot path's way; KV.put by default). */
+    private readonly put: (key: string, value: string) => Promise<unknown> = (key, value) =>
+      kv.put(key, value),
     private readonly maxLocal = 100_000,
     private readonly graceMs = UNKNOWN_GRACE_MS,
   ) {}
@@ -80,7 +83,7 @@ export class ResponseIndex {
   async remember(responseId: string, runId: string): Promise<void> {
     if (responseId.length === 0 || responseId.length > MAX_ID_LENGTH) return;
     this.keep(responseId, runId);
-    await this.kv.put(keyOf(responseId), runId);
+    await this.put(keyOf(responseId), runId);
   }
 
   private keep(responseId: string, runId: string): void {
