@@ -340,7 +340,10 @@ export class Bus {
     return undefined;
   }
 
-  /** Sends deferred appends now: a caller about to wait on one of them should not wait the deferral out. */
+  /**
+   * Sends deferred appends, and those waiting for the end of this round of I/O, now: a
+   * caller about to wait on one of them should not wait the deferral out.
+   */
   flushDeferred(): void {
     this.publisher.flush();
   }
@@ -902,6 +905,8 @@ export class Bus {
 
   /** Finishes what is in flight, then disconnects. */
   async close(): Promise<void> {
+    // Appends of this round (and deferred ones) go out before the connection drains.
+    this.publisher.flush();
     this.publisher.close();
     if (!this.nc.isClosed()) await this.nc.drain();
   }

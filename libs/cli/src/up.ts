@@ -351,10 +351,11 @@ Ctrl-C stops everything.`;
  * machine's CPUs, at least 1. The server shares the machine with every other process of the
  * stack, and each CPU Go may use beyond what the load needs is paid for in threads woken to
  * look for work: on 2 CPUs, 1 costs a quarter less CPU per stored event than Go's default
- * (and undefined when this process was given a GOMAXPROCS of its own, which the server keeps).
+ * (and undefined when this process was given a GOMAXPROCS of its own, which the server keeps;
+ * an empty one is none, as for Go).
  */
 function embeddedGomaxprocs(): number | undefined {
-  if (process.env.GOMAXPROCS !== undefined) return undefined;
+  if (process.env.GOMAXPROCS) return undefined;
   return Math.max(1, Math.floor(availableParallelism() / 4));
 }
 

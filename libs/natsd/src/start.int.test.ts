@@ -138,7 +138,22 @@ describe("startNatsServer", () => {
       monitor: true,
     });
     const stats = await varz(unset.monitorUrl);
-    expect(stats.gomaxprocs).toBe(Number(process.env.GOMAXPROCS ?? stats.cores));
+    expect(stats.gomaxprocs).toBe(Number(process.env.GOMAXPROCS || stats.cores));
+    // 0 is Go's own default, whatever this process was given.
+    const given = process.env.GOMAXPROCS;
+    process.env.GOMAXPROCS = "1";
+    try {
+      await using zero = await startNatsServer({
+        binary,
+        storeDir: join(scratch, "gomaxprocs-zero"),
+        monitor: true,
+        gomaxprocs: 0,
+      });
+      expect((await varz(zero.monitorUrl)).gomaxprocs).toBe(stats.cores);
+    } finally {
+      if (given === undefined) delete process.env.GOMAXPROCS;
+      else process.env.GOMAXPROCS = given;
+    }
   });
 
   it("rejects with the server's own words when it exits during startup", async () => {

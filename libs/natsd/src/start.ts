@@ -24,8 +24,8 @@ export interface StartNatsServerOptions {
   /** JetStream fsync interval, e.g. "2m", "10s" or "always". */
   readonly syncInterval?: string;
   /**
-   * GOMAXPROCS of the server's Go runtime; 0 or unset leaves Go's default (every CPU, or
-   * the GOMAXPROCS this process was given).
+   * GOMAXPROCS of the server's Go runtime; 0 is Go's default (every CPU), whatever this
+   * process was given; unset passes on this process's environment as it is.
    */
   readonly gomaxprocs?: number;
   readonly maxPayload?: number;
@@ -149,10 +149,13 @@ async function spawnNatsServer(
   args.push(...(options.extraArgs ?? []));
 
   const output = new OutputTail(OUTPUT_LIMIT);
+  const { GOMAXPROCS: _inherited, ...withoutGomaxprocs } = process.env;
   const env =
-    options.gomaxprocs === undefined || options.gomaxprocs === 0
+    options.gomaxprocs === undefined
       ? process.env
-      : { ...process.env, GOMAXPROCS: String(Math.trunc(options.gomaxprocs)) };
+      : options.gomaxprocs === 0
+        ? withoutGomaxprocs
+        : { ...process.env, GOMAXPROCS: String(Math.trunc(options.gomaxprocs)) };
   const child =
     launcher === undefined
       ? spawn(options.binary, args, { stdio: ["ignore", "pipe", "pipe"], env })

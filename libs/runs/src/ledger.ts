@@ -175,6 +175,14 @@ export class Ledger<State, Command> {
     });
   }
 
+  /**
+   * Sends every append issued so far to the log's socket now, instead of with the next
+   * urgent one (deferred) or at the end of this round of I/O; their acks are not waited for.
+   */
+  sendAppends(): void {
+    this.options.bus.flushDeferred();
+  }
+
   /** Another process appended to the aggregate recently (another gateway serves the run too). */
   shared(id: string): boolean {
     const entry = this.entries.get(id);

@@ -206,6 +206,7 @@ export async function handleCall(
         record,
         nameResponse,
         shared: deps.ledger.shared(run.runId),
+        ledger: deps.ledger,
       });
       return;
     }
@@ -248,7 +249,7 @@ export async function handleCall(
     record({ kind: "completed", status: response.statusCode, answer });
     const delivery = await hooks.deliver(call, answer);
     if (delivery.kind === "refuse") return answerError(call, delivery.error);
-    if (deps.ledger.shared(run.runId)) await outcomeOnItsWay();
+    if (deps.ledger.shared(run.runId)) await outcomeOnItsWay(deps.ledger);
     // A routed alias's answer names the alias, not the model that served it (unless expose_model).
     const answerModel = call.route?.answerModel;
     if (answerModel === undefined) {
@@ -591,13 +592,15 @@ function failUnreachable(call: Call, error: unknown, record: (ending: Ending) =>
 }
 
 /**
- * Lets an outcome just recorded reach the log's socket before the client has the end of
- * its answer (its append is issued in microtasks; this waits them out, not the ack). On
- * a run another gateway also serves, a client that goes straight there with the run's
- * next call then usually finds the outcome already folded in, instead of racing it.
+ * Puts an outcome just recorded on the log's socket before the client has the end of its
+ * answer (its append is issued in microtasks, which this waits out, and then sent at once
+ * rather than at the end of the round; the ack is not waited for). On a run another gateway
+ * also serves, a client that goes straight there with the run's next call then usually
+ * finds the outcome already folded in, instead of racing it.
  */
-function outcomeOnItsWay(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
+async function outcomeOnItsWay(ledger: Pick<Ledger<RunState, RunCommand>, "sendAppends">): Promise<void> {
+  await new Promise((resolve) => setImmediate(resolve));
+  ledger.sendAppends();
 }
 
 /**
@@ -617,6 +620,7 @@ async function relayStream(
     nameResponse: (summary: AnswerSummary) => void;
     /** Another gateway also serves this run (see outcomeOnItsWay). */
     shared: boolean;
+    ledger: Pick<Ledger<RunState, RunCommand>, "sendAppends">;
   },
 ): Promise<void> {
   const { writer, clientGone, shape } = call;
@@ -689,7 +693,7 @@ async function relayStream(
     writer.end(shape.streamErrorEvent(delivery.error.message, delivery.error));
     return;
   }
-  if (on.shared) await outcomeOnItsWay();
+  if (on.shared) await outcomeOnItsWay(on.ledger);
   writer.end(held);
 }
 
