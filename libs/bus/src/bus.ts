@@ -926,11 +926,6 @@ function isNotFound(error: unknown): boolean {
   return error instanceof Error && /message not found|no message found/i.test(error.message);
 }
 
-/**
- * The expected-sequence check failed: 10071 names the subject's actual last sequence; a
- * replicated stream answers 10164, without it, when another append of the subject is
- * still in flight in the stream's raft group.
- */
 /** How long a watch waits between reads of the stream, unless told otherwise. */
 const DEFAULT_WATCH_LINGER_MS = 100;
 /** The longest a watch waits between reads while the stream is quiet, unless told otherwise. */
@@ -946,6 +941,11 @@ const FOLLOW_EXPIRES_MS = 4_000;
 /** A follow that has heard nothing (no event, heartbeat or expired pull) for this long starts a new consumer. */
 const FOLLOW_SILENCE_MS = 5_000;
 
+/**
+ * The expected-sequence check failed: 10071 names the subject's actual last sequence; a
+ * replicated stream answers 10164, without it, when another append of the subject is
+ * still in flight in the stream's raft group.
+ */
 const WRONG_LAST_SEQUENCE = new Set([JetStreamApiCodes.StreamWrongLastSequence, 10164]);
 /**
  * Refusals that say the append may yet succeed as it is: 10158, an append with this

@@ -18,6 +18,7 @@ interface Pending {
   readonly deadline: number;
 }
 
+/** A publish not sent yet: deferred, or waiting for the end of this round of I/O. */
 interface Deferred {
   readonly subject: string;
   readonly data: Uint8Array;
@@ -72,12 +73,30 @@ export class AsyncPublisher {
 
   /** Publishes and resolves with JetStream's ack (never rejects: failures are PubAcks). */
   publish(subject: string, data: Uint8Array, headers?: MsgHdrs): Promise<PubAck> {
+    // Behind the deferred ones, in order: they all go out in this round's write.
+    return this.queue(subject, data, headers, () => {
+      this.immediate ??= setImmediate(this.flushRound);
+    });
+  }
+
+  /** Like publish, but the message may wait up to `deferMs` to share a write with others. */
+  publishDeferred(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
+    return this.queue(subject, data, headers, () => {
+      this.deferTimer ??= setTimeout(() => this.flush(), this.deferMs);
+    });
+  }
+
+  private queue(
+    subject: string,
+    data: Uint8Array,
+    headers: MsgHdrs | undefined,
+    schedule: () => void,
+  ): Promise<PubAck> {
     const token = (this.next++).toString(36);
     return new Promise<PubAck>((resolve) => {
       this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs });
-      // Behind the deferred ones, in order: they all go out in this round's write.
       this.deferred.push({ subject, data, headers, token });
-      this.immediate ??= setImmediate(this.flushRound);
+      schedule();
     });
   }
 
@@ -85,16 +104,6 @@ export class AsyncPublisher {
     this.immediate = undefined;
     this.flush();
   };
-
-  /** Like publish, but the message may wait up to `deferMs` to share a write with others. */
-  publishDeferred(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
-    const token = (this.next++).toString(36);
-    return new Promise<PubAck>((resolve) => {
-      this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs });
-      this.deferred.push({ subject, data, headers, token });
-      this.deferTimer ??= setTimeout(() => this.flush(), this.deferMs);
-    });
-  }
 
   /** Sends every publish not sent yet (deferred, or waiting for this round's end) now. */
   flush(): void {

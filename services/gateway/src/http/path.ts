@@ -19,13 +19,16 @@ export function normalizeTarget(target: string): NormalizedTarget {
   const known = normalized.get(target);
   if (known !== undefined) return known;
   const result = normalizeNew(target);
+  if (target.length > NORMALIZED_KEY_MAX) return result;
   if (normalized.size >= NORMALIZED_MAX) normalized.clear();
   normalized.set(target, result);
   return result;
 }
 
+// Bounded, whatever targets clients send: at most 1,024 of at most 512 characters.
 const normalized = new Map<string, NormalizedTarget>();
 const NORMALIZED_MAX = 1_024;
+const NORMALIZED_KEY_MAX = 512;
 
 function normalizeNew(target: string): NormalizedTarget {
   const q = target.indexOf("?");

@@ -24,9 +24,8 @@ export class ResponseIndex {
 
   constructor(
     private readonly kv: KV,
-    /** Writes a key of the bucket (Bus.putValue: the hot path's way; KV.put by default). */
-    private readonly put: (key: string, value: string) => Promise<unknown> = (key, value) =>
-      kv.put(key, value),
+    /** Writes a key of the bucket (Bus.putValue: a put through the bus's publisher). */
+    private readonly put: (key: string, value: string) => Promise<void>,
     private readonly maxLocal = 100_000,
     private readonly graceMs = UNKNOWN_GRACE_MS,
   ) {}
