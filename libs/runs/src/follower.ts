@@ -1,4 +1,4 @@
-import type { Bus, Watch, WatchedEvent } from "@holdfast/bus";
+import { type Bus, Switched, type Watch, type WatchedEvent } from "@holdfast/bus";
 import type { EventType } from "@holdfast/events";
 import { CONTROL_TYPES } from "./held.js";
 
@@ -16,40 +16,63 @@ export const URGENT_TYPES: readonly EventType[] = [...CONTROL_TYPES, "HoldRuleAd
 export interface FollowOptions {
   /** Types pushed to the sinks the moment they are stored (default: URGENT_TYPES). */
   urgent?: readonly EventType[];
-  /**
-   * Also hand on every other event, taken from the log in batches a few times a second
-   * (the runs' calls made by other processes): a cache kept current this way rarely meets
-   * a conflict. Without it, another writer's events are read when an append conflicts.
-   */
-  everything?: boolean;
+  /** Where a failure to start following everything is told (it is tried again). */
+  onError?: (error: unknown) => void;
 }
 
 /**
  * The event log as a process follows it, handed to each sink (the runs' ledger, the
- * fleet's, indexes): urgent events the moment they are stored, and (`everything`) the rest
- * in batches. An event may reach a sink twice (pushed, then in its batch): sinks skip
- * what they have.
+ * fleet's, indexes): urgent events the moment they are stored, and (`followEverything`)
+ * the rest in batches. An event may reach a sink twice (pushed, then in its batch): sinks
+ * skip what they have.
  */
 export class LogFollower {
-  private readonly watches: Watch[] = [];
+  private urgent: Watch | undefined;
+  private readonly everything: Switched;
 
   constructor(
     private readonly bus: Bus,
     private readonly sinks: readonly LogSink[],
     private readonly options: FollowOptions = {},
-  ) {}
+  ) {
+    this.everything = new Switched(
+      async () => {
+        const watch = await this.bus.watch(this.handler);
+        return () => watch.stop();
+      },
+      (error) => this.options.onError?.(error),
+    );
+  }
+
+  private readonly handler = (event: WatchedEvent) => {
+    for (const sink of this.sinks) sink.heard(event);
+  };
 
   async start(): Promise<void> {
-    const handler = (event: WatchedEvent) => {
-      for (const sink of this.sinks) sink.heard(event);
-    };
-    // Both from the same place, so that nothing falls between them.
-    const afterSeq = (await this.bus.streamState()).lastSeq;
-    this.watches.push(await this.bus.follow(this.options.urgent ?? URGENT_TYPES, handler, { afterSeq }));
-    if (this.options.everything === true) this.watches.push(await this.bus.watch(handler, { afterSeq }));
+    this.urgent = await this.bus.follow(this.options.urgent ?? URGENT_TYPES, this.handler, {
+      afterSeq: (await this.bus.streamState()).lastSeq,
+    });
+  }
+
+  /**
+   * Starts or stops handing on every other event too, taken from the log in batches a few
+   * times a second (the runs' calls made by other processes): a cache kept current this way
+   * rarely meets a conflict; without it, another writer's events are read when an append
+   * conflicts. It begins at the log's end: a sink whose state fell behind while it was off
+   * hears an event out of sequence (or meets a conflict) and reads what it missed.
+   */
+  followEverything(on: boolean): Promise<void> {
+    return this.everything.set(on);
+  }
+
+  /** Whether every event is being handed on now. */
+  get followingEverything(): boolean {
+    return this.everything.on;
   }
 
   async stop(): Promise<void> {
-    await Promise.all(this.watches.splice(0).map((watch) => watch.stop()));
+    const urgent = this.urgent;
+    this.urgent = undefined;
+    await Promise.all([this.everything.close(), urgent?.stop()]);
   }
 }

@@ -85,7 +85,10 @@ export async function startGateway(
   const fleet = new Ledger<FleetState, FleetCommand>({ aggregate: fleetAggregate, bus, log, clock, newId });
   const held = new HeldRuns(bus);
   // One watch for the process, started before any state is read, so nothing falls between.
-  const follower = new LogFollower(bus, [ledger, fleet, held], { everything: true });
+  // Every other event is followed too while another gateway is alive (below).
+  const follower = new LogFollower(bus, [ledger, fleet, held], {
+    onError: (error) => log.warn({ err: error }, "could not follow the event log; trying again"),
+  });
   await follower.start();
   await held.load();
   const generations = new Generations({
@@ -98,8 +101,8 @@ export async function startGateway(
   const responses = new ResponseIndex(
     await bus.keyValue("RESPONSES", { ttlMs: RESPONSE_TTL_MS }),
     (key, value) => bus.putValue("RESPONSES", key, value),
+    { onError: (error) => log.warn({ err: error }, "could not watch the response index; trying again") },
   );
-  await responses.start();
   // A process id that a restart of the same instance does not reuse: the calls the dead
   // process had in flight are told apart from this one's.
   const gatewayId = `${instanceId}#${randomBytes(3).toString("hex")}`;
@@ -110,6 +113,21 @@ export async function startGateway(
     clock,
   );
   await liveness.start();
+  // Alone in the fleet, this gateway appends its runs' calls itself and is told of an
+  // operator's hold or a gate's decision as each is stored: it does not read every event
+  // back from the log (each would cost it and nats-server a delivery per event). While
+  // another gateway is alive, every event is followed, and the response index watched, so
+  // that a run or a response both serve is current on each without a conflict.
+  await liveness.watchPeers((present) => {
+    log.info(
+      { peers: present },
+      present
+        ? "another gateway is alive: following every event"
+        : "alone in the fleet: following urgent events only",
+    );
+    void follower.followEverything(present);
+    void responses.watch(present);
+  });
   const pricer = createPricer({ overrides: config.prices });
   // Aborted first thing on close: parked calls are answered "retry", not waited on. Every
   // parked call listens to it (thousands may be), which is no leak: each stops when it goes on.
@@ -238,6 +256,8 @@ export async function startGateway(
       nats: bus.connected ? "connected" : "disconnected",
       runs_cached: ledger.cachedCount,
       runs_held: held.count,
+      peer_gateways: liveness.peersAlive,
+      log_followed: follower.followingEverything ? "every_event" : "urgent_events",
     }),
     features: [
       // Routing first: prediction decides for the target it chose.
@@ -267,7 +287,7 @@ export async function startGateway(
       await fleet.drain();
       await follower.stop();
       generations.stop();
-      responses.stop();
+      await responses.stop();
       await liveness.stop();
       await upstreams.close();
       await bus.close();

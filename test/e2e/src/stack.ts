@@ -32,7 +32,7 @@ export interface Stack {
   /** Another gateway on the same event log (e.g. with another upstream); closed with the stack. */
   extraGateway(
     gateway: DeepPartial<Config["gateway"]>,
-  ): Promise<{ client(headers?: Record<string, string>): OpenAI; baseUrl: string }>;
+  ): Promise<{ client(headers?: Record<string, string>): OpenAI; baseUrl: string; close(): Promise<void> }>;
   close(): Promise<void>;
 }
 
@@ -144,8 +144,18 @@ export async function startStack(
         }),
         createLogger({ name: "gateway-extra", level: "trace", destination }),
       );
-      extras.push(extra);
-      return { client: (headers) => clientFor(extra.baseUrl, API_KEY, headers), baseUrl: extra.baseUrl };
+      // Closed once, whether by the test or with the stack.
+      const closing = { promise: undefined as Promise<void> | undefined };
+      const close = () => {
+        closing.promise ??= extra.close();
+        return closing.promise;
+      };
+      extras.push({ close });
+      return {
+        client: (headers) => clientFor(extra.baseUrl, API_KEY, headers),
+        baseUrl: extra.baseUrl,
+        close,
+      };
     },
     close: async () => {
       // The provider first: a call it still holds open would keep a gateway from closing.

@@ -1,4 +1,4 @@
-import type { KV } from "@holdfast/bus";
+import { type KV, Switched } from "@holdfast/bus";
 
 /** Responses are kept by OpenAI for 30 days; so is the run each one belongs to. */
 export const RESPONSE_TTL_MS = 30 * 24 * 60 * 60 * 1000;
@@ -13,50 +13,69 @@ const UNKNOWN_GRACE_MS = 100;
  * Which run produced each response (OpenAI Responses' `previous_response_id`), across
  * every gateway: the gateway that serves a response writes response → run to a KV
  * bucket as soon as the provider names the response (before the client has all of it),
- * and every gateway watches the bucket into a bounded local map, so a follow-up is
- * resolved from memory whichever gateway it reaches. A miss costs one KV read, and a
- * short wait in case the write is still on its way.
+ * and keeps it in a bounded local map; while other gateways are alive each also watches
+ * the bucket into its map, so a follow-up is resolved from memory whichever gateway it
+ * reaches. A miss costs one KV read, and (watching) a short wait in case the write is
+ * still on its way.
  */
 export class ResponseIndex {
   private readonly local = new Map<string, string>();
   private readonly waiting = new Map<string, Set<(runId: string) => void>>();
-  private stopWatch: (() => void) | undefined;
+  private readonly watching: Switched;
+  private readonly maxLocal: number;
+  private readonly graceMs: number;
 
   constructor(
     private readonly kv: KV,
     /** Writes a key of the bucket (Bus.putValue: a put through the bus's publisher). */
     private readonly put: (key: string, value: string) => Promise<void>,
-    private readonly maxLocal = 100_000,
-    private readonly graceMs = UNKNOWN_GRACE_MS,
-  ) {}
-
-  async start(): Promise<void> {
-    const watch = await this.kv.watch({ include: "updates" });
-    this.stopWatch = () => watch.stop();
-    void (async () => {
-      for await (const entry of watch) {
-        if (entry.operation === "PUT") this.keep(responseIdOf(entry.key), entry.string());
-      }
-    })();
+    options: { maxLocal?: number; graceMs?: number; onError?: (error: unknown) => void } = {},
+  ) {
+    this.maxLocal = options.maxLocal ?? 100_000;
+    this.graceMs = options.graceMs ?? UNKNOWN_GRACE_MS;
+    this.watching = new Switched(
+      async () => {
+        const watch = await this.kv.watch({ include: "updates" });
+        void (async () => {
+          for await (const entry of watch) {
+            if (entry.operation === "PUT") this.keep(responseIdOf(entry.key), entry.string());
+          }
+        })();
+        return () => watch.stop();
+      },
+      options.onError ?? (() => undefined),
+    );
   }
 
-  stop(): void {
-    this.stopWatch?.();
+  /**
+   * Starts or stops hearing what other gateways write, into the local map. Off (a gateway
+   * alone in the fleet), a response another gateway recorded is read from the bucket when
+   * it is asked for.
+   */
+  watch(on: boolean): Promise<void> {
+    return this.watching.set(on);
+  }
+
+  stop(): Promise<void> {
+    return this.watching.close();
   }
 
   /** The run that produced `responseId`, or undefined when no gateway recorded it. */
   async runOf(responseId: string): Promise<string | undefined> {
     if (responseId.length === 0 || responseId.length > MAX_ID_LENGTH) return undefined;
-    const known = this.local.get(responseId);
-    if (known !== undefined) return known;
+    const local = this.local.get(responseId);
+    if (local !== undefined) return local;
     const entry = await this.kv.get(keyOf(responseId));
     if (entry?.operation === "PUT") {
       const runId = entry.string();
       this.keep(responseId, runId);
       return runId;
     }
-    // The watch may have brought it while the read was out; if not, give it a moment.
-    return this.local.get(responseId) ?? this.arrival(responseId);
+    // The watch may have brought it while the read was out; if not, give it a moment. With
+    // no other gateway alive (no watch), nobody else can be writing it.
+    const known = this.local.get(responseId);
+    if (known !== undefined || !this.watching.on) return known;
+    return this.arrival(responseId);
   }
 
   /** The run of `responseId` if the watch brings it within the grace period. */
