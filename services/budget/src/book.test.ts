@@ -83,6 +83,18 @@ const grant = (
   });
 
 describe("BudgetBook", () => {
+  it("counts nothing without a budget: what it grants does not depend on the log", () => {
+    const none = new BudgetBook([]);
+    expect(none.counts).toBe(false);
+    const folded = new BudgetBook([]);
+    for (const e of [started("a", "prod", USD), finished("a", "prod", 2 * USD)]) folded.fold(e);
+    expect(grant(folded, "l1", 5 * USD).lease.grantedNanoUsd).toBe(
+      grant(none, "l1", 5 * USD).lease.grantedNanoUsd,
+    );
+    expect(folded.keysFor("prod")).toEqual([]);
+    expect(new BudgetBook([{ key: "*", dailyNanoUsd: USD, monthlyNanoUsd: undefined }]).counts).toBe(true);
+  });
+
   it("counts what runs of a tag spent, and what all runs did under *", () => {
     const book = new BudgetBook([
       { key: "prod", dailyNanoUsd: 10 * USD, monthlyNanoUsd: undefined },

@@ -83,6 +83,11 @@ export class BudgetBook {
     for (const limit of limits) this.limits.set(limit.key, limit);
   }
 
+  /** Whether any budget is kept: without one, no event changes what a lease is granted. */
+  get counts(): boolean {
+    return this.limits.size > 0;
+  }
+
   /** The budgets a run with this tag spends from. */
   keysFor(tag: string): string[] {
     const keys: string[] = [];

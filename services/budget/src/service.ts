@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { connectBus } from "@holdfast/bus";
+import { connectBus, type Watch } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
 import { decodeEnvelope, isKnown, type StoredEnvelope } from "@holdfast/events";
 import { serve, unary } from "@holdfast/grpc";
@@ -71,24 +71,28 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
   }
 
   // This month's spend so far (from a day before it began: a call started then may finish in it),
-  // then everything after, as it comes.
-  const now = new Date(clock());
-  const monthStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1) - 24 * 3_600_000;
-  const upTo = (await bus.streamState()).lastSeq;
-  const folded = await bus.readSince(monthStart, upTo, ({ envelope }) => book.fold(envelope));
+  // then everything after, as it comes. With no budget configured there is no spend to
+  // count (budgets are read at start): the log is neither read nor followed.
   let ready = true;
-  const watch = await bus.watch(
-    (event) => {
-      if (!BudgetBook.folds(event.type)) return;
-      try {
-        book.fold(decodeEnvelope(event.data));
-      } catch (error) {
-        log.error({ err: error, seq: event.streamSequence }, "an event the budget service cannot read");
-      }
-    },
-    { afterSeq: upTo },
-  );
-  log.info({ folded, upTo }, "budgets folded from the log");
+  let watch: Watch | undefined;
+  if (book.counts) {
+    const now = new Date(clock());
+    const monthStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1) - 24 * 3_600_000;
+    const upTo = (await bus.streamState()).lastSeq;
+    const folded = await bus.readSince(monthStart, upTo, ({ envelope }) => book.fold(envelope));
+    watch = await bus.watch(
+      (event) => {
+        if (!BudgetBook.folds(event.type)) return;
+        try {
+          book.fold(decodeEnvelope(event.data));
+        } catch (error) {
+          log.error({ err: error, seq: event.streamSequence }, "an event the budget service cannot read");
+        }
+      },
+      { afterSeq: upTo },
+    );
+    log.info({ folded, upTo }, "budgets folded from the log");
+  }
 
   // Slices granted are kept here before gateways spend them, so a restarted coordinator
   // counts what its predecessor granted; their history outlives any slice's use.
@@ -216,7 +220,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
       clearInterval(expiry);
       coordinator.close();
       await server.close();
-      await watch.stop();
+      await watch?.stop();
       await readings.stop();
       await bus.close();
     },
