@@ -537,8 +537,8 @@ export class Bus {
    * everything. An ordered consumer: it follows the stream across reconnects; one lost
    * with its server (a cluster's stream leader killed), which the client library would
    * wait on until that server returns, is made again after two heartbeats of silence, from
-   * the last event handed on. What it misses meanwhile is late, not lost: the process's
-   * watch brings it.
+   * the last event handed on. What it misses meanwhile is late, not lost: the new consumer
+   * starts after the last event handed on.
    */
   async follow(
     types: readonly EventType[],

@@ -23,4 +23,4 @@ export {
 } from "./errors.js";
 export { Lease, type LeaseHandlers, type LeaseOptions } from "./lease.js";
 export type { PulledMessage, Puller } from "./puller.js";
-export { type Start, Switched } from "./switched.js";
+export { type Start, type SwitchError, Switched } from "./switched.js";

@@ -86,4 +86,50 @@ describe("Switched", () => {
     expect(switched.on).toBe(false);
     expect(r.calls).toEqual(["start", "stop"]);
   });
+
+  it("stops a start that was in flight when it was closed, and reports a failing stop as a stop", async () => {
+    const r = recorder();
+    const switched = new Switched(r.start, () => undefined);
+    const starting = switched.set(true);
+    // The start is under way (it takes 5 ms) when the switch is closed.
+    await new Promise((resolve) => setTimeout(resolve, 1));
+    expect(r.calls).toEqual(["start"]);
+    const closing = switched.close();
+    await Promise.all([starting, closing]);
+    expect(r.calls).toEqual(["start", "stop"]);
+    expect(r.running()).toBe(0);
+
+    const told: string[] = [];
+    const failing = new Switched(
+      async () => () => {
+        throw new Error("stuck");
+      },
+      (error, during) => told.push(`${during}: ${(error as Error).message}`),
+    );
+    await failing.set(true);
+    await failing.set(false);
+    expect(failing.on).toBe(false);
+    expect(told).toEqual(["stop: stuck"]);
+  });
+
+  it("keeps working when its error handler throws", async () => {
+    let attempts = 0;
+    const switched = new Switched(
+      async () => {
+        attempts += 1;
+        if (attempts === 1) throw new Error("refused");
+        return () => undefined;
+      },
+      () => {
+        throw new Error("the handler broke");
+      },
+      10_000,
+    );
+    await switched.set(true);
+    expect(switched.on).toBe(false);
+    expect(switched.wanted).toBe(true);
+    await switched.set(false);
+    await switched.set(true);
+    expect(switched.on).toBe(true);
+  });
 });

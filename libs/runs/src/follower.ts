@@ -1,4 +1,4 @@
-import { type Bus, Switched, type Watch, type WatchedEvent } from "@holdfast/bus";
+import { type Bus, type SwitchError, Switched, type Watch, type WatchedEvent } from "@holdfast/bus";
 import type { EventType } from "@holdfast/events";
 import { CONTROL_TYPES } from "./held.js";
 
@@ -16,8 +16,8 @@ export const URGENT_TYPES: readonly EventType[] = [...CONTROL_TYPES, "HoldRuleAd
 export interface FollowOptions {
   /** Types pushed to the sinks the moment they are stored (default: URGENT_TYPES). */
   urgent?: readonly EventType[];
-  /** Where a failure to start following everything is told (it is tried again). */
-  onError?: (error: unknown) => void;
+  /** Where a failure to start (tried again) or stop following everything is told. */
+  onError?: SwitchError;
 }
 
 /**
@@ -40,7 +40,7 @@ export class LogFollower {
         const watch = await this.bus.watch(this.handler);
         return () => watch.stop();
       },
-      (error) => this.options.onError?.(error),
+      (error, during) => this.options.onError?.(error, during),
     );
   }
 

@@ -174,6 +174,20 @@ describe("ledger", () => {
     await expect(here.execute("refuse-a", labels, startStep("s2"))).rejects.toBeInstanceOf(RunStoppedError);
   });
 
+  it("reads every run it holds again once it is told it may have missed events (suspectAll)", async () => {
+    const mine = runLedger();
+    const other = runLedger();
+    await mine.execute("suspect-1", labels, startStep("suspect-1-a"));
+    // Another process appends; nothing brings it here.
+    await other.execute("suspect-1", labels, startStep("suspect-1-b"));
+    expect(mine.cached("suspect-1")?.lastSequence).toBe(1);
+    expect((await mine.current("suspect-1")).lastSequence).toBe(1);
+    mine.suspectAll();
+    expect(mine.cached("suspect-1")).toBeUndefined();
+    expect((await mine.current("suspect-1")).lastSequence).toBe(2);
+    expect(mine.cached("suspect-1")?.lastSequence).toBe(2);
+  });
+
   it("keeps at most maxCached runs in memory, never one somebody waits on", async () => {
     const here = new Ledger({
       aggregate: runAggregate,

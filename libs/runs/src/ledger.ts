@@ -85,12 +85,14 @@ const SHARED_MS = 60_000;
  * A process's view of the aggregates it serves (runs, or the fleet) and the only way it
  * appends to one.
  *
- * Each aggregate it serves is kept in memory and follows the log: a watch on the event
- * stream (`LogFollower`) folds in what other processes append (a hold, a resume, their
- * calls), so a decision is made from current state without reading the aggregate first.
- * One first seen here is taken to be new; if it is not, its first append fails the
- * stream's expected-sequence check and it is read. After a conflict the ledger reads the
- * aggregate from the last event it knew, never from the start.
+ * Each aggregate it serves is kept in memory and follows the log: the process's watches
+ * (`LogFollower`) fold in what other processes append (a hold or a resume as it is stored;
+ * other gateways' calls while another gateway is alive), so a decision is made from
+ * current state without reading the aggregate first. What the watches do not bring is
+ * found by the next append's expected-sequence check, and read then. One first seen here
+ * is taken to be new; if it is not, its first append fails that check and it is read.
+ * After a conflict the ledger reads the aggregate from the last event it knew, never from
+ * the start.
  *
  * Appends to one aggregate are serialized in this process and guarded across processes by
  * the expected-last-subject-sequence check.
@@ -207,6 +209,16 @@ export class Ledger<State, Command> {
     await entry.tail;
     await this.catchUp(id, entry);
     return entry.state;
+  }
+
+  /**
+   * Takes every aggregate held here to be behind the log: each is read from the last event
+   * it knew before it is next decided on or handed out. For when the process starts or
+   * stops following every event: what another writer appended just before may have
+   * reached neither watch.
+   */
+  suspectAll(): void {
+    for (const entry of this.entries.values()) if (entry.known) entry.stale = true;
   }
 
   /**

@@ -87,7 +87,13 @@ export async function startGateway(
   // One watch for the process, started before any state is read, so nothing falls between.
   // Every other event is followed too while another gateway is alive (below).
   const follower = new LogFollower(bus, [ledger, fleet, held], {
-    onError: (error) => log.warn({ err: error }, "could not follow the event log; trying again"),
+    onError: (error, during) =>
+      log.warn(
+        { err: error },
+        during === "start"
+          ? "could not follow every event of the log; trying again"
+          : "could not stop following every event of the log",
+      ),
   });
   await follower.start();
   await held.load();
@@ -101,7 +107,15 @@ export async function startGateway(
   const responses = new ResponseIndex(
     await bus.keyValue("RESPONSES", { ttlMs: RESPONSE_TTL_MS }),
     (key, value) => bus.putValue("RESPONSES", key, value),
-    { onError: (error) => log.warn({ err: error }, "could not watch the response index; trying again") },
+    {
+      onError: (error, during) =>
+        log.warn(
+          { err: error },
+          during === "start"
+            ? "could not watch the response index; trying again"
+            : "could not stop watching the response index",
+        ),
+    },
   );
   // A process id that a restart of the same instance does not reuse: the calls the dead
   // process had in flight are told apart from this one's.
@@ -125,7 +139,10 @@ export async function startGateway(
         ? "another gateway is alive: following every event"
         : "alone in the fleet: following urgent events only",
     );
-    void follower.followEverything(present);
+    // Starting at the log's end, or dropping what was not yet pulled, the watch may have
+    // missed another writer's last events: every run held here is read before it is next
+    // decided on.
+    void follower.followEverything(present).then(() => ledger.suspectAll());
     void responses.watch(present);
   });
   const pricer = createPricer({ overrides: config.prices });

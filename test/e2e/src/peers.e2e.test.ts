@@ -1,3 +1,6 @@
+import { Api, createIdGenerator, NO_LIMITS, type RunCommand, type RunState } from "@holdfast/events";
+import { createLogger } from "@holdfast/log";
+import { Ledger, runAggregate } from "@holdfast/runs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Stack, startStack } from "./stack.js";
 
@@ -56,31 +59,84 @@ describe("a gateway's view of the fleet", () => {
     expect(after.steps.map((s) => s.step)).toEqual([1, 2, 3, 4, 5, 6, 7]);
   });
 
-  it("takes a gateway that stops beating without a goodbye for dead after three beats", async () => {
+  it("takes a gateway that stops beating without a goodbye for dead after three beats, whatever its clock says", async () => {
     expect(await health(stack.gatewayUrl)).toMatchObject(alone);
-    // A gateway that beat once and was then killed (kill -9 says no goodbye).
+    // A gateway that beat once and was then killed (kill -9 says no goodbye), its clock an
+    // hour behind: its beat is timed by when it arrived.
     const bucket = await stack.bus.keyValue("GATEWAYS");
-    const beatMs = Date.now();
+    const putAt = Date.now();
     await bucket.put(
       Buffer.from("killed#000000", "utf8").toString("base64url"),
-      JSON.stringify({ beatMs, heartbeatMs: HEARTBEAT_MS }),
+      JSON.stringify({ beatMs: putAt - 3_600_000, heartbeatMs: HEARTBEAT_MS }),
     );
     await expect
       .poll(() => health(stack.gatewayUrl), { timeout: 5_000, interval: 20 })
       .toMatchObject(together);
     await expect.poll(() => health(stack.gatewayUrl), { timeout: 5_000, interval: 20 }).toMatchObject(alone);
     // Not before its three beats were missed.
-    expect(Date.now() - beatMs).toBeGreaterThanOrEqual(3 * HEARTBEAT_MS);
+    expect(Date.now() - putAt).toBeGreaterThanOrEqual(3 * HEARTBEAT_MS);
   });
 
   it("does not take a value in the bucket that is not a beat for a gateway", async () => {
     const bucket = await stack.bus.keyValue("GATEWAYS");
-    await bucket.put(Buffer.from("garbage#1", "utf8").toString("base64url"), "not json");
-    await bucket.put(
-      Buffer.from("garbage#2", "utf8").toString("base64url"),
-      JSON.stringify({ beatMs: "now" }),
-    );
+    const beatMs = Date.now();
+    for (const [i, value] of [
+      "not json",
+      JSON.stringify({ beatMs: "now", heartbeatMs: HEARTBEAT_MS }),
+      JSON.stringify({ beatMs }),
+      JSON.stringify({ beatMs, heartbeatMs: 0 }),
+      JSON.stringify({ beatMs, heartbeatMs: -5 }),
+    ].entries()) {
+      await bucket.put(Buffer.from(`garbage#${i}`, "utf8").toString("base64url"), value);
+    }
     await new Promise((resolve) => setTimeout(resolve, 2 * HEARTBEAT_MS));
     expect(await health(stack.gatewayUrl)).toMatchObject(alone);
+  });
+
+  it("numbers its call after another process's, appended to the run while it was alone", async () => {
+    expect(await health(stack.gatewayUrl)).toMatchObject(alone);
+    const client = stack.client({ headers: { "X-Holdfast-Run": "other-writer" } });
+    const ask = () =>
+      client.chat.completions.create({ model: "gpt-4o-mini", messages: [{ role: "user", content: "hi" }] });
+    await ask();
+    await stack.settled("other-writer", 1);
+    // Another process (not a gateway in the fleet) starts a call on the run.
+    const other = new Ledger<RunState, RunCommand>({
+      aggregate: runAggregate,
+      bus: stack.bus,
+      log: createLogger({ name: "other-writer", level: "silent" }),
+      clock: Date.now,
+      newId: createIdGenerator(),
+    });
+    await other.execute(
+      "other-writer",
+      { tag: "", tenant: "" },
+      {
+        type: "StartStep",
+        stepId: "other-writer-step",
+        api: Api.API_OPENAI_CHAT_COMPLETIONS,
+        model: "gpt-4o-mini",
+        stream: false,
+        identity: { source: 0, key: "", fingerprint: "", generation: 0 },
+        messageCount: 1,
+        upstream: "http://elsewhere",
+        gateway: "elsewhere#1",
+        estimatedInputTokens: 1,
+        promptHash: "p",
+        reservedNanoUsd: 0,
+        budgetLeases: [],
+        prediction: undefined,
+        tag: "",
+        limits: NO_LIMITS,
+        rules: [],
+      },
+    );
+    // The gateway did not hear of it; its next start meets the sequence check and reads it.
+    await ask();
+    const events = (await stack.bus.readRun("other-writer")).events.map((e) => e.envelope);
+    const starts = events.flatMap((e) => (e.payload?.$case === "stepStarted" ? [e.payload.value] : []));
+    expect(starts.map((s) => s.step)).toEqual([1, 2, 3]);
+    expect(starts[1]!.stepId).toBe("other-writer-step");
+    expect(events.map((e) => e.sequence)).toEqual(events.map((_, i) => i + 1));
   });
 });

@@ -1,4 +1,4 @@
-import { type KV, Switched } from "@holdfast/bus";
+import { type KV, type SwitchError, Switched } from "@holdfast/bus";
 
 /** Responses are kept by OpenAI for 30 days; so is the run each one belongs to. */
 export const RESPONSE_TTL_MS = 30 * 24 * 60 * 60 * 1000;
@@ -29,7 +29,7 @@ export class ResponseIndex {
     private readonly kv: KV,
     /** Writes a key of the bucket (Bus.putValue: a put through the bus's publisher). */
     private readonly put: (key: string, value: string) => Promise<void>,
-    options: { maxLocal?: number; graceMs?: number; onError?: (error: unknown) => void } = {},
+    options: { maxLocal?: number; graceMs?: number; onError?: SwitchError } = {},
   ) {
     this.maxLocal = options.maxLocal ?? 100_000;
     this.graceMs = options.graceMs ?? UNKNOWN_GRACE_MS;
@@ -72,9 +72,9 @@ export class ResponseIndex {
       return runId;
     }
     // The watch may have brought it while the read was out; if not, give it a moment. With
-    // no other gateway alive (no watch), nobody else can be writing it.
+    // no other gateway alive (no watch wanted), nobody else can be writing it.
     const known = this.local.get(responseId);
-    if (known !== undefined || !this.watching.on) return known;
+    if (known !== undefined || !this.watching.wanted) return known;
     return this.arrival(responseId);
   }
 

@@ -11,9 +11,13 @@ const BEATS_TO_DEATH = 3;
  */
 export class Liveness {
   private timer: NodeJS.Timeout | undefined;
-  // Other gateways' last beats, as their keys were last seen (peers watch only).
-  private readonly peers = new Map<string, { beatMs: number; heartbeatMs: number }>();
+  // Other gateways: when each last beat, as this process saw it, and how often it beats.
+  private readonly peers = new Map<string, { seenMs: number; heartbeatMs: number }>();
   private peersPresent = false;
+  // The bucket's watch was lost and is not back yet: a peer is assumed meanwhile.
+  private blind = false;
+  // Every key's last value was in once: the fleet is judged from then on.
+  private judging = false;
   private onPeers: ((present: boolean) => void) | undefined;
   private stopPeers: (() => void) | undefined;
 
@@ -47,27 +51,11 @@ export class Liveness {
    * Calls `onChange(true)` once another gateway is alive, and `onChange(false)` once none
    * is any more (each said goodbye, or missed three beats; noticed within a beat of this
    * one's). A gateway alone in the fleet writes its runs' calls itself: it need not read
-   * them back from the log.
+   * them back from the log. While the bucket cannot be watched, a peer is assumed.
    */
   async watchPeers(onChange: (present: boolean) => void): Promise<void> {
     this.onPeers = onChange;
-    const own = keyOf(this.gatewayId);
-    // Every key's last value first, then each change as it is stored.
-    const watch = await this.kv.watch();
-    this.stopPeers = () => watch.stop();
-    void (async () => {
-      for await (const entry of watch) {
-        if (entry.key === own) continue;
-        if (entry.operation === "PUT") {
-          const beat = beatOf(entry);
-          if (beat === undefined) this.peers.delete(entry.key);
-          else this.peers.set(entry.key, beat);
-        } else {
-          this.peers.delete(entry.key);
-        }
-        this.reviewPeers();
-      }
-    })();
+    await this.openPeers();
   }
 
   /** Whether another gateway is alive, as this one last saw the fleet. */
@@ -75,14 +63,66 @@ export class Liveness {
     return this.peersPresent;
   }
 
+  private async openPeers(): Promise<void> {
+    const own = keyOf(this.gatewayId);
+    // Every key's last value first, then each change as it is stored.
+    const watch = await this.kv.watch();
+    this.stopPeers = () => watch.stop();
+    // Nothing is judged before every key's last value is in (a gateway that starts is alone
+    // until then, as it was; one whose watch was lost stays blind until then).
+    let caughtUp = false;
+    void (async () => {
+      for await (const entry of watch) {
+        if (entry.key !== own) {
+          const heartbeatMs = entry.operation === "PUT" ? heartbeatOf(entry) : undefined;
+          if (heartbeatMs === undefined) this.peers.delete(entry.key);
+          else {
+            // Timed by this process's clock, not by the beat's own (a peer's clock may be
+            // off); a key's last value, read as the watch starts, by when it was stored.
+            const seenMs = entry.isUpdate ? this.clock() : entry.created.getTime();
+            this.peers.set(entry.key, { seenMs, heartbeatMs });
+          }
+        }
+        // The last of the keys' values (an empty bucket's first entry is a change).
+        if (!caughtUp && (entry.isUpdate || entry.delta === 0)) {
+          caughtUp = true;
+          this.blind = false;
+          this.judging = true;
+        }
+        if (caughtUp) this.reviewPeers();
+      }
+    })()
+      .catch(() => undefined)
+      .finally(() => {
+        if (this.onPeers === undefined) return;
+        // The watch ended on its own (its consumer lost with a server): a peer is assumed
+        // until the bucket can be watched again.
+        this.blind = true;
+        this.reviewPeers();
+        this.rewatch();
+      });
+  }
+
+  private rewatch(): void {
+    const timer = setTimeout(
+      () => {
+        if (this.onPeers === undefined) return;
+        this.peers.clear();
+        this.openPeers().catch(() => this.rewatch());
+      },
+      Math.min(this.heartbeatMs, 1_000),
+    );
+    timer.unref();
+  }
+
   private reviewPeers(): void {
-    if (this.onPeers === undefined) return;
+    if (this.onPeers === undefined || !this.judging) return;
     const now = this.clock();
-    let present = false;
-    for (const [key, { beatMs, heartbeatMs }] of this.peers) {
-      if (now - beatMs < heartbeatMs * BEATS_TO_DEATH) present = true;
+    let present = this.blind;
+    for (const [key, { seenMs, heartbeatMs }] of this.peers) {
+      if (now - seenMs < heartbeatMs * BEATS_TO_DEATH) present = true;
       // Long dead: forgotten (its key stays in the bucket until someone reaps it).
-      else if (now - beatMs > heartbeatMs * BEATS_TO_DEATH * 10) this.peers.delete(key);
+      else if (now - seenMs > heartbeatMs * BEATS_TO_DEATH * 10) this.peers.delete(key);
     }
     if (present === this.peersPresent) return;
     this.peersPresent = present;
@@ -92,8 +132,8 @@ export class Liveness {
   /** Stops beating and says goodbye, so nobody waits three beats to know. */
   async stop(): Promise<void> {
     clearInterval(this.timer);
-    this.stopPeers?.();
     this.onPeers = undefined;
+    this.stopPeers?.();
     await this.kv.delete(keyOf(this.gatewayId)).catch(() => undefined);
   }
 
@@ -105,13 +145,18 @@ export class Liveness {
   }
 }
 
-/** A gateway's last beat as its key holds it; undefined for a value that is not one. */
-function beatOf(entry: { json<T>(): T }): { beatMs: number; heartbeatMs: number } | undefined {
+// Beats further apart than this are taken to be this far apart: a value claiming a longer
+// heartbeat would keep a dead gateway counted as a peer for hours.
+const MAX_HEARTBEAT_MS = 10 * 60_000;
+
+/** How often a gateway beats, as its key says; undefined for a value that is not a beat. */
+function heartbeatOf(entry: { json<T>(): T }): number | undefined {
   try {
     const { beatMs, heartbeatMs } = entry.json<{ beatMs: unknown; heartbeatMs: unknown }>();
-    if (typeof beatMs !== "number" || typeof heartbeatMs !== "number") return undefined;
-    if (!Number.isFinite(beatMs) || !Number.isFinite(heartbeatMs)) return undefined;
-    return { beatMs, heartbeatMs };
+    if (typeof beatMs !== "number" || !Number.isFinite(beatMs)) return undefined;
+    if (typeof heartbeatMs !== "number" || !Number.isFinite(heartbeatMs) || heartbeatMs <= 0)
+      return undefined;
+    return Math.min(heartbeatMs, MAX_HEARTBEAT_MS);
   } catch {
     return undefined;
   }

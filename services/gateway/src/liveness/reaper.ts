@@ -82,6 +82,10 @@ export class Reaper {
         runId,
         history.events.map((e) => e.envelope),
       );
+      // The ledger decides on the run as it holds it, which may lack the dead gateway's last
+      // events (appending nothing, it would never meet the sequence check): brought up to
+      // the log first.
+      await ledger.latest(runId);
       // A call parked on a dead gateway went with it (its client's connection dropped):
       // the run stays held for its next call.
       for (const call of state.parked.values()) {
