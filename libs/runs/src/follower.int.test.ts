@@ -1,17 +1,10 @@
 import { type Bus, connectBus, type WatchedEvent } from "@holdfast/bus";
-import {
-  ActorKind,
-  Api,
-  createIdGenerator,
-  NO_LIMITS,
-  type RunCommand,
-  type RunState,
-  type StartStep,
-} from "@holdfast/events";
+import { ActorKind, createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
 import { createLogger } from "@holdfast/log";
 import { natsUrl, uniqueNamespace } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAggregate } from "./aggregates.js";
+import { startStep } from "./fixtures.js";
 import { LogFollower } from "./follower.js";
 import { Ledger } from "./ledger.js";
 
@@ -37,25 +30,6 @@ afterAll(async () => {
   await bus.close();
 });
 
-const start = (stepId: string): StartStep => ({
-  type: "StartStep",
-  stepId,
-  api: Api.API_OPENAI_CHAT_COMPLETIONS,
-  model: "m",
-  stream: false,
-  identity: { source: 0, key: "", fingerprint: "", generation: 0 },
-  messageCount: 1,
-  upstream: "http://x",
-  gateway: "gw",
-  estimatedInputTokens: 1,
-  promptHash: "p",
-  reservedNanoUsd: 0,
-  budgetLeases: [],
-  prediction: undefined,
-  tag: "",
-  limits: NO_LIMITS,
-  rules: [],
-});
 const hold: RunCommand = {
   type: "HoldRun",
   actor: { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "test" },
@@ -71,7 +45,7 @@ describe("a process following the log", () => {
     const of = (runId: string) => heard.filter((e) => e.runId === runId).map((e) => e.type);
     try {
       expect(follower.followingEverything).toBe(false);
-      await writer.execute("f-1", labels, start("f-1-a"));
+      await writer.execute("f-1", labels, startStep("f-1-a"));
       await writer.execute("f-1", labels, hold);
       await expect.poll(() => of("f-1")).toEqual(["RunHeld"]);
       await settle();
@@ -79,12 +53,12 @@ describe("a process following the log", () => {
 
       await follower.followEverything(true);
       expect(follower.followingEverything).toBe(true);
-      await writer.execute("f-2", labels, start("f-2-a"));
+      await writer.execute("f-2", labels, startStep("f-2-a"));
       await expect.poll(() => of("f-2")).toEqual(["StepStarted"]);
 
       await follower.followEverything(false);
       expect(follower.followingEverything).toBe(false);
-      await writer.execute("f-3", labels, start("f-3-a"));
+      await writer.execute("f-3", labels, startStep("f-3-a"));
       await writer.execute("f-3", labels, hold);
       await expect.poll(() => of("f-3")).toEqual(["RunHeld"]);
       await settle();

@@ -4,15 +4,14 @@ import {
   Api,
   createIdGenerator,
   type GateAnswer,
-  NO_LIMITS,
   type RunCommand,
   type RunState,
-  type StartStep,
 } from "@holdfast/events";
 import { createLogger } from "@holdfast/log";
 import { natsUrl, uniqueNamespace } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAggregate } from "./aggregates.js";
+import { startStep } from "./fixtures.js";
 import { HeldRuns } from "./held.js";
 import { Ledger } from "./ledger.js";
 
@@ -33,25 +32,14 @@ afterAll(async () => {
   await bus.close();
 });
 
-const start = (stepId: string): StartStep => ({
-  type: "StartStep",
-  stepId,
-  api: Api.API_OPENAI_CHAT_COMPLETIONS,
-  model: "m",
-  stream: false,
-  identity: { source: 0, key: "", fingerprint: "", generation: 0 },
-  messageCount: 1,
-  upstream: "http://x",
-  gateway: "gw",
-  estimatedInputTokens: 1,
-  promptHash: "p",
-  reservedNanoUsd: 0,
-  budgetLeases: [],
-  prediction: undefined,
-  tag: "",
-  limits: NO_LIMITS,
-  rules: [],
-});
+const start = (stepId: string) =>
+  startStep(stepId, {
+    model: "m",
+    upstream: "http://x",
+    gateway: "gw",
+    estimatedInputTokens: 1,
+    promptHash: "p",
+  });
 
 const call = { id: "c", name: "delete_repo", arguments: "{}", argumentsTruncated: false };
 const gate = (gateId: string, stepId: string, action: "hold" | "stop" = "hold"): GateAnswer => ({

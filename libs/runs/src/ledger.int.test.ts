@@ -1,18 +1,10 @@
 import { type Bus, connectBus } from "@holdfast/bus";
-import {
-  ActorKind,
-  Api,
-  createIdGenerator,
-  NO_LIMITS,
-  RunSource,
-  RunStatus,
-  RunStoppedError,
-  type StartStep,
-} from "@holdfast/events";
+import { ActorKind, createIdGenerator, RunStatus, RunStoppedError } from "@holdfast/events";
 import { createLogger } from "@holdfast/log";
 import { natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAggregate } from "./aggregates.js";
+import { startStep } from "./fixtures.js";
 import { Ledger } from "./ledger.js";
 
 const log = createLogger({ name: "ledger-int-test", level: "silent" });
@@ -27,27 +19,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await bus.close();
 });
-
-function startStep(stepId: string): StartStep {
-  return {
-    type: "StartStep",
-    stepId,
-    api: Api.API_OPENAI_CHAT_COMPLETIONS,
-    model: "gpt-4o-mini",
-    stream: false,
-    identity: { source: RunSource.RUN_SOURCE_HEADER, key: "X-Holdfast-Run", fingerprint: "", generation: 0 },
-    messageCount: 1,
-    upstream: "http://127.0.0.1:1",
-    gateway: "gw#1",
-    estimatedInputTokens: 10,
-    promptHash: "",
-    reservedNanoUsd: 0,
-    budgetLeases: [],
-    tag: "",
-    limits: NO_LIMITS,
-    rules: [],
-  };
-}
 
 function runLedger() {
   return new Ledger({ aggregate: runAggregate, bus, log, clock: Date.now, newId: createIdGenerator() });

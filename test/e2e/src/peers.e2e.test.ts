@@ -1,6 +1,7 @@
-import { Api, createIdGenerator, NO_LIMITS, type RunCommand, type RunState } from "@holdfast/events";
+import { createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
 import { createLogger } from "@holdfast/log";
 import { Ledger, runAggregate } from "@holdfast/runs";
+import { startStep } from "@holdfast/runs/fixtures";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Stack, startStack } from "./stack.js";
 
@@ -111,25 +112,7 @@ describe("a gateway's view of the fleet", () => {
     await other.execute(
       "other-writer",
       { tag: "", tenant: "" },
-      {
-        type: "StartStep",
-        stepId: "other-writer-step",
-        api: Api.API_OPENAI_CHAT_COMPLETIONS,
-        model: "gpt-4o-mini",
-        stream: false,
-        identity: { source: 0, key: "", fingerprint: "", generation: 0 },
-        messageCount: 1,
-        upstream: "http://elsewhere",
-        gateway: "elsewhere#1",
-        estimatedInputTokens: 1,
-        promptHash: "p",
-        reservedNanoUsd: 0,
-        budgetLeases: [],
-        prediction: undefined,
-        tag: "",
-        limits: NO_LIMITS,
-        rules: [],
-      },
+      startStep("other-writer-step", { upstream: "http://elsewhere", gateway: "elsewhere#1" }),
     );
     // The gateway did not hear of it; its next start meets the sequence check and reads it.
     await ask();
