@@ -46,10 +46,11 @@ export const DEFAULT_RETRY: RetryPolicy = Object.freeze({
  */
 export function connect<C>(Client: ClientConstructor<C>, options: ConnectOptions): C {
   const credentials = options.credentials ?? grpc.credentials.createInsecure();
+  const retry = { ...DEFAULT_RETRY, ...options.retry };
   const interceptors: grpc.Interceptor[] = [
     deadlineInterceptor(options.deadlineMs ?? 10_000),
     ...(options.metadata === undefined ? [] : [metadataInterceptor(options.metadata)]),
-    retryInterceptor({ ...DEFAULT_RETRY, ...options.retry }),
+    retryInterceptor(retry),
     ...(options.interceptors ?? []),
   ];
   return new Client(options.address, credentials, {
@@ -58,6 +59,11 @@ export function connect<C>(Client: ClientConstructor<C>, options: ConnectOptions
     "grpc.keepalive_timeout_ms": 10_000,
     // Retries are the interceptor's, with its own policy: the channel's own would double them.
     "grpc.enable_retries": 0,
+    // A channel that could not connect fails every call at once until it tries again, 1 s
+    // later at first and growing (grpc-js's default): it tries again at the retries' own
+    // pace, so that a server which comes up between two retries is reached by the next.
+    "grpc.initial_reconnect_backoff_ms": retry.initialBackoffMs,
+    "grpc.max_reconnect_backoff_ms": retry.maxBackoffMs,
     ...(options.maxReceiveBytes === undefined
       ? {}
       : { "grpc.max_receive_message_length": options.maxReceiveBytes }),

@@ -1,3 +1,4 @@
+import { type AddressInfo, createServer } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { freePort } from "@holdfast/test-harness";
 import { afterEach, describe, expect, it } from "vitest";
@@ -79,6 +80,31 @@ describe("connect()", () => {
     await echoServer(async (request) => request, port);
     expect(await answer).toEqual({ say: "hello" });
     client.close();
+  });
+
+  it("tries to connect again at the retries' pace, not at the channel's own slower one", async () => {
+    // A port where every connection is dropped at once: each is one attempt of the channel.
+    let attempts = 0;
+    const dropper = createServer((socket) => {
+      attempts += 1;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => dropper.listen(0, "127.0.0.1", resolve));
+    const { port } = dropper.address() as AddressInfo;
+    const client = connect(EchoClient, {
+      address: `127.0.0.1:${port}`,
+      retry: { maxAttempts: 100, initialBackoffMs: 50, maxBackoffMs: 200 },
+      deadlineMs: 2_500,
+    });
+    const answer = echo(client, { say: "unheard" }).catch((error: unknown) => error);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    // At most 240 ms apart (200 ms, +-20%): at least 8 in 2 s. grpc-js alone waits 1 s
+    // after a failed connection, then 1.6 times longer each time: 2 or 3.
+    expect(attempts).toBeGreaterThanOrEqual(6);
+    // Its deadline ends the retries, with the last attempt's status.
+    expect(await answer).toMatchObject({ code: grpc.status.UNAVAILABLE });
+    client.close();
+    await new Promise<void>((resolve) => dropper.close(() => resolve()));
   });
 
   it("retries UNAVAILABLE from the server, and nothing else", async () => {
