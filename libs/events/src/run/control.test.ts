@@ -17,7 +17,7 @@ import {
   started,
   stopped,
 } from "./spec.fixture.js";
-import { foldRun, RunStatus } from "./state.js";
+import { foldRun, RunStatus, tokensInLastMinute } from "./state.js";
 import { describeRun } from "./view.js";
 
 // Limits, holds, resumes, stops, parked calls and standing rules, given/when/then.
@@ -125,6 +125,23 @@ describe("limits, checked before a call starts", () => {
     const limit = limits({ maxTokensPerMinute: 15 });
     expect(decide(start("s2", { limits: limit }), state, NOW + 30_000)[0]?.$case).toBe("runTripped");
     expect(decide(start("s2", { limits: limit }), state, NOW + 61_000)[0]?.$case).toBe("stepStarted");
+  });
+
+  it("keeps the last minute's tokens in one entry a second, however fast a run's steps finish", () => {
+    // 3,000 calls, one finishing every 20 ms: a minute's worth, 15 tokens each.
+    const payloads: EventPayload[] = [];
+    for (let i = 0; i < 3_000; i++) payloads.push(started(`s${i}`), completedStep(`s${i}`, 100));
+    const state = foldRun(RUN, history(...payloads));
+    expect(state.recentTokens.length).toBeLessThanOrEqual(61);
+    const lastMs = NOW + (payloads.length - 1) * 10;
+    // Completions are the odd events, at NOW + (2i + 1) * 10 ms.
+    const inMinute = Array.from({ length: 3_000 }, (_, i) => NOW + (2 * i + 1) * 10).filter(
+      (ms) => ms > lastMs - 60_000,
+    ).length;
+    // Counted for as long as the second's latest step is: never less, at most one second's (50 steps) more.
+    expect(tokensInLastMinute(state, lastMs)).toBeGreaterThanOrEqual(15 * inMinute);
+    expect(tokensInLastMinute(state, lastMs)).toBeLessThanOrEqual(15 * (inMinute + 50));
+    expect(tokensInLastMinute(state, lastMs + 61_000)).toBe(0);
   });
 
   it("a resume starts a new window with its own limits, over the configured ones", () => {

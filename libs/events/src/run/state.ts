@@ -190,7 +190,10 @@ export interface RunState {
    * gate (on_match: stop) was denied, or abandoned. Null when none was.
    */
   readonly gateStop: RunHold | null;
-  /** Tokens of steps finished in the last minute, oldest first (for max_tokens_per_minute). */
+  /**
+   * Tokens of steps finished in the last minute, oldest first, summed per second (for
+   * max_tokens_per_minute): at most 61 entries.
+   */
   readonly recentTokens: readonly { readonly ms: number; readonly tokens: number }[];
   /** Events of types or versions this code does not know, skipped. */
   readonly unknownEvents: number;
@@ -354,8 +357,7 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
           costNanoUsd: seen.window.costNanoUsd + cost,
           lastFinishedStepId: outcome.stepId,
         },
-        recentTokens:
-          tokens > 0 ? lastMinute([...state.recentTokens, { ms: at, tokens }], at) : state.recentTokens,
+        recentTokens: tokens > 0 ? withRecentTokens(state.recentTokens, at, tokens) : state.recentTokens,
         repeat,
       });
     }
@@ -581,13 +583,33 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
   }
 }
 
-function lastMinute(
-  entries: { ms: number; tokens: number }[],
-  now: number,
+/**
+ * The last minute's token counts after a step finished at `at` with `tokens`: one entry
+ * per second at most, so that folding an outcome costs the same whatever the run's pace
+ * (one entry per step grew to every step of the last minute, copied at each). A second's
+ * entry carries the time of its latest step and counts for as long as that one does: its
+ * earlier steps are counted up to a second longer, never shorter.
+ */
+function withRecentTokens(
+  entries: readonly { readonly ms: number; readonly tokens: number }[],
+  at: number,
+  tokens: number,
 ): { ms: number; tokens: number }[] {
   let first = 0;
-  while (first < entries.length && entries[first]!.ms <= now - MINUTE_MS) first += 1;
-  return first === 0 ? entries : entries.slice(first);
+  while (first < entries.length && entries[first]!.ms <= at - MINUTE_MS) first += 1;
+  const last = entries.at(-1);
+  if (
+    last !== undefined &&
+    first < entries.length &&
+    Math.floor(last.ms / 1_000) === Math.floor(at / 1_000)
+  ) {
+    const kept = entries.slice(first, -1);
+    kept.push({ ms: Math.max(last.ms, at), tokens: last.tokens + tokens });
+    return kept;
+  }
+  const kept = entries.slice(first);
+  kept.push({ ms: at, tokens });
+  return kept;
 }
 
 /**
