@@ -1,10 +1,10 @@
 import { type Bus, connectBus, type WatchedEvent } from "@holdfast/bus";
 import { ActorKind, createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
+import { start as startStep } from "@holdfast/events/fixtures";
 import { createLogger } from "@holdfast/log";
 import { natsUrl, uniqueNamespace } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAggregate } from "./aggregates.js";
-import { startStep } from "./fixtures.js";
 import { LogFollower } from "./follower.js";
 import { Ledger } from "./ledger.js";
 

@@ -7,11 +7,11 @@ import {
   type RunCommand,
   type RunState,
 } from "@holdfast/events";
+import { start as startStep } from "@holdfast/events/fixtures";
 import { createLogger } from "@holdfast/log";
 import { natsUrl, uniqueNamespace } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAggregate } from "./aggregates.js";
-import { startStep } from "./fixtures.js";
 import { HeldRuns } from "./held.js";
 import { Ledger } from "./ledger.js";
 

@@ -1,10 +1,10 @@
 import { type Bus, connectBus } from "@holdfast/bus";
 import { ActorKind, createIdGenerator, RunStatus, RunStoppedError } from "@holdfast/events";
+import { start as startStep } from "@holdfast/events/fixtures";
 import { createLogger } from "@holdfast/log";
 import { natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAggregate } from "./aggregates.js";
-import { startStep } from "./fixtures.js";
 import { Ledger } from "./ledger.js";
 
 const log = createLogger({ name: "ledger-int-test", level: "silent" });

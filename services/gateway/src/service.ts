@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import { hostname } from "node:os";
-import { connectBus } from "@holdfast/bus";
+import { connectBus, type SwitchError } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
 import {
   createIdGenerator,
@@ -86,14 +86,16 @@ export async function startGateway(
   const held = new HeldRuns(bus);
   // One watch for the process, started before any state is read, so nothing falls between.
   // Every other event is followed too while another gateway is alive (below).
-  const follower = new LogFollower(bus, [ledger, fleet, held], {
-    onError: (error, during) =>
+  // What a watch switched on and off with the fleet (below) failed to do.
+  const switchFailed =
+    (what: string): SwitchError =>
+    (error, during) =>
       log.warn(
         { err: error },
-        during === "start"
-          ? "could not follow every event of the log; trying again"
-          : "could not stop following every event of the log",
-      ),
+        during === "start" ? `could not start ${what}; trying again` : `could not stop ${what}`,
+      );
+  const follower = new LogFollower(bus, [ledger, fleet, held], {
+    onError: switchFailed("following every event of the log"),
   });
   await follower.start();
   await held.load();
@@ -107,15 +109,7 @@ export async function startGateway(
   const responses = new ResponseIndex(
     await bus.keyValue("RESPONSES", { ttlMs: RESPONSE_TTL_MS }),
     (key, value) => bus.putValue("RESPONSES", key, value),
-    {
-      onError: (error, during) =>
-        log.warn(
-          { err: error },
-          during === "start"
-            ? "could not watch the response index; trying again"
-            : "could not stop watching the response index",
-        ),
-    },
+    { onError: switchFailed("watching the response index") },
   );
   // A process id that a restart of the same instance does not reuse: the calls the dead
   // process had in flight are told apart from this one's.

@@ -1,7 +1,7 @@
 import { createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
+import { start as startStep } from "@holdfast/events/fixtures";
 import { createLogger } from "@holdfast/log";
 import { Ledger, runAggregate } from "@holdfast/runs";
-import { startStep } from "@holdfast/runs/fixtures";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Stack, startStack } from "./stack.js";
 

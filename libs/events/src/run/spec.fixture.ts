@@ -1,16 +1,11 @@
-import { ActorKind, Api, FailureReason, RunSource } from "@holdfast/proto";
+import { ActorKind, FailureReason } from "@holdfast/proto";
 import { expect } from "vitest";
 import { type DecodedEnvelope, type EventPayload, makeEnvelope } from "../envelope.js";
-import {
-  type CompleteStep,
-  decide,
-  type FailStep,
-  NO_LIMITS,
-  type ObservedOutcome,
-  type RunCommand,
-  type StartStep,
-} from "./decide.js";
+import { start } from "./commands.fixture.js";
+import { type CompleteStep, decide, type FailStep, type ObservedOutcome, type RunCommand } from "./decide.js";
 import { evolve, foldRun, initialState, type RunState } from "./state.js";
+
+export { identity, start } from "./commands.fixture.js";
 
 // Given/when/then for the run decider: given these events, when this command, then these
 // events. Shared by the run's specifications.
@@ -40,36 +35,6 @@ export function given(...payloads: EventPayload[]) {
       // biome-ignore lint/suspicious/noThenProperty: given/when/then is the specification's grammar; this object is never awaited
       then: (...expected: EventPayload[]) => expect(decide(command, state, NOW)).toEqual(expected),
     }),
-  };
-}
-
-export const identity = {
-  source: RunSource.RUN_SOURCE_HEADER,
-  key: "x-holdfast-run",
-  fingerprint: "",
-  generation: 0,
-};
-
-export function start(stepId: string, overrides: Partial<StartStep> = {}): StartStep {
-  return {
-    type: "StartStep",
-    stepId,
-    api: Api.API_OPENAI_CHAT_COMPLETIONS,
-    model: "gpt-4o-mini",
-    stream: false,
-    identity,
-    messageCount: 2,
-    upstream: "http://127.0.0.1:1",
-    gateway: "gw-1#a",
-    estimatedInputTokens: 12,
-    promptHash: "abc123",
-    reservedNanoUsd: 100,
-    budgetLeases: [],
-    prediction: undefined,
-    tag: "t",
-    limits: NO_LIMITS,
-    rules: [],
-    ...overrides,
   };
 }
 

@@ -40,7 +40,7 @@ export class ResponseIndex {
           for await (const entry of watch) {
             if (entry.operation === "PUT") this.keep(responseIdOf(entry.key), entry.string());
           }
-        })();
+        })().catch(() => undefined);
         return () => watch.stop();
       },
       options.onError ?? (() => undefined),
