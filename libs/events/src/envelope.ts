@@ -32,6 +32,8 @@ const TYPE_OF_CASE = {
   runFailed: "RunFailed",
   runRedriven: "RunRedriven",
   agentDeployed: "AgentDeployed",
+  runHeldByRule: "RunHeldByRule",
+  checkpointCleared: "CheckpointCleared",
 } as const satisfies Record<PayloadCase, string>;
 
 /** Past-tense event type names, as they appear in subjects and the envelope. */
@@ -71,6 +73,8 @@ export const SCHEMA_VERSIONS: Readonly<Record<EventType, number>> = {
   RunFailed: 1,
   RunRedriven: 1,
   AgentDeployed: 1,
+  RunHeldByRule: 1,
+  CheckpointCleared: 1,
 };
 
 /** Events about an agent (its deployments), not a run: on the agent's own subject, with no sequence. */

@@ -5,6 +5,7 @@ export {
   Api,
   CallParked,
   CallUnparked,
+  CheckpointCleared,
   CompactionMode,
   Cost,
   DurableCaps,
@@ -25,6 +26,7 @@ export {
   RunFailure,
   RunFinished,
   RunHeld,
+  RunHeldByRule,
   RunIdentity,
   RunLeased,
   RunRedriven,
@@ -114,6 +116,7 @@ export {
 export {
   type AbandonAnswer,
   type ApproveAnswer,
+  type ClearCheckpoint,
   type CompactRun,
   type CompleteStep,
   type ConfiguredLimits,
@@ -170,6 +173,7 @@ export {
   type RunTotals,
   type RunWindow,
   reservedNanoUsd,
+  STOPPED_RUN,
   type ToolRepeat,
   tokensInLastMinute,
 } from "./run/state.js";

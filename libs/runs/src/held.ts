@@ -6,8 +6,10 @@ import type { LogSink } from "./follower.js";
 export const CONTROL_TYPES = [
   "RunTripped",
   "RunHeld",
+  "RunHeldByRule",
   "RunStopped",
   "RunResumed",
+  "CheckpointCleared",
   "ToolCallGated",
   "LoopDetected",
   "ToolCallApproved",
@@ -106,16 +108,23 @@ export class HeldRuns implements LogSink {
         run.control = payload.value.action === RunAction.RUN_ACTION_STOP ? "stopped" : "held";
         return;
       case "runHeld":
+      case "runHeldByRule":
         if (run.control !== "stopped") run.control = "held";
         return;
       case "runStopped":
         run.control = "stopped";
         return;
       case "runResumed":
+      case "checkpointCleared":
         run.control = undefined;
         return;
       case "toolCallGated":
       case "loopDetected":
+        // Refused as it was gated: the run was (and stays) stopped.
+        if (payload.value.runStopped) {
+          run.control = "stopped";
+          return;
+        }
         run.gates.set(
           payload.value.gateId,
           payload.value.action === RunAction.RUN_ACTION_STOP ? "stopped" : "held",

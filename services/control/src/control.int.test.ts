@@ -417,6 +417,7 @@ async function gatedCall(runId: string, gateId: string, tool: string): Promise<v
         answerHash: "a",
         promptHash: "p",
         gateway: "gw#1",
+        runStopped: false,
       },
     },
   ]);

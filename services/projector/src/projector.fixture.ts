@@ -45,7 +45,8 @@ export { waitFor };
 /** Lease of the projectors in these tests: short, so a takeover is quick. */
 export const LEASE_MS = 1_000;
 
-async function append(runId: string, payload: EventPayload, timestampMs = Date.now()) {
+/** Appends one event to `runId`, next in its sequence. */
+export async function append(runId: string, payload: EventPayload, timestampMs = Date.now()) {
   const last = lastSeq.get(runId) ?? { seq: 0, stream: 0 };
   const envelope = makeEnvelope({
     id: newId(),

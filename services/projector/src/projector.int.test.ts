@@ -1,9 +1,11 @@
 import { runSql } from "@holdfast/analytics";
 import { connectBus } from "@holdfast/bus";
+import { ActorKind, LimitKind, RunAction } from "@holdfast/events";
 import { natsUrl } from "@holdfast/test-harness";
 import { describe, expect, it } from "vitest";
 import {
   analytics,
+  append,
   call,
   dieBetweenInsertAndAck,
   drained,
@@ -75,5 +77,93 @@ describe("projector", () => {
     const projector = new Projector({ bus: other, analytics, log, consumer: "proj", batchSize: 100 });
     await expect(projector.start()).rejects.toThrow(/projection of .*_EVENTS/);
     await other.close();
+  });
+
+  it("reads a rule's hold, a checkpoint's clearing and an answer refused on a stopped run as the fold does", async () => {
+    await call("by-rule", 1);
+    await append("by-rule", {
+      $case: "runHeldByRule",
+      value: { ruleId: "r-freeze", reason: "incident 42", selector: undefined },
+    });
+    await call("checkpointed", 1);
+    await append("checkpointed", {
+      $case: "runTripped",
+      value: {
+        trip: {
+          limit: LimitKind.LIMIT_KIND_RATE_LIMIT,
+          limitValue: 1_000,
+          spentValue: 2_000,
+          budgetKey: "",
+          period: "",
+          crossedByStepId: "",
+          callModel: "gpt-4o-mini",
+          prediction: undefined,
+        },
+        action: RunAction.RUN_ACTION_HOLD,
+      },
+    });
+    await append("checkpointed", { $case: "checkpointCleared", value: { gateway: "gw#1", heldMs: 900 } });
+    await call("stopped", 1);
+    await append("stopped", {
+      $case: "runStopped",
+      value: {
+        actor: { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "control token" },
+        reason: "",
+        selector: undefined,
+      },
+    });
+    const toolCall = { id: "call_1", name: "send_email", arguments: "{}", argumentsTruncated: false };
+    await append("stopped", {
+      $case: "toolCallGated",
+      value: {
+        gateId: "g1",
+        stepId: "stopped-1",
+        step: 1,
+        api: 1,
+        model: "gpt-4o-mini",
+        stream: false,
+        toolCall,
+        toolCalls: [toolCall],
+        rule: "tool_gate.deny[0]",
+        ruleText: "send_*",
+        actor: { kind: ActorKind.ACTOR_KIND_GATE, name: "tool_gate.deny[0]" },
+        action: RunAction.RUN_ACTION_HOLD,
+        requestHash: "r",
+        answerHash: "a",
+        promptHash: "p",
+        gateway: "gw#1",
+        runStopped: true,
+      },
+    });
+    const bus = await connectBus({ servers: natsUrl(), prefix, name: "projector-c" });
+    const projector = new Projector({
+      bus,
+      analytics,
+      log,
+      consumer: "proj",
+      batchSize: 100,
+      leaseMs: LEASE_MS,
+    });
+    await projector.start();
+    const query = `SELECT run_id, status, hold_reason FROM runs WHERE run_id IN ('by-rule', 'checkpointed', 'stopped') ORDER BY run_id`;
+    await waitFor(async () => (await runSql(analytics, query, { maxRows: 10 })).rows.length === 3, {
+      timeoutMs: 15_000,
+      message: "the runs were not projected",
+    });
+    expect((await runSql(analytics, query, { maxRows: 10 })).rows).toEqual([
+      { run_id: "by-rule", status: "held", hold_reason: "rule r-freeze: incident 42" },
+      { run_id: "checkpointed", status: "idle", hold_reason: "" },
+      { run_id: "stopped", status: "stopped", hold_reason: "operator" },
+    ]);
+    const gate = await runSql(
+      analytics,
+      "SELECT gate_id, decision, reason FROM tool_gate WHERE run_id = 'stopped'",
+      {
+        maxRows: 10,
+      },
+    );
+    expect(gate.rows).toEqual([{ gate_id: "g1", decision: "denied", reason: "the run is stopped" }]);
+    await projector.stop();
+    await bus.close();
   });
 });

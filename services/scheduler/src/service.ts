@@ -34,7 +34,14 @@ export interface RunningScheduler {
 }
 
 /** Events that change whether a durable run may run: pushed the moment they are stored. */
-const CONTROL = ["RunHeld", "RunTripped", "RunResumed", "RunStopped"] as const;
+const CONTROL = [
+  "RunHeld",
+  "RunHeldByRule",
+  "RunTripped",
+  "RunResumed",
+  "CheckpointCleared",
+  "RunStopped",
+] as const;
 
 /**
  * Wires the scheduler from configuration: the runs' ledger (every change of a durable

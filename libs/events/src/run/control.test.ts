@@ -247,25 +247,49 @@ describe("standing hold rules", () => {
     reason: "freeze prod",
   });
 
-  it("hold a run they match at its next call, before it starts", () => {
+  it("hold a run they match at its next call, before it starts: the gateway's own event, not an operator's", () => {
     given(started("s1"))
       .when(start("s2", { rules: [rule("r1", NOW)] }))
       .then({
-        $case: "runHeld",
-        value: {
-          actor: { kind: ActorKind.ACTOR_KIND_RULE, name: "r1" },
-          reason: "freeze prod",
-          selector: { ...emptySelector(), tag: "t" },
-          ruleId: "r1",
-        },
+        $case: "runHeldByRule",
+        value: { ruleId: "r1", reason: "freeze prod", selector: { ...emptySelector(), tag: "t" } },
       });
+  });
+
+  it("say the rule held the run, in the fold and in show, as a RunHeld naming the rule once did", () => {
+    const byRule = given(started("s1"), {
+      $case: "runHeldByRule",
+      value: { ruleId: "r1", reason: "freeze prod", selector: { ...emptySelector(), tag: "t" } },
+    }).state;
+    const legacy = given(started("s1"), {
+      $case: "runHeld",
+      value: {
+        actor: { kind: ActorKind.ACTOR_KIND_RULE, name: "r1" },
+        reason: "freeze prod",
+        selector: { ...emptySelector(), tag: "t" },
+        ruleId: "r1",
+      },
+    }).state;
+    for (const state of [byRule, legacy]) {
+      expect(state.status).toBe(RunStatus.Held);
+      expect(state.hold).toMatchObject({
+        kind: "rule",
+        ruleId: "r1",
+        reason: "freeze prod",
+        actor: { kind: ActorKind.ACTOR_KIND_RULE, name: "r1" },
+      });
+    }
   });
 
   it("hold a new run at its first call, by what the call says (tag, model, prompt)", () => {
     const byModel = rule("r2", NOW, { ...emptySelector(), modelPrefix: "gpt-4o" });
-    expect(decide(start("s1", { rules: [byModel] }), foldRun("fresh", []), NOW)[0]?.$case).toBe("runHeld");
+    expect(decide(start("s1", { rules: [byModel] }), foldRun("fresh", []), NOW)[0]?.$case).toBe(
+      "runHeldByRule",
+    );
     const byPrompt = rule("r3", NOW, { ...emptySelector(), promptHash: "abc" });
-    expect(decide(start("s1", { rules: [byPrompt] }), foldRun("fresh", []), NOW)[0]?.$case).toBe("runHeld");
+    expect(decide(start("s1", { rules: [byPrompt] }), foldRun("fresh", []), NOW)[0]?.$case).toBe(
+      "runHeldByRule",
+    );
     const other = rule("r4", NOW, { ...emptySelector(), tag: "dev" });
     expect(decide(start("s1", { rules: [other], tag: "prod" }), foldRun("fresh", []), NOW)[0]?.$case).toBe(
       "stepStarted",
@@ -277,7 +301,9 @@ describe("standing hold rules", () => {
     // The resume landed at NOW + 20 ms; a rule from before it does not hold the run…
     expect(decide(start("s2", { rules: [rule("r1", NOW)] }), state, NOW)[0]?.$case).toBe("stepStarted");
     // …one added after it does.
-    expect(decide(start("s2", { rules: [rule("r1", NOW + 1_000)] }), state, NOW)[0]?.$case).toBe("runHeld");
+    expect(decide(start("s2", { rules: [rule("r1", NOW + 1_000)] }), state, NOW)[0]?.$case).toBe(
+      "runHeldByRule",
+    );
   });
 });
 

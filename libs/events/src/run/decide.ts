@@ -120,16 +120,15 @@ export interface FailStep {
   readonly errorMessage: string;
 }
 
-/** An operator (or a standing rule) holds the run. */
+/** An operator holds the run. */
 export interface HoldRun {
   readonly type: "HoldRun";
   readonly actor: Actor;
   readonly reason: string;
   readonly selector?: Selector;
-  readonly ruleId?: string;
 }
 
-/** Resume the run: parked calls go on, a new window of limits starts. */
+/** An operator resumes the run: parked calls go on, a new window of limits starts. */
 export interface ResumeRun {
   readonly type: "ResumeRun";
   readonly actor: Actor;
@@ -139,13 +138,18 @@ export interface ResumeRun {
   readonly limits?: WindowLimits;
   /** Only a held or stopped run is resumed (a resume by selector); by id, any run gets a new window. */
   readonly onlyIfHeld: boolean;
-  /**
-   * The resume of a rate-limit checkpoint: only while the run is still held by it (nobody
-   * held, stopped or resumed it since), and its window of limits goes on.
-   */
-  readonly checkpoint?: boolean;
   /** Compact the conversation before the next call goes on. */
   readonly compact?: CompactionMode;
+}
+
+/**
+ * The provider's window fits the next call of a run a rate-limit checkpoint holds: the run
+ * goes on in the same window of limits. Only while the checkpoint still holds it (nobody
+ * held, stopped or resumed it since).
+ */
+export interface ClearCheckpoint {
+  readonly type: "ClearCheckpoint";
+  readonly gateway: string;
 }
 
 /** The conversation was compacted before a call (the event's fields, as decided by the gateway). */
@@ -265,6 +269,7 @@ export type RunCommand =
   | FailStep
   | HoldRun
   | ResumeRun
+  | ClearCheckpoint
   | StopRun
   | TripRun
   | ParkCall
@@ -358,12 +363,21 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
             actor: command.actor,
             reason: command.reason,
             selector: command.selector,
-            ruleId: command.ruleId ?? "",
+            ruleId: "",
           },
         },
       ];
+    case "ClearCheckpoint": {
+      if (!heldByCheckpoint(state)) return [];
+      const since = state.hold?.sinceMs ?? nowMs;
+      return [
+        {
+          $case: "checkpointCleared",
+          value: { gateway: command.gateway, heldMs: Math.max(0, nowMs - since) },
+        },
+      ];
+    }
     case "ResumeRun": {
-      if (command.checkpoint === true && !heldByCheckpoint(state)) return [];
       const held = state.status === RunStatus.Held || state.status === RunStatus.Stopped;
       if (command.onlyIfHeld && !held) return [];
       // An answer the gate holds is approved or denied, not resumed past: by selector the
@@ -388,7 +402,7 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
             selector: command.selector,
             limits: overrides ? limits : undefined,
             overrides,
-            checkpoint: command.checkpoint === true,
+            checkpoint: false,
             compact: command.compact ?? CompactionMode.COMPACTION_MODE_UNSPECIFIED,
           },
         },
@@ -529,39 +543,27 @@ function decideGate(command: GateAnswer, state: RunState): EventPayload[] {
     promptHash: command.promptHash,
     gateway: command.gateway,
   };
-  const match = command.match;
-  const held = match.kind === "gate" ? gatedEvent(command, match, common) : loopEvent(command, match, common);
   // The run was stopped (by an operator, or a limit) while the call was in flight: nothing
   // can follow on it, so the answer is refused at once rather than left for an operator.
-  if (state.status === RunStatus.Stopped && !heldByGate(state)) {
-    return [
-      ...held,
-      {
-        $case: "toolCallDenied",
-        value: {
-          gateId: command.gateId,
-          stepId: command.stepId,
-          step: command.step,
-          actor: { kind: ActorKind.ACTOR_KIND_GATE, name: "stopped run" },
-          reason: "the run is stopped",
-          runStopped: true,
-        },
-      },
-    ];
-  }
-  return held;
+  const runStopped = state.status === RunStatus.Stopped && !heldByGate(state);
+  const match = command.match;
+  return match.kind === "gate"
+    ? gatedEvent(command, match, common, runStopped)
+    : loopEvent(command, match, common, runStopped);
 }
 
 function gatedEvent(
   command: GateAnswer,
   match: Extract<GateAnswer["match"], { kind: "gate" }>,
   common: GateCommon,
+  runStopped: boolean,
 ): EventPayload[] {
   return [
     {
       $case: "toolCallGated",
       value: {
         ...common,
+        runStopped,
         toolCall: match.toolCall,
         toolCalls: [...command.toolCalls],
         rule: match.rule,
@@ -576,12 +578,14 @@ function loopEvent(
   command: GateAnswer,
   match: Extract<GateAnswer["match"], { kind: "loop" }>,
   common: GateCommon,
+  runStopped: boolean,
 ): EventPayload[] {
   return [
     {
       $case: "loopDetected",
       value: {
         ...common,
+        runStopped,
         toolCalls: [...command.toolCalls],
         repeats: match.repeats,
         maxRepeats: match.maxRepeats,
@@ -637,13 +641,8 @@ function decideStart(command: StartStep, state: RunState, nowMs: number): EventP
   if (rule !== undefined) {
     return [
       {
-        $case: "runHeld",
-        value: {
-          actor: { kind: ActorKind.ACTOR_KIND_RULE, name: rule.ruleId },
-          reason: rule.reason,
-          selector: rule.selector,
-          ruleId: rule.ruleId,
-        },
+        $case: "runHeldByRule",
+        value: { ruleId: rule.ruleId, reason: rule.reason, selector: rule.selector },
       },
     ];
   }

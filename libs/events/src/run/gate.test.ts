@@ -78,6 +78,7 @@ describe("the tool-call gate holds an answer until an operator decides", () => {
           answerHash: "ans",
           promptHash: "abc123",
           gateway: "gw-1#a",
+          runStopped: false,
           toolCall: send,
           toolCalls: [send],
           rule: "tool_gate.deny[0]",
@@ -271,10 +272,16 @@ describe("the gate beside other holds, and answers nobody takes", () => {
 
   it("an answer of a run stopped while it was in flight is refused at once, not left for an operator", () => {
     const events = after([...base, stopped], gate("g1", "s2", { step: 2 }));
-    expect(events.map((e) => e.$case)).toEqual(["toolCallGated", "toolCallDenied"]);
-    expect(events[1]).toMatchObject({ value: { reason: "the run is stopped", runStopped: true } });
+    // One event, the gateway's own: the refusal is not written as an operator's denial.
+    expect(events).toEqual([expect.objectContaining({ $case: "toolCallGated" })]);
+    expect(events[0]).toMatchObject({ value: { gateId: "g1", runStopped: true } });
     const state = foldRun(RUN, history(...base, stopped, ...events));
     expect(state.gates.size).toBe(0);
+    expect(state.gateDecisions.get("g1")).toMatchObject({ approved: false, reason: "the run is stopped" });
+    expect(describeRun(RUN, history(...base, stopped, ...events)).gates[0]).toMatchObject({
+      status: "denied",
+      decisionReason: "the run is stopped",
+    });
     expect(state.status).toBe(RunStatus.Stopped);
     expect(state.hold?.kind).toBe("operator");
     // Held by an operator (not stopped): the answer waits as usual.
@@ -328,7 +335,12 @@ describe("a stop gate's answers", () => {
     });
     // The other call was still in flight: its answer comes back asking for a gated tool.
     const late = after(denied, stopGate("g2", "s2", 2));
-    expect(late.map((e) => e.$case)).toEqual(["toolCallGated", "toolCallDenied"]);
+    expect(late).toEqual([
+      expect.objectContaining({
+        $case: "toolCallGated",
+        value: expect.objectContaining({ runStopped: true }),
+      }),
+    ]);
     const state = foldRun(RUN, history(...denied, ...late));
     expect(state.status).toBe(RunStatus.Stopped);
     expect(state.gates.size).toBe(0);

@@ -44,13 +44,7 @@ const checkpointed: EventPayload = {
   $case: "runTripped",
   value: { trip: trip.trip, action: RunAction.RUN_ACTION_HOLD },
 };
-const resumeCheckpoint = {
-  type: "ResumeRun" as const,
-  actor: predictor,
-  reason: "the provider's window allows the call",
-  onlyIfHeld: true,
-  checkpoint: true,
-};
+const resumeCheckpoint = { type: "ClearCheckpoint" as const, gateway: "gw-1#a" };
 /** The outcome event of `stepId`, finished on a run where it is the only step. */
 const completed = (stepId: string): EventPayload =>
   decide(complete(stepId), foldRun(RUN, history(started(stepId))), NOW)[0]!;
@@ -69,11 +63,31 @@ describe("a rate-limit checkpoint", () => {
     given(started("s1"), completed("s1")).when(trip).then(checkpointed);
   });
 
-  it("is resumed by its own resume, and the run's window of limits goes on", () => {
+  it("is cleared by the gateway's own event (not an operator's resume), and the run's window of limits goes on", () => {
     const { state } = given(started("s1"), checkpointed);
-    const [resumed] = decide(resumeCheckpoint, state, NOW);
-    expect(resumed).toMatchObject({ $case: "runResumed", value: { checkpoint: true, actor: predictor } });
-    const after = foldRun(RUN, history(started("s1"), checkpointed, resumed!));
+    const [cleared] = decide(resumeCheckpoint, state, NOW + 5_000);
+    expect(cleared).toMatchObject({ $case: "checkpointCleared", value: { gateway: "gw-1#a" } });
+    const after = foldRun(RUN, history(started("s1"), checkpointed, cleared!));
+    expect(after.status).not.toBe(RunStatus.Held);
+    expect(after.window.startedMs).toBe(state.window.startedMs);
+    expect(after.lastResumedMs).toBe(state.lastResumedMs);
+  });
+
+  it("cleared as earlier versions wrote it (a RunResumed with checkpoint), reads the same", () => {
+    const { state } = given(started("s1"), checkpointed);
+    const legacy: EventPayload = {
+      $case: "runResumed",
+      value: {
+        actor: predictor,
+        reason: "the provider's window allows the call",
+        selector: undefined,
+        limits: undefined,
+        overrides: false,
+        checkpoint: true,
+        compact: CompactionMode.COMPACTION_MODE_UNSPECIFIED,
+      },
+    };
+    const after = foldRun(RUN, history(started("s1"), checkpointed, legacy));
     expect(after.status).not.toBe(RunStatus.Held);
     expect(after.window.startedMs).toBe(state.window.startedMs);
     expect(after.lastResumedMs).toBe(state.lastResumedMs);

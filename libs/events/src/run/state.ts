@@ -1,5 +1,6 @@
 import {
   type Actor,
+  ActorKind,
   type Api,
   CompactionMode,
   RunAction,
@@ -230,6 +231,8 @@ const NO_REPEAT: ToolRepeat = Object.freeze({ signature: "", count: 0, stepId: "
 // Decisions on held answers kept in a run's state: enough for a gateway to learn the fate
 // of the answer it holds, and for a retried gate to be recognised.
 const DECISIONS_KEPT = 16;
+/** Why an answer gated on a run stopped while its call was in flight was refused. */
+export const STOPPED_RUN = "the run is stopped";
 /** The rule a loop hold names: the setting that bounds repeated tool calls. */
 export const LOOP_RULE = "max_repeated_tool_calls";
 const MINUTE_MS = 60_000;
@@ -370,19 +373,22 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         hold: { kind: "trip", action, sinceMs: at, actor: undefined, reason: "", trip: e.trip, ruleId: "" },
       };
     }
-    case "runHeld": {
-      const e = payload.value;
+    case "runHeld":
+    case "runHeldByRule": {
       // A stopped run stays stopped: holding it says nothing new (unless only a held
       // answer stops it: the operator's hold then outlasts the answer).
       if (state.status === RunStatus.Stopped && !heldByGate(state)) return seen;
+      const byRule = payload.$case === "runHeldByRule";
+      const e = payload.value;
       return {
         ...seen,
         status: RunStatus.Held,
         hold: {
-          kind: e.ruleId === "" ? "operator" : "rule",
+          // A RunHeld naming a rule was how earlier versions recorded a rule's hold.
+          kind: byRule || e.ruleId !== "" ? "rule" : "operator",
           action: "hold",
           sinceMs: at,
-          actor: e.actor,
+          actor: byRule ? { kind: ActorKind.ACTOR_KIND_RULE, name: e.ruleId } : payload.value.actor,
           reason: e.reason,
           trip: undefined,
           ruleId: e.ruleId,
@@ -425,9 +431,12 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
               ],
       });
     }
+    case "checkpointCleared":
+      // The run goes on in the same window of limits.
+      return withActivity({ ...seen, status: RunStatus.Idle, hold: null });
     case "runResumed": {
       const e = payload.value;
-      // A rate-limit checkpoint's own resume: the run goes on in the same window of limits.
+      // How earlier versions recorded a checkpoint's clearing.
       if (e.checkpoint) return withActivity({ ...seen, status: RunStatus.Idle, hold: null });
       return withActivity({
         ...seen,
@@ -458,6 +467,13 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
           ? (payload.value.toolCall?.name ?? "")
           : (payload.value.toolCalls[0]?.name ?? "");
       const rule = payload.$case === "toolCallGated" ? payload.value.rule : LOOP_RULE;
+      if (e.runStopped) {
+        // Refused as it was gated: the run was stopped while the call was in flight.
+        return {
+          ...seen,
+          gateDecisions: withDecision(state.gateDecisions, e.gateId, false, false, STOPPED_RUN),
+        };
+      }
       const gates = new Map(state.gates);
       gates.set(e.gateId, {
         gateId: e.gateId,
@@ -499,14 +515,13 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
       const approved = payload.$case === "toolCallApproved";
       const denied = payload.$case === "toolCallDenied" ? payload.value : undefined;
       const abandoned = payload.$case === "toolCallAbandoned" ? payload.value : undefined;
-      const gateDecisions = new Map(state.gateDecisions);
-      gateDecisions.set(e.gateId, {
-        gateId: e.gateId,
+      const gateDecisions = withDecision(
+        state.gateDecisions,
+        e.gateId,
         approved,
-        abandoned: abandoned !== undefined,
-        reason: abandoned?.why ?? denied?.reason ?? (approved ? payload.value.reason : ""),
-      });
-      if (gateDecisions.size > DECISIONS_KEPT) gateDecisions.delete(gateDecisions.keys().next().value!);
+        abandoned !== undefined,
+        abandoned?.why ?? denied?.reason ?? (approved ? payload.value.reason : ""),
+      );
       // A stop gate's answer denied (or left with nobody to take it): the run is to stay
       // stopped, for the reason of the first such answer.
       const stops = denied?.runStopped === true || (abandoned !== undefined && gate.action === "stop");
@@ -610,6 +625,20 @@ function withRecentTokens(
   const kept = entries.slice(first);
   kept.push({ ms: at, tokens });
   return kept;
+}
+
+/** The decisions kept, with one more (the oldest let go past DECISIONS_KEPT). */
+function withDecision(
+  decisions: ReadonlyMap<string, GateDecision>,
+  gateId: string,
+  approved: boolean,
+  abandoned: boolean,
+  reason: string,
+): ReadonlyMap<string, GateDecision> {
+  const next = new Map(decisions);
+  next.set(gateId, { gateId, approved, abandoned, reason });
+  if (next.size > DECISIONS_KEPT) next.delete(next.keys().next().value!);
+  return next;
 }
 
 /**

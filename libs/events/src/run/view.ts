@@ -16,7 +16,7 @@ import {
 import { isKnown, type StoredEnvelope } from "../envelope.js";
 import { describeSelector } from "../fleet/selector.js";
 import { actorName, apiName, failureReasonName, limitName, runSourceName, unparkName } from "../names.js";
-import { evolve, initialState, type RunState, type RunTotals } from "./state.js";
+import { evolve, initialState, type RunState, type RunTotals, STOPPED_RUN } from "./state.js";
 
 export type StepStatus = "in_flight" | "completed" | "failed";
 
@@ -300,6 +300,21 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
           ruleId: payload.value.ruleId,
         });
         continue;
+      case "runHeldByRule":
+        entry("held", {
+          actor: `rule (${payload.value.ruleId})`,
+          reason: payload.value.reason,
+          selector: selectorLabel(payload.value.selector),
+          ruleId: payload.value.ruleId,
+        });
+        continue;
+      case "checkpointCleared":
+        entry("resumed", {
+          actor: "predictor",
+          reason: "the provider's window fits the next call again",
+          gateway: payload.value.gateway,
+        });
+        continue;
       case "runResumed":
         entry("resumed", {
           actor: actorLabel(payload.value.actor),
@@ -396,6 +411,14 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
           ruleId: view.rule,
           gateway: e.gateway,
         });
+        if (e.runStopped) {
+          // Refused as it was gated: the run had been stopped while its call was in flight.
+          view.status = "denied";
+          view.decidedMs = event.timestampMs;
+          view.decidedBy = actorLabel(e.actor);
+          view.decisionReason = STOPPED_RUN;
+          entry("denied", { actor: view.decidedBy, reason: STOPPED_RUN, ruleId: view.rule, action: "stop" });
+        }
         continue;
       }
       case "toolCallApproved":

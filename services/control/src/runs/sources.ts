@@ -88,7 +88,9 @@ export class LogRuns {
     }
     const held: string[] = [];
     for (const [runId, { envelope }] of last) {
-      if (runId !== "" && isKnown(envelope) && envelope.payload.$case !== "runResumed") held.push(runId);
+      if (runId === "" || !isKnown(envelope)) continue;
+      const $case = envelope.payload.$case;
+      if ($case !== "runResumed" && $case !== "checkpointCleared") held.push(runId);
     }
     return held;
   }

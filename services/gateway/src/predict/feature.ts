@@ -35,7 +35,6 @@ import {
   TokenCounter,
 } from "@holdfast/predict";
 import {
-  ActorKind,
   CompactionMode,
   type Envelope,
   LimitKind,
@@ -463,7 +462,7 @@ export function predictFeature(options: PredictFeatureOptions): {
       }
       switch (decision.action) {
         case "continue": {
-          await resumeIfCheckpointed(call, key);
+          await resumeIfCheckpointed(call);
           clearTimeout(predicted.ceiling);
           predicted.ceiling = undefined;
           key.window.reserve(call, predicted.need, nowMs);
@@ -527,7 +526,7 @@ export function predictFeature(options: PredictFeatureOptions): {
     };
     switch (answer.kind) {
       case "continue":
-        await resumeIfCheckpointed(call, key);
+        await resumeIfCheckpointed(call);
         return goOn(answer.slice);
       case "too_large":
         return refuse(tooLarge(call, answer.figures));
@@ -553,7 +552,7 @@ export function predictFeature(options: PredictFeatureOptions): {
         waited.ms += clock() - nowMs;
         waited.figures ??= answer.figures;
         if (turn.how === "ready") {
-          await resumeIfCheckpointed(call, key);
+          await resumeIfCheckpointed(call);
           return goOn(turn.value);
         }
         answer.cancel();
@@ -590,7 +589,7 @@ export function predictFeature(options: PredictFeatureOptions): {
         resumeAtMs: decision.untilMs,
       },
     );
-    if (config.on_checkpoint === "auto_resume") scheduleResume(call, predicted.key, decision.untilMs);
+    if (config.on_checkpoint === "auto_resume") scheduleResume(call, decision.untilMs);
     if (predicted.ceiling === undefined) {
       const left = predicted.sinceMs + maxWaitMs - clock();
       predicted.ceiling = setTimeout(
@@ -615,14 +614,14 @@ export function predictFeature(options: PredictFeatureOptions): {
   };
 
   /** On this gateway, resumes the run at `atMs` if the checkpoint still holds it then. */
-  const scheduleResume = (call: Call, key: Key, atMs: number): void => {
+  const scheduleResume = (call: Call, atMs: number): void => {
     const runId = call.run.runId;
     clearTimeout(resumes.get(runId));
     const labels: RunLabels = { tag: call.run.tag, tenant: call.run.tenant };
     const timer = setTimeout(
       () => {
         resumes.delete(runId);
-        void resume(runId, labels, key);
+        void resume(runId, labels);
       },
       Math.max(0, atMs - clock()),
     );
@@ -630,15 +629,9 @@ export function predictFeature(options: PredictFeatureOptions): {
     resumes.set(runId, timer);
   };
 
-  const resume = async (runId: string, labels: RunLabels, key: Key): Promise<void> => {
+  const resume = async (runId: string, labels: RunLabels): Promise<void> => {
     try {
-      await ledger.execute(runId, labels, {
-        type: "ResumeRun",
-        actor: { kind: ActorKind.ACTOR_KIND_PREDICTOR, name: `predict ${key.keyId}` },
-        reason: "the provider's rate-limit window allows the run's next call",
-        onlyIfHeld: true,
-        checkpoint: true,
-      });
+      await ledger.execute(runId, labels, { type: "ClearCheckpoint", gateway: options.gateway });
     } catch (error) {
       options.log.error({ err: error, runId }, "could not resume a rate-limit checkpoint");
     }
@@ -648,13 +641,13 @@ export function predictFeature(options: PredictFeatureOptions): {
    * A call that finds the window open while its run is still checkpointed (the gateway
    * that checkpointed it died, or its timer has not fired yet) resumes the run itself.
    */
-  const resumeIfCheckpointed = async (call: Call, key: Key): Promise<void> => {
+  const resumeIfCheckpointed = async (call: Call): Promise<void> => {
     if (config.on_checkpoint !== "auto_resume") return;
     const state = ledger.cached(call.run.runId);
     if (state === undefined || !heldByCheckpoint(state)) return;
     clearTimeout(resumes.get(call.run.runId));
     resumes.delete(call.run.runId);
-    await resume(call.run.runId, { tag: call.run.tag, tenant: call.run.tenant }, key);
+    await resume(call.run.runId, { tag: call.run.tag, tenant: call.run.tenant });
   };
 
   // The call out to take the first reading of a key, by key id.
