@@ -26,7 +26,18 @@ import {
   type StreamConfig,
 } from "@nats-io/jetstream";
 import { type KV, Kvm } from "@nats-io/kv";
-import { connect, headers, type MsgHdrs, type NatsConnection, nanos } from "@nats-io/transport-node";
+import {
+  type ConnectionOptions,
+  connect,
+  errors,
+  headers,
+  type MsgHdrs,
+  type NatsConnection,
+  nanos,
+} from "@nats-io/transport-node";
+import { inboxPrefix, type Principal } from "./access.js";
+import { BUCKET_NAMES, type BucketName, bucketTtlMs } from "./buckets.js";
+import { authenticatorFrom } from "./credentials.js";
 import {
   BusConfigurationError,
   BusError,
@@ -34,7 +45,7 @@ import {
   BusUnavailableError,
   ConcurrencyError,
 } from "./errors.js";
-import { AsyncPublisher } from "./publisher.js";
+import { AsyncPublisher, PERMISSION_DENIED, type PubAck } from "./publisher.js";
 import { type PulledMessage, Puller } from "./puller.js";
 
 export interface BusOptions {
@@ -44,6 +55,15 @@ export interface BusOptions {
   prefix: string;
   /** Connection name shown by `nats server report connections`. */
   name: string;
+  /**
+   * This process's NATS credential (nats.credentials): a file holding an nkey seed, or a
+   * `.creds` file. Unset, the connection presents none (a server without authorization).
+   */
+  credentials?: string | undefined;
+  /** Who this process is to NATS: its replies come to this principal's own inbox, which only it may read. */
+  principal?: Principal | undefined;
+  /** TLS to the server (a tls:// URL, or a server that requires it). */
+  tls?: BusTls | undefined;
   /** JetStream replicas for streams this bus creates (3 in a production cluster). */
   replicas?: number;
   /** How long an append waits for the stream's acknowledgement. */
@@ -54,6 +74,15 @@ export interface BusOptions {
   watchLingerMs?: number;
   /** How long a watch of a quiet stream may wait between reads (default 250 ms). */
   watchIdleMs?: number;
+}
+
+/** TLS for the connection to NATS (nats.tls). */
+export interface BusTls {
+  /** CA certificate(s) the server's certificate must chain to; unset, the system's. */
+  caFile?: string | undefined;
+  /** A client certificate and its key, for a server that verifies clients (mutual TLS). */
+  certFile?: string | undefined;
+  keyFile?: string | undefined;
 }
 
 export interface AppendResult {
@@ -132,18 +161,37 @@ const READ_CATCH_UP_ATTEMPTS = 20;
 
 /** Connects to NATS. The connection reconnects forever; callers see errors per operation. */
 export async function connectBus(options: BusOptions): Promise<Bus> {
+  const connection: ConnectionOptions = {
+    servers: options.servers.split(",").map((s) => s.trim()),
+    name: options.name,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: 250,
+    // Async stack traces cost an Error (and its stack) per request: a measurable share of
+    // the gateway's hot path, for context that our typed errors already carry.
+    noAsyncTraces: true,
+  };
+  if (options.credentials !== undefined) {
+    connection.authenticator = await authenticatorFrom(options.credentials);
+  }
+  if (options.principal !== undefined) connection.inboxPrefix = inboxPrefix(options.principal);
+  if (options.tls !== undefined) {
+    const { caFile, certFile, keyFile } = options.tls;
+    connection.tls = {
+      ...(caFile === undefined ? {} : { caFile }),
+      ...(certFile === undefined ? {} : { certFile }),
+      ...(keyFile === undefined ? {} : { keyFile }),
+    };
+  }
   let nc: NatsConnection;
   try {
-    nc = await connect({
-      servers: options.servers.split(",").map((s) => s.trim()),
-      name: options.name,
-      maxReconnectAttempts: -1,
-      reconnectTimeWait: 250,
-      // Async stack traces cost an Error (and its stack) per request: a measurable share of
-      // the gateway's hot path, for context that our typed errors already carry.
-      noAsyncTraces: true,
-    });
+    nc = await connect(connection);
   } catch (cause) {
+    if (/authori[sz]ation|authentication/i.test((cause as Error).message)) {
+      throw new BusConfigurationError(
+        `NATS at ${options.servers} refused ${options.credentials === undefined ? "a connection without a credential (set nats.credentials)" : `the credential in ${options.credentials}`}: ${(cause as Error).message}`,
+        { cause },
+      );
+    }
     throw new BusUnavailableError(`cannot connect to NATS at ${options.servers}`, { cause });
   }
   const jsm = await jetstreamManager(nc);
@@ -157,6 +205,8 @@ export async function connectBus(options: BusOptions): Promise<Bus> {
 export class Bus {
   readonly subjects: Subjects;
   private readonly publisher: AsyncPublisher;
+  /** The inbox prefix this connection's replies come to (its principal's own). */
+  private readonly inbox: string | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -166,7 +216,13 @@ export class Bus {
     private readonly options: BusOptions,
   ) {
     this.subjects = subjects;
-    this.publisher = new AsyncPublisher(nc, options.appendTimeoutMs ?? 5_000, options.deferMs ?? 2);
+    this.inbox = options.principal === undefined ? undefined : inboxPrefix(options.principal);
+    this.publisher = new AsyncPublisher(
+      nc,
+      options.appendTimeoutMs ?? 5_000,
+      options.deferMs ?? 2,
+      this.inbox,
+    );
     void this.followStatus();
   }
 
@@ -181,6 +237,9 @@ export class Bus {
     for await (const s of this.nc.status()) {
       if (s.type === "disconnect" || s.type === "reconnecting") this.reconnecting = true;
       else if (s.type === "reconnect") this.reconnecting = false;
+      else if (s.type === "error" && s.error instanceof errors.PermissionViolationError) {
+        if (s.error.operation === "publish") this.publisher.refused(s.error.subject, s.error.message);
+      }
     }
   }
 
@@ -190,7 +249,8 @@ export class Bus {
 
   /**
    * Creates the event stream, or brings an existing one to the configuration this version
-   * wants. Safe to call from every service at every start.
+   * wants. Safe to call from every service at every start: a stream as wanted is only
+   * looked at, and only a credential allowed to (an admin's) can make or change it.
    */
   async provision(): Promise<void> {
     const want: Partial<StreamConfig> & { name: string } = {
@@ -222,7 +282,8 @@ export class Bus {
         return;
       } catch (error) {
         // Another service created it between our look and our add: fall through to update.
-        if (!isApiError(error, STREAM_NAME_IN_USE)) throw error;
+        if (!isApiError(error, STREAM_NAME_IN_USE))
+          throw this.unprovisioned(`the stream ${this.eventsStream}`, error);
       }
     }
     const current = existing?.config ?? (await this.jsm.streams.info(this.eventsStream)).config;
@@ -242,7 +303,7 @@ export class Bus {
       !current.subjects?.includes(this.subjects.allKeys) ||
       !current.subjects?.includes(this.subjects.allAgents);
     if (drift) {
-      await this.jsm.streams.update(this.eventsStream, {
+      await this.updateStream({
         ...current,
         subjects: [
           ...new Set([
@@ -258,6 +319,14 @@ export class Bus {
         deny_purge: true,
         republish: want.republish,
       });
+    }
+  }
+
+  private async updateStream(config: Parameters<JetStreamManager["streams"]["update"]>[1]): Promise<void> {
+    try {
+      await this.jsm.streams.update(this.eventsStream, config);
+    } catch (error) {
+      throw this.unprovisioned(`the stream ${this.eventsStream} as this version wants it`, error);
     }
   }
 
@@ -297,8 +366,8 @@ export class Bus {
         wrongLastSequence(ack.description),
       );
     }
-    if (ack.errCode === 0 || SETTLES_LATER.has(ack.errCode)) {
-      throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
+    if (ack.errCode === PERMISSION_DENIED || ack.errCode === 0 || SETTLES_LATER.has(ack.errCode)) {
+      throw publishFailed(ack, `append to ${this.eventsStream}`);
     }
     throw new BusRejectedError(`JetStream refused the append (${ack.errCode}): ${ack.description}`);
   }
@@ -314,7 +383,7 @@ export class Bus {
       encodeEnvelope(envelope),
       h,
     );
-    if (!ack.ok) throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
+    if (!ack.ok) throw publishFailed(ack, `append to ${this.eventsStream}`);
   }
 
   /**
@@ -328,7 +397,7 @@ export class Bus {
       encodeEnvelope(envelope),
       h,
     );
-    if (!ack.ok) throw new BusUnavailableError(`append to ${this.eventsStream} failed: ${ack.description}`);
+    if (!ack.ok) throw publishFailed(ack, `append to ${this.eventsStream}`);
     return ack.seq;
   }
 
@@ -839,17 +908,52 @@ export class Bus {
   }
 
   /**
-   * A JetStream key-value bucket under this bus's prefix (created if missing), for small
-   * pointers a service must share across instances and restarts.
+   * One of Holdfast's key-value buckets under this bus's prefix, for small pointers a
+   * service must share across instances and restarts. Opened as it is; made only when it
+   * is missing and this credential may make it (an admin's, or a server without
+   * authorization): a service's credential may not, and says so.
    */
-  async keyValue(bucket: string, options: { ttlMs?: number } = {}): Promise<KV> {
+  async keyValue(bucket: BucketName): Promise<KV> {
     const name = this.bucketName(bucket);
-    return new Kvm(this.js).create(name, {
+    const info = await this.jsm.streams.info(`KV_${name}`).catch((error: unknown) => {
+      if (isApiError(error, JetStreamApiCodes.StreamNotFound)) return undefined;
+      throw error;
+    });
+    if (info === undefined) {
+      try {
+        return await this.createBucket(bucket);
+      } catch (error) {
+        throw this.unprovisioned(`the bucket ${name}`, error);
+      }
+    }
+    // Opened as it is (no create: that would be a reconfiguration), reading it the way it allows.
+    return new Kvm(this.js).open(name, { allow_direct: info.config.allow_direct === true });
+  }
+
+  /** Makes every bucket Holdfast keeps (or brings it to this version's settings): an admin's job. */
+  async provisionBuckets(): Promise<void> {
+    for (const bucket of BUCKET_NAMES) await this.createBucket(bucket);
+  }
+
+  private createBucket(bucket: BucketName): Promise<KV> {
+    const ttl = bucketTtlMs(bucket);
+    return new Kvm(this.js).create(this.bucketName(bucket), {
       history: 1,
       replicas: this.options.replicas ?? 1,
       storage: StorageType.File,
-      ...(options.ttlMs === undefined ? {} : { ttl: options.ttlMs }),
+      ...(ttl === undefined ? {} : { ttl }),
     });
+  }
+
+  /** What a service whose credential may not make `what` is told when it is missing. */
+  private unprovisioned(what: string, cause: unknown): Error {
+    if (isPermissionError(cause)) {
+      return new BusConfigurationError(
+        `${what} does not exist, and this process's NATS credential may not make it: provision it with an admin credential first (holdfast provision; holdfast up does it)`,
+        { cause },
+      );
+    }
+    return cause instanceof Error ? cause : new Error(String(cause));
   }
 
   /**
@@ -858,13 +962,12 @@ export class Bus {
    * an append does (a write shared with the round's other publishes, no request timer or
    * error object of its own). `key` must be a valid KV key.
    */
-  async putValue(bucket: string, key: string, value: string): Promise<void> {
+  async putValue(bucket: BucketName, key: string, value: string): Promise<void> {
     const ack = await this.publisher.publish(`$KV.${this.bucketName(bucket)}.${key}`, Buffer.from(value));
-    if (!ack.ok)
-      throw new BusUnavailableError(`put to ${this.bucketName(bucket)} failed: ${ack.description}`);
+    if (!ack.ok) throw publishFailed(ack, `put to ${this.bucketName(bucket)}`);
   }
 
-  private bucketName(bucket: string): string {
+  private bucketName(bucket: BucketName): string {
     return `${this.subjects.prefix.toUpperCase()}_${bucket}`;
   }
 
@@ -873,7 +976,7 @@ export class Bus {
    * a consumer that takes the log in batches, e.g. every second.
    */
   puller(durable: string): Puller {
-    return new Puller(this.nc, this.eventsStream, durable, this.options.appendTimeoutMs ?? 5_000);
+    return new Puller(this.nc, this.eventsStream, durable, this.options.appendTimeoutMs ?? 5_000, this.inbox);
   }
 
   /** An existing durable consumer, as it is (for a reader that must not reconfigure it). */
@@ -920,6 +1023,19 @@ export class Bus {
 
 function isApiError(error: unknown, code: number): boolean {
   return error instanceof JetStreamApiError && error.code === code;
+}
+
+/** Why a publish failed, as the error a caller can act on: refused for good, or worth a retry. */
+function publishFailed(ack: Extract<PubAck, { ok: false }>, what: string): BusError {
+  if (ack.errCode === PERMISSION_DENIED) return new BusRejectedError(`${what} refused: ${ack.description}`);
+  return new BusUnavailableError(`${what} failed: ${ack.description}`);
+}
+
+/** NATS refused an operation this connection's credential is not allowed. */
+function isPermissionError(error: unknown): boolean {
+  return (
+    error instanceof Error && /permission|authoriz/i.test(`${error.message} ${String(error.cause ?? "")}`)
+  );
 }
 
 function isNotFound(error: unknown): boolean {

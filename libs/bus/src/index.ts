@@ -1,9 +1,21 @@
 export type { Consumer, ConsumerMessages, JsMsg } from "@nats-io/jetstream";
 export type { KV, KvEntry, KvWatchEntry } from "@nats-io/kv";
 export {
+  type AccessOptions,
+  bucketName,
+  bucketNames,
+  inboxPrefix,
+  PRINCIPALS,
+  type Principal,
+  permissionsFor,
+  type SubjectPermissions,
+} from "./access.js";
+export { BUCKET_NAMES, BUCKETS, type BucketName } from "./buckets.js";
+export {
   type AppendResult,
   Bus,
   type BusOptions,
+  type BusTls,
   connectBus,
   type DurableSpec,
   type RawMessage,
@@ -14,6 +26,7 @@ export {
   type Watch,
   type WatchedEvent,
 } from "./bus.js";
+export { authenticatorFrom, type NatsCredential, newNatsCredential, publicKeyOf } from "./credentials.js";
 export {
   BusConfigurationError,
   BusError,

@@ -11,11 +11,17 @@ export type PubAck =
   | { readonly ok: true; readonly seq: number; readonly duplicate: boolean }
   | { readonly ok: false; readonly errCode: number; readonly description: string }
   /** Nobody answered: no stream took the subject (503 no responders), or the ack timed out. */
-  | { readonly ok: false; readonly errCode: 0; readonly description: string };
+  | { readonly ok: false; readonly errCode: 0; readonly description: string }
+  /** The server refused the publish: this connection's credential may not publish to the subject. */
+  | { readonly ok: false; readonly errCode: typeof PERMISSION_DENIED; readonly description: string };
+
+/** The errCode of a publish this connection's credential was not allowed (not JetStream's own codes). */
+export const PERMISSION_DENIED = -1;
 
 interface Pending {
   readonly resolve: (ack: PubAck) => void;
   readonly deadline: number;
+  readonly subject: string;
 }
 
 /** A publish not sent yet: deferred, or waiting for the end of this round of I/O. */
@@ -57,8 +63,10 @@ export class AsyncPublisher {
     private readonly nc: NatsConnection,
     private readonly ackTimeoutMs: number,
     private readonly deferMs = 2,
+    /** The connection's inbox prefix: acks come where this process's credential may read. */
+    inboxPrefix?: string,
   ) {
-    this.prefix = createInbox();
+    this.prefix = createInbox(inboxPrefix);
     this.subscription = nc.subscribe(`${this.prefix}.*`, {
       callback: (error, msg) => {
         if (error === null) this.settle(msg);
@@ -94,7 +102,7 @@ export class AsyncPublisher {
   ): Promise<PubAck> {
     const token = (this.next++).toString(36);
     return new Promise<PubAck>((resolve) => {
-      this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs });
+      this.pending.set(token, { resolve, deadline: Date.now() + this.ackTimeoutMs, subject });
       this.deferred.push({ subject, data, headers, token });
       schedule();
     });
@@ -124,6 +132,23 @@ export class AsyncPublisher {
       const pending = this.pending.get(token);
       this.pending.delete(token);
       pending?.resolve({ ok: false, errCode: 0, description: (error as Error).message });
+    }
+  }
+
+  /**
+   * The server refused a publish to `subject` (its permissions violation names the
+   * subject): every publish to it still waiting fails now, instead of when its ack would
+   * have timed out, and says why.
+   */
+  refused(subject: string, why: string): void {
+    for (const [token, pending] of this.pending) {
+      if (pending.subject !== subject) continue;
+      this.pending.delete(token);
+      pending.resolve({
+        ok: false,
+        errCode: PERMISSION_DENIED,
+        description: `this process's NATS credential may not publish to ${subject} (${why})`,
+      });
     }
   }
 

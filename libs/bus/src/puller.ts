@@ -36,8 +36,10 @@ export class Puller {
     private readonly stream: string,
     private readonly consumer: string,
     private readonly timeoutMs: number,
+    /** The connection's inbox prefix: deliveries come where this process's credential may read. */
+    inboxPrefix?: string,
   ) {
-    this.inbox = createInbox();
+    this.inbox = createInbox(inboxPrefix);
     this.subscription = nc.subscribe(this.inbox, {
       callback: (error, msg) => {
         if (error === null) this.received(msg);

@@ -52,6 +52,7 @@ export {
   Usage,
   WindowLimits,
 } from "@holdfast/proto";
+export { AUTHOR_OF, type Author, typesAuthoredBy } from "./authors.js";
 export {
   AGENT_EVENT_TYPES,
   type DecodedEnvelope,

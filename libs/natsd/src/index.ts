@@ -46,8 +46,11 @@ export {
 export { supportsParentDeathSignal } from "./parent-death.js";
 export {
   type NatsClusterOptions,
+  type NatsServerTls,
+  type NatsUser,
   parsePortsFile,
   type RunningNatsServer,
+  renderAuthorization,
   type StartNatsServerOptions,
   startNatsServer,
 } from "./start.js";

@@ -33,6 +33,13 @@ export interface StartNatsServerOptions {
   readonly monitor?: boolean;
   /** Join a cluster: JetStream then replicates across its servers (give each a `serverName`). */
   readonly cluster?: NatsClusterOptions;
+  /**
+   * The users allowed to connect, each by its nkey and with its permissions. Unset, the
+   * server asks clients for no credential (a test's private server; never `holdfast up`'s).
+   */
+  readonly users?: readonly NatsUser[];
+  /** TLS on the client port: clients must speak TLS (and, with `caFile`, show a certificate it signed). */
+  readonly tls?: NatsServerTls;
   /** Passed through as-is, after the options above. */
   readonly extraArgs?: readonly string[];
   readonly startTimeoutMs?: number;
@@ -57,9 +64,35 @@ export interface StartNatsServerOptions {
   readonly log?: (line: string) => void;
 }
 
+/** A user of the server: an nkey, and what it may publish and subscribe to. */
+export interface NatsUser {
+  /** The user's public nkey ("U…"); its seed stays with the process it belongs to. */
+  readonly nkey: string;
+  readonly permissions?: {
+    readonly publish?: { readonly allow?: readonly string[]; readonly deny?: readonly string[] };
+    readonly subscribe?: { readonly allow?: readonly string[]; readonly deny?: readonly string[] };
+  };
+}
+
+/** A certificate and key the server presents, and a CA whose certificates it requires of peers. */
+export interface NatsServerTls {
+  readonly certFile: string;
+  readonly keyFile: string;
+  /** When set, peers must present a certificate this CA signed (mutual TLS). */
+  readonly caFile?: string;
+}
+
 export interface NatsClusterOptions {
   /** The same on every server of the cluster. */
   readonly name: string;
+  /**
+   * What a route must present to join (the same on every server): without it, anyone who
+   * reaches the cluster port could join the cluster and read every stream.
+   */
+  readonly user?: string;
+  readonly password?: string;
+  /** TLS on the routes between servers (with `caFile`, each server verifies the other's certificate). */
+  readonly tls?: NatsServerTls;
   /**
    * Where the other servers' routes connect, on `host`. A fixed port, since every other
    * server's `routes` names it, and a restarted server must be found where it was.
@@ -272,17 +305,56 @@ function configFile(options: StartNatsServerOptions, host: string): string | und
   if (options.syncInterval !== undefined) {
     lines.push(`jetstream {`, `  sync_interval: ${JSON.stringify(options.syncInterval)}`, `}`);
   }
+  if (options.tls !== undefined) lines.push(...tlsBlock(options.tls, ""));
   if (options.cluster !== undefined) {
-    const { name, port, routes } = options.cluster;
+    const { name, port, routes, user, password, tls } = options.cluster;
+    const credentials =
+      user === undefined ? "" : `${encodeURIComponent(user)}:${encodeURIComponent(password ?? "")}@`;
     lines.push(
       `cluster {`,
       `  name: ${JSON.stringify(name)}`,
       `  listen: ${JSON.stringify(`${formatHost(host)}:${Math.trunc(port)}`)}`,
-      `  routes: [${routes.map((route) => JSON.stringify(route)).join(", ")}]`,
+      `  routes: [${routes.map((route) => JSON.stringify(route.replace("://", `://${credentials}`))).join(", ")}]`,
+      ...(user === undefined
+        ? []
+        : [`  authorization { user: ${JSON.stringify(user)}, password: ${JSON.stringify(password ?? "")} }`]),
+      ...(tls === undefined ? [] : tlsBlock(tls, "  ")),
       `}`,
     );
   }
+  if (options.users !== undefined) lines.push(renderAuthorization(options.users));
   return lines.length === 0 ? undefined : `${lines.join("\n")}\n`;
+}
+
+function tlsBlock(tls: NatsServerTls, indent: string): string[] {
+  return [
+    `${indent}tls {`,
+    `${indent}  cert_file: ${JSON.stringify(tls.certFile)}`,
+    `${indent}  key_file: ${JSON.stringify(tls.keyFile)}`,
+    ...(tls.caFile === undefined
+      ? []
+      : [`${indent}  ca_file: ${JSON.stringify(tls.caFile)}`, `${indent}  verify: true`]),
+    `${indent}}`,
+  ];
+}
+
+/**
+ * nats-server's `authorization` block for these users: every client must be one of them,
+ * and may do only what its permissions allow. Only public keys and subjects: the file holds
+ * no secret. (Strings are JSON-quoted, so a subject's `$` is never read as a variable.)
+ */
+export function renderAuthorization(users: readonly NatsUser[]): string {
+  const list = (values: readonly string[] | undefined) => JSON.stringify(values ?? []);
+  const entries = users.map((user) => {
+    const p = user.permissions;
+    const permissions =
+      p === undefined
+        ? ""
+        : `, permissions: { publish: { allow: ${list(p.publish?.allow)}, deny: ${list(p.publish?.deny)} }, ` +
+          `subscribe: { allow: ${list(p.subscribe?.allow)}, deny: ${list(p.subscribe?.deny)} } }`;
+    return `    { nkey: ${JSON.stringify(user.nkey)}${permissions} }`;
+  });
+  return ["authorization {", "  users: [", entries.join(",\n"), "  ]", "}"].join("\n");
 }
 
 class TimedOut extends Error {

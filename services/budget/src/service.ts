@@ -4,7 +4,7 @@ import type { Config } from "@holdfast/config";
 import { decodeEnvelope, isKnown, type StoredEnvelope } from "@holdfast/events";
 import { serve, unary } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
-import { readingOfRecorded, SLICE_MEMORY_MS, type SliceRecord } from "@holdfast/predict";
+import { readingOfRecorded, type SliceRecord } from "@holdfast/predict";
 import {
   type AcquireRequest,
   type AcquireResponse,
@@ -96,7 +96,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
 
   // Slices granted are kept here before gateways spend them, so a restarted coordinator
   // counts what its predecessor granted; their history outlives any slice's use.
-  const slices = await bus.keyValue("RATE_SLICES", { ttlMs: SLICE_MEMORY_MS });
+  const slices = await bus.keyValue("RATE_SLICES");
   const coordinator = new WindowCoordinator({
     sliceMs: config.predict.slice_ms,
     agingMs: config.predict.priority_aging_s * 1_000,

@@ -30,7 +30,7 @@ import { gateFeature } from "./gate/feature.js";
 import { Admission } from "./hold/admission.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
-import { RESPONSE_TTL_MS, ResponseIndex } from "./identify/responses.js";
+import { ResponseIndex } from "./identify/responses.js";
 import { Liveness } from "./liveness/liveness.js";
 import { Reaper } from "./liveness/reaper.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
@@ -107,7 +107,7 @@ export async function startGateway(
   });
   await generations.start();
   const responses = new ResponseIndex(
-    await bus.keyValue("RESPONSES", { ttlMs: RESPONSE_TTL_MS }),
+    await bus.keyValue("RESPONSES"),
     (key, value) => bus.putValue("RESPONSES", key, value),
     { onError: switchFailed("watching the response index") },
   );

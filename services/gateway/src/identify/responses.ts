@@ -1,7 +1,5 @@
 import { type KV, type SwitchError, Switched } from "@holdfast/bus";
 
-/** Responses are kept by OpenAI for 30 days; so is the run each one belongs to. */
-export const RESPONSE_TTL_MS = 30 * 24 * 60 * 60 * 1000;
 const MAX_ID_LENGTH = 256;
 
 // How long a follow-up waits for a response id that no gateway has published yet: the

@@ -1,0 +1,246 @@
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import {
+  Api,
+  createIdGenerator,
+  type EventPayload,
+  makeEnvelope,
+  RunSource,
+  type StoredEnvelope,
+} from "@holdfast/events";
+import { launchNatsServer, makeTempDir, uniqueNamespace } from "@holdfast/test-harness";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { connect, nkeyAuthenticator } from "@nats-io/transport-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PRINCIPALS, type Principal, permissionsFor } from "./access.js";
+import { type Bus, connectBus } from "./bus.js";
+import { newNatsCredential } from "./credentials.js";
+import { BusConfigurationError } from "./errors.js";
+
+// A nats-server configured as `holdfast up` configures its own: a user per principal, each
+// with the permissions permissionsFor gives it, and nothing for anyone else.
+
+const prefix = uniqueNamespace("acc");
+const projectorConsumer = "projector";
+const newId = createIdGenerator();
+let server: Awaited<ReturnType<typeof launchNatsServer>>;
+let dir: Awaited<ReturnType<typeof makeTempDir>>;
+const seeds = new Map<Principal, string>();
+const credentialFile = (principal: Principal) => join(dir.path, `${principal}.nk`);
+const buses: Bus[] = [];
+
+async function as(principal: Principal): Promise<Bus> {
+  const bus = await connectBus({
+    servers: server.url,
+    prefix,
+    name: `access-test ${principal}`,
+    credentials: credentialFile(principal),
+    principal,
+    appendTimeoutMs: 2_000,
+  });
+  buses.push(bus);
+  return bus;
+}
+
+beforeAll(async () => {
+  dir = await makeTempDir("access");
+  const users = [];
+  for (const principal of PRINCIPALS) {
+    const credential = newNatsCredential();
+    seeds.set(principal, credential.seed);
+    await writeFile(credentialFile(principal), `${credential.seed}\n`, { mode: 0o600 });
+    users.push({
+      nkey: credential.publicKey,
+      permissions: permissionsFor(principal, { prefix, projectorConsumer }),
+    });
+  }
+  server = await launchNatsServer({ label: "access", users });
+  const admin = await as("admin");
+  await admin.provision();
+  await admin.provisionBuckets();
+});
+
+afterAll(async () => {
+  for (const bus of buses) await bus.close().catch(() => undefined);
+  await server?.stop();
+  await dir?.[Symbol.asyncDispose]();
+});
+
+const started = (runId: string, sequence: number): EventPayload => ({
+  $case: "stepStarted",
+  value: {
+    stepId: `${runId}-${sequence}`,
+    step: sequence,
+    api: Api.API_OPENAI_CHAT_COMPLETIONS,
+    model: "gpt-4o-mini",
+    stream: false,
+    identity: { source: RunSource.RUN_SOURCE_HEADER, key: "x-run-id", fingerprint: "", generation: 0 },
+    messageCount: 1,
+    upstream: "http://127.0.0.1:1",
+    gateway: "gw",
+    estimatedInputTokens: 0,
+    promptHash: "",
+    reservedNanoUsd: 0,
+    budgetLeases: [],
+    prediction: undefined,
+    route: undefined,
+  },
+});
+
+const resumed: EventPayload = {
+  $case: "runResumed",
+  value: {
+    actor: { kind: 1, name: "control token" },
+    reason: "forged",
+    selector: undefined,
+    limits: undefined,
+    overrides: false,
+    checkpoint: false,
+    compact: 0,
+  },
+};
+
+const envelope = (runId: string, sequence: number, payload: EventPayload) =>
+  makeEnvelope({ id: newId(), runId, sequence, timestampMs: Date.now(), tag: "", payload });
+
+/** What the log holds of a run, as an admin reads it. */
+async function logOf(runId: string): Promise<StoredEnvelope[]> {
+  const admin = buses[0]!;
+  return (await admin.readRun(runId)).events.map((e) => e.envelope);
+}
+
+describe("a process without a credential", () => {
+  it("is refused at connect, and says how to give one", async () => {
+    const anonymous = connectBus({ servers: server.url, prefix, name: "anonymous" });
+    await expect(anonymous).rejects.toBeInstanceOf(BusConfigurationError);
+    await expect(anonymous).rejects.toThrow(/nats\.credentials/);
+  });
+
+  it("is refused with a key the server does not know", async () => {
+    const stranger = newNatsCredential();
+    await expect(
+      connect({
+        servers: server.url,
+        authenticator: nkeyAuthenticator(new TextEncoder().encode(stranger.seed)),
+        maxReconnectAttempts: 0,
+      }),
+    ).rejects.toThrow(/authorization/i);
+  });
+});
+
+describe("each service's credential does its own job", () => {
+  it("a gateway appends steps; the control service appends an operator's resume", async () => {
+    const gateway = await as("gateway");
+    const { streamSequence } = await gateway.append(envelope("own-jobs", 1, started("own-jobs", 1)), 0);
+    const control = await as("control");
+    await control.append(envelope("own-jobs", 2, resumed), streamSequence);
+    expect((await logOf("own-jobs")).map((e) => e.type)).toEqual(["StepStarted", "RunResumed"]);
+  });
+
+  it("each service opens the buckets it keeps, and the projector makes its consumer", async () => {
+    const gateway = await as("gateway");
+    for (const bucket of ["FINGERPRINTS", "RESPONSES", "GATEWAYS"] as const) {
+      const kv = await gateway.keyValue(bucket);
+      await kv.put("k", "v");
+      expect((await kv.get("k"))?.string()).toBe("v");
+    }
+    const budget = await as("budget");
+    await (await budget.keyValue("BUDGET_LEASES")).put("k", "v");
+    const projector = await as("projector");
+    await (await projector.keyValue("LEASES")).put("k", "v");
+    await projector.ensureDurable({
+      name: projectorConsumer,
+      filterSubject: projector.subjects.allRuns,
+      ackWaitMs: 5_000,
+      maxAckPending: 10,
+      ackPolicy: "all",
+    });
+    expect(await projector.durableState(projectorConsumer)).toBeDefined();
+  });
+});
+
+describe("no service's credential does another's job", () => {
+  it("a gateway cannot resume, hold or stop a run: only the control service writes an operator's action", async () => {
+    const gateway = await as("gateway");
+    const { streamSequence } = await gateway.append(
+      envelope("forged-resume", 1, started("forged-resume", 1)),
+      0,
+    );
+    await expect(gateway.append(envelope("forged-resume", 2, resumed), streamSequence)).rejects.toThrow(
+      /may not publish|permission/i,
+    );
+    expect((await logOf("forged-resume")).map((e) => e.type)).toEqual(["StepStarted"]);
+  });
+
+  it("the control service, the budget service, the projector and the CLI's reader cannot write a step", async () => {
+    for (const principal of ["control", "budget", "projector", "reader", "scheduler"] as const) {
+      const bus = await as(principal);
+      await expect(bus.append(envelope(`forged-step-${principal}`, 1, started("x", 1)), 0)).rejects.toThrow(
+        /may not publish|permission/i,
+      );
+      expect(await logOf(`forged-step-${principal}`)).toEqual([]);
+    }
+  });
+
+  it("no service can delete, purge or reconfigure the log or a bucket", async () => {
+    for (const principal of PRINCIPALS.filter((p) => p !== "admin")) {
+      const nc = await connect({
+        servers: server.url,
+        authenticator: nkeyAuthenticator(new TextEncoder().encode(seeds.get(principal)!)),
+        inboxPrefix: `_INBOX_${principal}`,
+        maxReconnectAttempts: 0,
+      });
+      try {
+        const jsm = await jetstreamManager(nc, { timeout: 1_000 });
+        const stream = `${prefix.toUpperCase()}_EVENTS`;
+        await expect(jsm.streams.delete(stream), `${principal} deleting the log`).rejects.toThrow();
+        await expect(jsm.streams.purge(stream), `${principal} purging the log`).rejects.toThrow();
+        await expect(
+          jsm.streams.update(stream, { deny_delete: false, deny_purge: false }),
+          `${principal} reconfiguring the log`,
+        ).rejects.toThrow();
+        await expect(jsm.streams.delete(`KV_${prefix.toUpperCase()}_GATEWAYS`)).rejects.toThrow();
+        await expect(
+          jsm.consumers.delete(stream, projectorConsumer),
+          `${principal} deleting the projection`,
+        ).rejects.toThrow();
+        await expect(new Kvm(nc).create(`${prefix.toUpperCase()}_NEW`)).rejects.toThrow();
+      } finally {
+        await nc.close();
+      }
+    }
+    const admin = buses[0]!;
+    expect((await admin.streamConfig()).deny_delete).toBe(true);
+    expect(await admin.durableState(projectorConsumer)).toBeDefined();
+  });
+
+  it("a service cannot write a bucket another keeps", async () => {
+    const budget = await as("budget");
+    await expect(budget.putValue("GATEWAYS", "gw", "forged beat")).rejects.toThrow(
+      /may not publish|permission/i,
+    );
+    const gateway = await as("gateway");
+    await expect(gateway.putValue("BUDGET_LEASES", "slice", "forged")).rejects.toThrow(
+      /may not publish|permission/i,
+    );
+    await expect(gateway.keyValue("LEASES")).rejects.toThrow(/permission/i);
+  });
+
+  it("a service cannot listen to another's replies", async () => {
+    const nc = await connect({
+      servers: server.url,
+      authenticator: nkeyAuthenticator(new TextEncoder().encode(seeds.get("budget")!)),
+      maxReconnectAttempts: 0,
+    });
+    const errors: string[] = [];
+    void (async () => {
+      for await (const status of nc.status()) if (status.type === "error") errors.push(String(status.error));
+    })();
+    const sub = nc.subscribe("_INBOX_control.>");
+    await nc.flush();
+    await expect(sub.closed).resolves.toBeInstanceOf(Error);
+    expect(errors.join(" ")).toMatch(/permissions violation for subscription/i);
+    await nc.close();
+  });
+});

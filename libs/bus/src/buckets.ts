@@ -1,0 +1,34 @@
+/**
+ * The KV buckets Holdfast keeps beside its log: small pointers shared across instances and
+ * restarts, each written by one kind of process. Made once by `Bus.provisionBuckets` (an
+ * admin credential), opened by the services that use them.
+ */
+export const BUCKETS = {
+  /** Each fingerprinted agent's current generation (gateways). */
+  FINGERPRINTS: { writer: "gateway" },
+  /**
+   * A Responses answer's id → its run, for `previous_response_id` (gateways). OpenAI keeps
+   * a response 30 days; so is the run each one belongs to.
+   */
+  RESPONSES: { writer: "gateway", ttlMs: 30 * 24 * 60 * 60 * 1000 },
+  /** Every gateway's heartbeat: who is alive, and whose calls in flight are orphaned. */
+  GATEWAYS: { writer: "gateway" },
+  /** The projector's lease on its consumer. */
+  LEASES: { writer: "projector" },
+  /** Slices of budgets leased to gateways (the budget service). */
+  BUDGET_LEASES: { writer: "budget" },
+  /**
+   * Slices of shared rate-limit windows granted (the budget service's coordinator), kept as
+   * long as the coordinator remembers a slice (`SLICE_MEMORY_MS` in @holdfast/predict).
+   */
+  RATE_SLICES: { writer: "budget", ttlMs: 120_000 },
+} as const satisfies Record<string, { writer: string; ttlMs?: number }>;
+
+export type BucketName = keyof typeof BUCKETS;
+
+export const BUCKET_NAMES = Object.keys(BUCKETS) as BucketName[];
+
+/** How long a bucket keeps a value, when it forgets them. */
+export function bucketTtlMs(bucket: BucketName): number | undefined {
+  return (BUCKETS[bucket] as { readonly ttlMs?: number }).ttlMs;
+}
