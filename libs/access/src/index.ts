@@ -5,4 +5,6 @@ export {
   bindingProblem,
   type ControlAccessConfig,
   isLoopback,
+  listenerProblem,
+  ServiceToken,
 } from "./tokens.js";

@@ -118,3 +118,61 @@ function bearer(authorization: string | undefined): string | undefined {
 function digest(token: string): Buffer {
   return createHash("sha256").update(token, "utf8").digest();
 }
+
+/**
+ * The one bearer token every caller of an internal service presents (gateways calling the
+ * budget service, say): the service's own credential, not an operator's. Without one set,
+ * every caller is let in, which `listenerProblem` allows on loopback only.
+ */
+export class ServiceToken {
+  private readonly expected: Buffer | undefined;
+
+  constructor(
+    token: string | undefined,
+    /** How errors name the API and the setting that holds its token ("the budget service", "budget.token"). */
+    private readonly what: { api: string; setting: string },
+  ) {
+    this.expected = token === undefined ? undefined : digest(token);
+  }
+
+  get required(): boolean {
+    return this.expected !== undefined;
+  }
+
+  /** Throws AccessDeniedError (unauthenticated) unless `authorization` is `Bearer <the token>`. */
+  check(authorization: string | undefined): void {
+    if (this.expected === undefined) return;
+    const token = bearer(authorization);
+    if (token === undefined) {
+      throw new AccessDeniedError(
+        "unauthenticated",
+        `${this.what.api} needs a token: send \`authorization: Bearer <token>\` (${this.what.setting})`,
+      );
+    }
+    if (!timingSafeEqual(digest(token), this.expected)) {
+      throw new AccessDeniedError("unauthenticated", `the bearer token is not one ${this.what.api} knows`);
+    }
+  }
+}
+
+/**
+ * Why a listener must not start, or undefined when it may: off loopback without its
+ * credential, anyone who reaches it could use it. `insecure` allows it knowingly.
+ */
+export function listenerProblem(listener: {
+  /** What listens, as a sentence's subject ("the budget service"). */
+  what: string;
+  host: string;
+  /** A credential is required of every caller. */
+  authenticated: boolean;
+  insecure: boolean;
+  /** What to set, and what allows it anyway ("budget.token", "budget.insecure"). */
+  setting: string;
+  insecureSetting: string;
+}): string | undefined {
+  if (listener.authenticated || listener.insecure || isLoopback(listener.host)) return undefined;
+  return (
+    `${listener.what} would listen on ${listener.host} without a credential, so anyone who can reach it could use it. ` +
+    `Set ${listener.setting} (holdfast up makes one), keep it on loopback (127.0.0.1), or allow it knowingly with ${listener.insecureSetting}: true.`
+  );
+}

@@ -56,12 +56,38 @@ export const loadConfig = (options: LoadConfigOptions = {}): Config => {
   const config = parsed.data;
   const baseOf = (path: readonly string[]) => tree.originOf(path)?.baseDir ?? cwd;
   config.data_dir = resolvePath(config.data_dir, baseOf(["data_dir"]), homeDir);
+  // A file named in the config file is found beside it, as data_dir is.
+  const beside = (path: string | undefined, key: readonly string[]) =>
+    path === undefined ? undefined : resolvePath(path, baseOf(key), homeDir);
+  config.nats.credentials = beside(config.nats.credentials, ["nats", "credentials"]);
+  const tls = config.nats.tls;
+  if (tls !== undefined) {
+    tls.ca_file = beside(tls.ca_file, ["nats", "tls", "ca_file"]);
+    tls.cert_file = beside(tls.cert_file, ["nats", "tls", "cert_file"]);
+    tls.key_file = beside(tls.key_file, ["nats", "tls", "key_file"]);
+  }
   const serverBin = config.nats.server_bin;
   if (serverBin !== undefined && !isBareCommand(serverBin)) {
     config.nats.server_bin = resolvePath(serverBin, baseOf(["nats", "server_bin"]), homeDir);
   }
   return config;
 };
+
+/**
+ * How a process connects to NATS as configured: the server, the deployment's prefix, its
+ * credential and TLS. Each service adds who it is (its principal) and its connection name.
+ */
+export const natsConnection = (nats: Config["nats"]) => ({
+  servers: nats.url ?? "",
+  prefix: nats.prefix,
+  replicas: nats.replicas,
+  watchLingerMs: nats.watch_linger_ms,
+  credentials: nats.credentials,
+  tls:
+    nats.tls === undefined
+      ? undefined
+      : { caFile: nats.tls.ca_file, certFile: nats.tls.cert_file, keyFile: nats.tls.key_file },
+});
 
 // "nats-server" means "look it up on PATH", as a shell would; "./nats-server" is a path.
 const isBareCommand = (value: string): boolean => !/[/\\]/.test(value) && !value.startsWith("~");

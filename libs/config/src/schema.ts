@@ -468,6 +468,28 @@ export const configSchema = z
           port: integer(0, 65535)
             .default(0)
             .describe("Port of the embedded nats-server; 0 picks a free port."),
+          credentials: path()
+            .optional()
+            .describe(
+              "This process's NATS credential: a file holding its nkey seed (SU…), or a .creds file; `holdfast up` writes one per service under data_dir/credentials/. Unset, no credential is presented.",
+            ),
+          tls: z
+            .strictObject(
+              {
+                ca_file: path()
+                  .optional()
+                  .describe(
+                    "CA certificate the NATS server's certificate must chain to; unset, the system's.",
+                  ),
+                cert_file: path()
+                  .optional()
+                  .describe("Client certificate, for a NATS server that verifies clients (mutual TLS)."),
+                key_file: path().optional().describe("The client certificate's private key."),
+              },
+              mapping,
+            )
+            .optional()
+            .describe("TLS to the NATS server (for a tls:// URL, or a server that requires it)."),
           prefix: matching(/^[a-z][a-z0-9_]{0,31}$/, "a lowercase name")
             .default("hf")
             .describe("Prefix of every subject and stream name, so several installs can share a server."),
@@ -756,6 +778,14 @@ export const configSchema = z
           url: text("a host:port")
             .optional()
             .describe("Where gateways reach the budget service (host:port); `holdfast up` sets it."),
+          token: text("a token")
+            .optional()
+            .describe(
+              "Bearer token gateways present to the budget service, which refuses every other caller; `holdfast up` makes one (data_dir/credentials/budget.token).",
+            ),
+          insecure: flag()
+            .default(false)
+            .describe("Allow the budget service off loopback without budget.token."),
           lease_ms: integer(1_000, 3_600_000)
             .default(30_000)
             .describe("How long a gateway's lease on a slice of a budget lasts before it must be renewed."),
@@ -795,6 +825,11 @@ export const configSchema = z
             .optional()
             .describe(
               "The gateway workers send their runs' model calls to (told to each worker); `holdfast up` sets it.",
+            ),
+          worker_token: text("a token")
+            .optional()
+            .describe(
+              "Bearer token workers present to serve runs (Work, Heartbeat), and nothing else; `holdfast up` makes one (data_dir/credentials/worker.token). The control token may not serve runs.",
             ),
         },
         mapping,

@@ -18,5 +18,12 @@ export {
 } from "./connect.js";
 export { GrpcBindError, GrpcError } from "./errors.js";
 export { checkHealth, listServices } from "./inspect.js";
-export { type GrpcServer, type ServedService, type ServeOptions, serve, serviceName } from "./serve.js";
+export {
+  type GrpcServer,
+  type Refusal,
+  type ServedService,
+  type ServeOptions,
+  serve,
+  serviceName,
+} from "./serve.js";
 export { type ErrorToStatus, type UnaryHandler, unary } from "./unary.js";

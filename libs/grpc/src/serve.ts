@@ -28,6 +28,18 @@ export interface ServeOptions {
   reflection: Uint8Array | undefined;
   /** Longest a close lets calls in flight finish before it cancels them (default 5 s). */
   graceMs?: number;
+  /**
+   * Decides, from a call's metadata alone, whether it may reach `services` (health and
+   * reflection stay open): undefined lets it through; a refusal ends the call at once with
+   * that status, before any handler runs, whether it is unary or a stream.
+   */
+  authorize?: (metadata: grpc.Metadata, method: string) => Refusal | undefined;
+}
+
+/** Why a call was turned away: its gRPC status and the message the client reads. */
+export interface Refusal {
+  code: grpc.status;
+  details: string;
 }
 
 export interface GrpcServer {
@@ -46,13 +58,50 @@ export function serviceName(definition: grpc.ServiceDefinition): string {
   return first.path.slice(1, first.path.lastIndexOf("/"));
 }
 
+/**
+ * A call that reaches its handler only once its metadata is authorized; refused, it ends
+ * with the refusal's status before the handler hears of it (a stream does not hang open).
+ */
+function guardedCall(
+  method: grpc.ServerMethodDefinition<unknown, unknown>,
+  call: grpc.ServerInterceptingCallInterface,
+  guarded: ReadonlySet<string>,
+  authorize: NonNullable<ServeOptions["authorize"]>,
+): grpc.ServerInterceptingCall {
+  const service = method.path.slice(1, method.path.lastIndexOf("/"));
+  return new grpc.ServerInterceptingCall(call, {
+    start(next) {
+      next({
+        onReceiveMetadata(metadata, pass) {
+          const refusal = guarded.has(service) ? authorize(metadata, method.path) : undefined;
+          if (refusal === undefined) pass(metadata);
+          else
+            call.sendStatus({ code: refusal.code, details: refusal.details, metadata: new grpc.Metadata() });
+        },
+      });
+    },
+  });
+}
+
 /** Starts a grpc-js server (plaintext) with the given services, health and reflection. */
 export async function serve(options: ServeOptions): Promise<GrpcServer> {
+  const names = options.services.map((s) => serviceName(s.definition));
+  const authorize = options.authorize;
+  const guarded = new Set(names);
   const server = new grpc.Server({
     // Clients may ping to keep idle connections through NATs and load balancers.
     "grpc.keepalive_permit_without_calls": 1,
+    ...(authorize === undefined
+      ? {}
+      : {
+          interceptors: [
+            (
+              method: grpc.ServerMethodDefinition<unknown, unknown>,
+              call: grpc.ServerInterceptingCallInterface,
+            ) => guardedCall(method, call, guarded, authorize),
+          ],
+        }),
   });
-  const names = options.services.map((s) => serviceName(s.definition));
   for (const service of options.services) server.addService(service.definition, service.implementation);
 
   let health: HealthImplementation | undefined;

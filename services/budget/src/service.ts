@@ -1,8 +1,9 @@
 import { randomUUID } from "node:crypto";
+import { listenerProblem, ServiceToken } from "@holdfast/access";
 import { connectBus, type Watch } from "@holdfast/bus";
-import type { Config } from "@holdfast/config";
+import { type Config, natsConnection } from "@holdfast/config";
 import { decodeEnvelope, isKnown, type StoredEnvelope } from "@holdfast/events";
-import { serve, unary } from "@holdfast/grpc";
+import { GrpcStatus, serve, unary } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
 import { readingOfRecorded, type SliceRecord } from "@holdfast/predict";
 import {
@@ -53,14 +54,22 @@ export function budgetLimits(config: Pick<Config, "budgets">): BudgetLimit[] {
  * counts what it granted before (all of it spent, until the gateway says otherwise).
  */
 export async function startBudget(config: Config, log: Logger): Promise<RunningBudget> {
+  const token = new ServiceToken(config.budget.token, { api: "the budget service", setting: "budget.token" });
+  const unsafe = listenerProblem({
+    what: "the budget service",
+    host: config.budget.host,
+    authenticated: token.required,
+    insecure: config.budget.insecure,
+    setting: "budget.token",
+    insecureSetting: "budget.insecure",
+  });
+  if (unsafe !== undefined) throw new Error(`The budget service will not start: ${unsafe}`);
   if (!config.nats.url) throw new Error("nats.url is not set: the budget service needs a NATS server");
   const clock = Date.now;
   const bus = await connectBus({
-    servers: config.nats.url,
-    prefix: config.nats.prefix,
+    ...natsConnection(config.nats),
     name: "holdfast-budget",
-    replicas: config.nats.replicas,
-    watchLingerMs: config.nats.watch_linger_ms,
+    principal: "budget",
   });
   await bus.provision();
   const book = new BudgetBook(budgetLimits(config));
@@ -208,6 +217,17 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     ],
     health: true,
     reflection: Buffer.from(FILE_DESCRIPTOR_SET_BASE64, "base64"),
+    // Gateways alone may lease budgets and windows: anyone else could drain a budget with
+    // slices nobody spends, and hold every run it covers.
+    authorize: (metadata) => {
+      const [value] = metadata.get("authorization");
+      try {
+        token.check(typeof value === "string" ? value : value?.toString("utf8"));
+        return undefined;
+      } catch (error) {
+        return { code: GrpcStatus.UNAUTHENTICATED, details: (error as Error).message };
+      }
+    },
   });
   log.info(
     { address: server.address, budgets: budgetLimits(config).map((b) => b.key) },

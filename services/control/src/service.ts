@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { connectBus } from "@holdfast/bus";
-import type { Config } from "@holdfast/config";
+import { type Config, natsConnection } from "@holdfast/config";
 import {
   createIdGenerator,
   FLEET,
@@ -43,11 +43,9 @@ export async function startControl(config: Config, log: Logger): Promise<Running
     throw new Error("nats.url is not set: the control service needs a NATS server (holdfast up sets it)");
   const clock = Date.now;
   const bus = await connectBus({
-    servers: config.nats.url,
-    prefix: config.nats.prefix,
+    ...natsConnection(config.nats),
     name: `holdfast-control ${hostname()}-${process.pid}`,
-    replicas: config.nats.replicas,
-    watchLingerMs: config.nats.watch_linger_ms,
+    principal: "control",
   });
   const closers: (() => Promise<void>)[] = [() => bus.close()];
   const closeAll = async () => {

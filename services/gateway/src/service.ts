@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import { hostname } from "node:os";
 import { connectBus, type SwitchError } from "@holdfast/bus";
-import type { Config } from "@holdfast/config";
+import { type Config, natsConnection } from "@holdfast/config";
 import {
   createIdGenerator,
   type FleetCommand,
@@ -64,11 +64,9 @@ export async function startGateway(
   const clock = Date.now;
   const instanceId = config.gateway.instance_id ?? `${hostname()}-${process.pid}`;
   const bus = await connectBus({
-    servers: config.nats.url,
-    prefix: config.nats.prefix,
+    ...natsConnection(config.nats),
     name: `holdfast-gateway ${instanceId}`,
-    replicas: config.nats.replicas,
-    watchLingerMs: config.nats.watch_linger_ms,
+    principal: "gateway",
     deferMs: config.gateway.outcome_defer_ms,
   });
   await bus.provision();
@@ -203,7 +201,7 @@ export async function startGateway(
   const shared =
     config.predict.enabled && config.predict.shared && config.budget.url !== undefined
       ? new SharedSlices({
-          api: rateWindowsApi(config.budget.url, config.predict.max_wait_s * 1_000),
+          api: rateWindowsApi(config.budget.url, config.predict.max_wait_s * 1_000, budgetMetadata(config)),
           gateway: gatewayId,
           clock,
           sliceMs: config.predict.slice_ms,
@@ -318,7 +316,11 @@ function budgetFeatureFor(
       "budgets are configured but budget.url is not set: the gateway needs the budget service (holdfast up starts one and sets it)",
     );
   }
-  const client = connect(BudgetClient, { address: config.budget.url, deadlineMs: 5_000 });
+  const client = connect(BudgetClient, {
+    address: config.budget.url,
+    deadlineMs: 5_000,
+    metadata: budgetMetadata(config),
+  });
   const acquire = (request: AcquireRequest) =>
     new Promise<AcquireResponse>((resolve, reject) => {
       client.acquire(request, (error, response) => (error === null ? resolve(response) : reject(error)));
@@ -347,8 +349,17 @@ function budgetFeatureFor(
 }
 
 /** The coordinator's RateWindows over gRPC: a reservation is a server stream, cancelled to leave the queue. */
-function rateWindowsApi(address: string, maxWaitMs: number): RateWindowsApi {
-  const client = connect(RateWindowsClient, { address, deadlineMs: 5_000 });
+/** What a gateway presents to the budget service: its token, when one is configured. */
+function budgetMetadata(config: Config): Record<string, string> | undefined {
+  return config.budget.token === undefined ? undefined : { authorization: `Bearer ${config.budget.token}` };
+}
+
+function rateWindowsApi(
+  address: string,
+  maxWaitMs: number,
+  metadata: Record<string, string> | undefined,
+): RateWindowsApi {
+  const client = connect(RateWindowsClient, { address, deadlineMs: 5_000, metadata });
   return {
     reserve(request): Reservation {
       const stream = client.reserve(request, { deadline: Date.now() + maxWaitMs + 10_000 });

@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { migrate, openAnalytics } from "@holdfast/analytics";
 import { connectBus } from "@holdfast/bus";
-import type { Config } from "@holdfast/config";
+import { type Config, natsConnection } from "@holdfast/config";
 import type { Logger } from "@holdfast/log";
 import { buildAnalyticsApi } from "./http.js";
 import { Projector } from "./projector.js";
@@ -34,10 +34,9 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
   const applied = await migrate(analytics);
   if (applied.length > 0) log.info({ applied }, "ClickHouse migrations applied");
   const bus = await connectBus({
-    servers: config.nats.url,
-    prefix: config.nats.prefix,
+    ...natsConnection(config.nats),
     name: "holdfast-projector",
-    replicas: config.nats.replicas,
+    principal: "projector",
   });
   await bus.provision();
   const projector = new Projector({

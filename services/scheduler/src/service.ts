@@ -1,7 +1,7 @@
 import { hostname } from "node:os";
 import { AccessPolicy, bindingProblem } from "@holdfast/access";
 import { connectBus } from "@holdfast/bus";
-import type { Config } from "@holdfast/config";
+import { type Config, natsConnection } from "@holdfast/config";
 import {
   createIdGenerator,
   DURABLE_TYPES,
@@ -60,11 +60,9 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
   const clock = Date.now;
   const newId = createIdGenerator(clock);
   const bus = await connectBus({
-    servers: config.nats.url,
-    prefix: config.nats.prefix,
+    ...natsConnection(config.nats),
     name: `holdfast-scheduler ${hostname()}-${process.pid}`,
-    replicas: config.nats.replicas,
-    watchLingerMs: config.nats.watch_linger_ms,
+    principal: "scheduler",
   });
   const closers: (() => Promise<void>)[] = [() => bus.close()];
   const closeAll = async () => {
