@@ -1,6 +1,7 @@
 import { resolve } from "node:path";
 import { type Config, loadConfig } from "@holdfast/config";
 import { configFrom } from "./common.js";
+import { localTokens } from "./credentials.js";
 import { CliError } from "./errors.js";
 import { readStack } from "./stack.js";
 
@@ -34,7 +35,8 @@ export function controlEndpoint(values: {
     config.control.url ??
     stack?.controlUrl ??
     `http://${reachable(config.control.host)}:${config.control.port}`;
-  return { url, controlToken: config.control.token, readToken: config.control.read_token };
+  const tokens = localTokens(config);
+  return { url, controlToken: tokens.control, readToken: tokens.read };
 }
 
 /**
@@ -73,7 +75,7 @@ export async function controlCall<T>(
   const message = answer.error?.message ?? `the control API answered ${response.status}`;
   if (response.status === 401 || response.status === 403) {
     throw new CliError(
-      `${message}\nThe token comes from control.token in the config file (--config FILE, HOLDFAST_CONFIG, or the file \`holdfast up\` was started with) or HOLDFAST_CONTROL__TOKEN.`,
+      `${message}\nThe token comes from control.token in the config file (--config FILE, HOLDFAST_CONFIG, or the file \`holdfast up\` was started with), HOLDFAST_CONTROL__TOKEN, or else the one \`holdfast up\` made in <data_dir>/credentials/control.token.`,
     );
   }
   throw new CliError(message, response.status === 400 ? 2 : 1);

@@ -15,6 +15,7 @@ import {
 import { COMMON_OPTIONS, configFrom } from "./common.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table } from "./format.js";
+import { localTokens } from "./credentials.js";
 import { readStack } from "./stack.js";
 
 const SCHEDULER_OPTIONS = { ...COMMON_OPTIONS, scheduler: { type: "string" } } as const;
@@ -60,7 +61,8 @@ export function runsApi(values: { "data-dir"?: string; config?: string; schedule
     config.scheduler.url ??
     stack?.schedulerGrpc ??
     `${config.scheduler.host === "0.0.0.0" ? "127.0.0.1" : config.scheduler.host}:${config.scheduler.grpc_port}`;
-  const token = config.control.token ?? config.control.read_token;
+  const tokens = localTokens(config);
+  const token = tokens.control ?? tokens.read;
   return new RunsApi({ scheduler, ...(token === undefined ? {} : { token }) });
 }
 

@@ -15,7 +15,7 @@ import { COMMON_OPTIONS, configFrom } from "./common.js";
 import { renderDurable } from "./durable.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table, usd } from "./format.js";
-import { natsUrlFor } from "./stack.js";
+import { readerConnection } from "./stack.js";
 
 export const SHOW_USAGE = `holdfast show <run> [--json] [--data-dir DIR] [--config FILE]
 
@@ -31,11 +31,7 @@ export async function show(argv: string[]): Promise<void> {
   if (runId === undefined || positionals.length > 1)
     throw new CliError(`give exactly one run id\n\n${SHOW_USAGE}`, 2);
   const config = configFrom(values);
-  const bus = await connectBus({
-    servers: natsUrlFor(config),
-    prefix: config.nats.prefix,
-    name: "holdfast-cli",
-  });
+  const bus = await connectBus({ ...readerConnection(config), name: "holdfast-cli" });
   let state: RunView;
   let durable: DurableRun | undefined;
   try {

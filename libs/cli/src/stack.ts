@@ -1,6 +1,7 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { Config } from "@holdfast/config";
+import { type Config, natsConnection } from "@holdfast/config";
+import { readCredentials } from "./credentials.js";
 import { CliError } from "./errors.js";
 import { holdfastCommand } from "./invocation.js";
 
@@ -26,6 +27,8 @@ export interface StackFile {
   schedulerUrl?: string;
   /** The config file `up` was started with: where the other commands find the control token. */
   configFile?: string;
+  /** Where the stack's credentials are (NATS nkeys per service, the tokens): readable by its owner alone. */
+  credentialsDir?: string;
 }
 
 export const stackPath = (dataDir: string) => join(dataDir, "holdfast.json");
@@ -71,8 +74,18 @@ export function requireStack(config: Config): StackFile {
   return stack;
 }
 
-/** NATS for commands that read the log: the configured server, else the running stack's. */
-export function natsUrlFor(config: Config): string {
-  if (config.nats.url) return config.nats.url;
-  return requireStack(config).natsUrl;
+/**
+ * NATS for commands that read the log: the configured server (with the configured
+ * credential), else the running stack's, as its reader (a credential that may read the
+ * log and write nothing).
+ */
+export function readerConnection(config: Config) {
+  if (config.nats.url) return natsConnection(config.nats);
+  const stack = requireStack(config);
+  return {
+    ...natsConnection(config.nats),
+    servers: stack.natsUrl,
+    credentials: readCredentials(config.data_dir)?.nats.reader.file,
+    principal: "reader" as const,
+  };
 }

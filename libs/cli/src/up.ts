@@ -4,13 +4,15 @@ import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { type Config, loadConfig } from "@holdfast/config";
+import { connectBus, type Principal } from "@holdfast/bus";
+import { type Config, loadConfig, natsConnection } from "@holdfast/config";
 import {
   ensureNatsServer,
   NatsStoreInUseError,
   type RunningNatsServer,
   startNatsServer,
 } from "@holdfast/natsd";
+import { ensureCredentials, type LocalCredentials, natsUsers } from "./credentials.js";
 import { runDemo } from "./demo.js";
 import { CliError } from "./errors.js";
 import { holdfastCommand } from "./invocation.js";
@@ -61,11 +63,6 @@ export async function up(argv: string[]): Promise<void> {
       control: { insecure: values.insecure ? true : undefined },
     },
   });
-  // Refused here, before anything starts, with the control service's own words. (Loaded
-  // here, not at the top: the other commands need none of the service's dependencies.)
-  const { bindingProblem, isLoopback } = await import("@holdfast/control");
-  const unsafe = bindingProblem(config.control);
-  if (unsafe !== undefined) throw new CliError(`The control API will not start: ${unsafe}`, 2);
   const running = readStack(config.data_dir);
   if (running) {
     throw new CliError(
@@ -85,8 +82,35 @@ export async function up(argv: string[]): Promise<void> {
     removeStack(config.data_dir);
   };
 
+  // Every process gets a credential of its own; what the configuration names wins.
+  const credentials = ensureCredentials(config.data_dir);
+  const natsAccess = { prefix: config.nats.prefix, projectorConsumer: config.projector.consumer };
+  const tokens = {
+    control: config.control.token ?? credentials.tokens.control,
+    read: config.control.read_token ?? credentials.tokens.read,
+    budget: config.budget.token ?? credentials.tokens.budget,
+    worker: config.scheduler.worker_token ?? credentials.tokens.worker,
+  };
+  /**
+   * How a service connects to NATS: with its own credential on the embedded server; on a
+   * server of your own (nats.url), with the credential the configuration names.
+   */
+  const natsEnv = (principal: Principal, url: string): NodeJS.ProcessEnv => {
+    const file = config.nats.url === undefined ? credentials.nats[principal].file : config.nats.credentials;
+    return { HOLDFAST_NATS__URL: url, ...(file === undefined ? {} : { HOLDFAST_NATS__CREDENTIALS: file }) };
+  };
+  // Refused here, before anything starts, with the control service's own words. (Loaded
+  // here, not at the top: the other commands need none of the service's dependencies.)
+  const { bindingProblem } = await import("@holdfast/control");
+  const unsafe = bindingProblem({ ...config.control, token: tokens.control, read_token: tokens.read });
+  if (unsafe !== undefined) throw new CliError(`The control API will not start: ${unsafe}`, 2);
+  const operatorTokens = {
+    HOLDFAST_CONTROL__TOKEN: tokens.control,
+    HOLDFAST_CONTROL__READ_TOKEN: tokens.read,
+  };
+
   try {
-    const env: NodeJS.ProcessEnv = { ...process.env, HOLDFAST_DATA_DIR: config.data_dir };
+    const env: NodeJS.ProcessEnv = { ...withoutSecrets(process.env), HOLDFAST_DATA_DIR: config.data_dir };
     if (configFile) env.HOLDFAST_CONFIG = configFile;
 
     let upstream = config.gateway.upstream;
@@ -121,6 +145,8 @@ export async function up(argv: string[]): Promise<void> {
           logFile: join(logsDir, "nats-server.log"),
           syncInterval: config.nats.sync_interval,
           gomaxprocs: config.nats.gomaxprocs ?? embeddedGomaxprocs(),
+          // Every client must be one of the stack's principals, allowed only its own work.
+          users: natsUsers(credentials, natsAccess),
           // A nats-server left running by an `up` that was killed (kill -9, no setpriv to
           // take it down too) is stopped, so this one is the only server on the store.
           takeOverOrphan: true,
@@ -147,12 +173,18 @@ export async function up(argv: string[]): Promise<void> {
       supervise(nats);
       natsUrl = nats.url;
     }
+    await provision(natsUrl, config, config.nats.url === undefined ? credentials : undefined);
 
     const projectorPort = config.projector.port || (await freePort(config.projector.host));
     const projector = new Service({
       name: "projector",
       entry: entryOf("@holdfast/projector/main"),
-      env: { ...env, HOLDFAST_NATS__URL: natsUrl, HOLDFAST_PROJECTOR__PORT: String(projectorPort) },
+      env: {
+        ...env,
+        ...natsEnv("projector", natsUrl),
+        ...operatorTokens,
+        HOLDFAST_PROJECTOR__PORT: String(projectorPort),
+      },
       logsDir,
       restart: true,
     });
@@ -169,7 +201,12 @@ export async function up(argv: string[]): Promise<void> {
     const budget = new Service({
       name: "budget",
       entry: entryOf("@holdfast/budget/main"),
-      env: { ...env, HOLDFAST_NATS__URL: natsUrl, HOLDFAST_BUDGET__PORT: String(budgetPort) },
+      env: {
+        ...env,
+        ...natsEnv("budget", natsUrl),
+        HOLDFAST_BUDGET__PORT: String(budgetPort),
+        HOLDFAST_BUDGET__TOKEN: tokens.budget,
+      },
       logsDir,
       restart: true,
     });
@@ -185,10 +222,12 @@ export async function up(argv: string[]): Promise<void> {
       entry: entryOf("@holdfast/gateway/main"),
       env: {
         ...env,
-        HOLDFAST_NATS__URL: natsUrl,
+        ...natsEnv("gateway", natsUrl),
+        ...operatorTokens,
         HOLDFAST_GATEWAY__PORT: String(gatewayPort),
         HOLDFAST_GATEWAY__UPSTREAM: upstream,
         HOLDFAST_BUDGET__URL: budgetUrl,
+        HOLDFAST_BUDGET__TOKEN: tokens.budget,
       },
       logsDir,
       restart: true,
@@ -216,7 +255,8 @@ export async function up(argv: string[]): Promise<void> {
       entry: entryOf("@holdfast/control/main"),
       env: {
         ...env,
-        HOLDFAST_NATS__URL: natsUrl,
+        ...natsEnv("control", natsUrl),
+        ...operatorTokens,
         HOLDFAST_CONTROL__PORT: String(controlPorts[0]),
         HOLDFAST_CONTROL__GRPC_PORT: String(controlPorts[1]),
         HOLDFAST_CONTROL__ANALYTICS_URL: analyticsUrl,
@@ -247,7 +287,9 @@ export async function up(argv: string[]): Promise<void> {
       entry: entryOf("@holdfast/scheduler/main"),
       env: {
         ...env,
-        HOLDFAST_NATS__URL: natsUrl,
+        ...natsEnv("scheduler", natsUrl),
+        ...operatorTokens,
+        HOLDFAST_SCHEDULER__WORKER_TOKEN: tokens.worker,
         HOLDFAST_SCHEDULER__GRPC_PORT: String(schedulerPorts[0]),
         HOLDFAST_SCHEDULER__PORT: String(schedulerPorts[1]),
         HOLDFAST_SCHEDULER__GATEWAY_URL: config.scheduler.gateway_url ?? gatewayUrl.replace(/\/v1$/, ""),
@@ -278,10 +320,11 @@ export async function up(argv: string[]): Promise<void> {
       budgetUrl,
       schedulerGrpc: schedulerGrpc!,
       schedulerUrl: schedulerUrl!,
+      credentialsDir: credentials.dir,
       ...(configFile === undefined ? {} : { configFile }),
     };
     writeStack(stack);
-    console.log(banner(stack, config, budgetUrl, values.demo, notes, isLoopback(config.control.host)));
+    console.log(banner(stack, config, budgetUrl, values.demo, notes, credentials));
     if (values.demo) console.log(await runDemo(gatewayUrl, analyticsUrl));
   } catch (error) {
     await stopAll();
@@ -310,28 +353,22 @@ function banner(
   budgetUrl: string,
   demo: boolean,
   notes: string[],
-  loopback: boolean,
+  credentials: LocalCredentials,
 ): string {
   const budgets = Object.keys(config.budgets);
   const hf = holdfastCommand();
   const clickhouse = config.clickhouse.url ?? `embedded, ${join(config.data_dir, "clickhouse")}`;
-  const tokens =
-    config.control.token !== undefined
-      ? `control token${config.control.read_token === undefined ? "" : " + read-only token"}`
-      : config.control.read_token !== undefined
-        ? "read-only token only: nobody may change runs"
-        : loopback
-          ? "no token: loopback only"
-          : "no token (--insecure)";
+  const tokens = config.control.token !== undefined ? "control.token" : credentials.tokenFiles.control;
   return `Holdfast is up.
 
   gateway     ${stack.gatewayUrl}  →  ${stack.upstream}${demo ? "  (demo provider)" : ""}
   NATS        ${stack.natsUrl}${config.nats.url ? "" : `  (data: ${join(config.data_dir, "nats")})`}
   analytics   ${stack.analyticsUrl}  (ClickHouse: ${clickhouse})
-  control     ${stack.controlUrl}/holdfast/v1  gRPC ${stack.controlGrpc}  (${tokens})
+  control     ${stack.controlUrl}/holdfast/v1  gRPC ${stack.controlGrpc}  (token: ${tokens})
   budgets     gRPC ${budgetUrl}  (${budgets.length === 0 ? "none configured" : `budgets for ${budgets.join(", ")}`})
   durable     gRPC ${stack.schedulerGrpc}  REST ${stack.schedulerUrl}/v1  (holdfast.v1.Runs: deploy, worker, submit)
   logs        ${stack.logsDir}
+  secrets     ${credentials.dir}  (a NATS credential per service, and the tokens; see SECURITY.md)
 ${notes.map((note) => `\n  note: ${note}`).join("")}
 Point your agent at Holdfast by changing one line:
 
@@ -393,4 +430,40 @@ async function freePort(host: string): Promise<number> {
   await new Promise((resolveClose) => server.close(resolveClose));
   if (typeof address !== "object" || address === null) throw new CliError("could not find a free port");
   return address.port;
+}
+
+/**
+ * Makes the event stream and the buckets (or brings them to this version), as the admin:
+ * the services' own credentials may only use them.
+ */
+async function provision(
+  natsUrl: string,
+  config: Config,
+  credentials: LocalCredentials | undefined,
+): Promise<void> {
+  const bus = await connectBus({
+    ...natsConnection(config.nats),
+    servers: natsUrl,
+    name: "holdfast-up provision",
+    principal: credentials === undefined ? undefined : "admin",
+    credentials: credentials?.nats.admin.file ?? config.nats.credentials,
+  });
+  try {
+    await bus.provision();
+    await bus.provisionBuckets();
+  } finally {
+    await bus.close();
+  }
+}
+
+/**
+ * The environment without Holdfast's secrets: each service is given only the tokens it
+ * uses, not whatever the shell that ran `up` holds.
+ */
+function withoutSecrets(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const kept: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (!/^HOLDFAST_.*(TOKEN|CREDENTIALS|PASSWORD)/.test(name)) kept[name] = value;
+  }
+  return kept;
 }
