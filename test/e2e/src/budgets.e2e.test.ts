@@ -1,4 +1,3 @@
-import { connectBus } from "@holdfast/bus";
 import { type Actor, ActorKind, createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
 import { createLogger } from "@holdfast/log";
 import { Ledger, runAggregate } from "@holdfast/runs";
@@ -26,11 +25,8 @@ beforeAll(async () => {
       limits_by_tag: { capped: { max_cost_usd: RUN_LIMIT_USD } },
     },
   });
-  const bus = await connectBus({
-    servers: stack.config.nats.url!,
-    prefix: stack.config.nats.prefix,
-    name: "operator",
-  });
+  // An operator's commands, appended as the control service appends them.
+  const bus = await stack.connect("control");
   runs = new Ledger({
     aggregate: runAggregate,
     bus,

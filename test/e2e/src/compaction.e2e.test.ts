@@ -25,7 +25,10 @@ beforeAll(async () => {
     provider: { limitsByKey: { [KEY_WALL]: { tpm: 6_000, windowMs: 6_000 } } },
   });
   control = await startControl(
-    { ...stack.config, control: { ...stack.config.control, port: 0, grpc_port: 0, token: TOKEN } },
+    {
+      ...stack.configFor("control"),
+      control: { ...stack.config.control, port: 0, grpc_port: 0, token: TOKEN },
+    },
     createLogger({ name: "control", level: "silent" }),
   );
 });

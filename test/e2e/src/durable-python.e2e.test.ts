@@ -59,7 +59,7 @@ describe.skipIf(python === undefined)("a Python client generated from proto/", (
     const config = loadConfig({
       env: {},
       overrides: {
-        ...stack.config,
+        ...stack.configFor("scheduler"),
         scheduler: { host: "127.0.0.1", grpc_port: 0, port: 0 },
       },
     });

@@ -52,7 +52,7 @@ beforeAll(async () => {
   const config = loadConfig({
     env: {},
     overrides: {
-      ...stack.config,
+      ...stack.configFor("scheduler"),
       scheduler: {
         host: "127.0.0.1",
         grpc_port: 0,
@@ -683,7 +683,7 @@ describe("durable runs", () => {
     const config = loadConfig({
       env: {},
       overrides: {
-        ...stack.config,
+        ...stack.configFor("scheduler"),
         scheduler: {
           host: "127.0.0.1",
           grpc_port: port,

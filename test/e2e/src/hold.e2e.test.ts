@@ -1,7 +1,6 @@
 import { spawn } from "node:child_process";
 import { request as httpRequest } from "node:http";
 import Anthropic from "@anthropic-ai/sdk";
-import { connectBus } from "@holdfast/bus";
 import {
   type Actor,
   ActorKind,
@@ -39,11 +38,8 @@ beforeAll(async () => {
     },
     provider: { chunkDelayMs: 1 },
   });
-  const bus = await connectBus({
-    servers: stack.config.nats.url!,
-    prefix: stack.config.nats.prefix,
-    name: "operator",
-  });
+  // An operator's commands, appended as the control service appends them.
+  const bus = await stack.connect("control");
   const common = {
     bus,
     log: createLogger({ name: "operator", level: "silent" }),

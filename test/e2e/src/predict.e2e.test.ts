@@ -48,7 +48,10 @@ beforeAll(async () => {
     },
   });
   control = await startControl(
-    { ...stack.config, control: { ...stack.config.control, port: 0, grpc_port: 0, token: TOKEN } },
+    {
+      ...stack.configFor("control"),
+      control: { ...stack.config.control, port: 0, grpc_port: 0, token: TOKEN },
+    },
     createLogger({ name: "control", level: "silent" }),
   );
 });

@@ -1,23 +1,31 @@
 import { PassThrough } from "node:stream";
 import Anthropic from "@anthropic-ai/sdk";
 import { startBudget } from "@holdfast/budget";
-import { type Bus, connectBus } from "@holdfast/bus";
+import type { Bus, Principal } from "@holdfast/bus";
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
 import { describeRun, type RunView } from "@holdfast/events";
 import { type FakeProvider, type FakeProviderOptions, startFakeProvider } from "@holdfast/fake-provider";
 import { type GatewayFeature, startGateway } from "@holdfast/gateway";
 import { createLogger } from "@holdfast/log";
 import { startProjector } from "@holdfast/projector";
-import { makeTempDir, natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
+import { launchNatsServer, makeTempDir, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import OpenAI from "openai";
+import { connectAs, makeCredentials, type TestCredentials } from "./secured.js";
 
 export interface Stack {
   provider: FakeProvider;
+  /** The stack's configuration, with no NATS credential: `configFor` gives a service its own. */
   config: Config;
+  /** The configuration a service runs with: `config` with its principal's NATS credential. */
+  configFor(principal: Principal): Config;
+  /** A connection to the stack's log as `principal` (an operator's commands go as "control"). */
+  connect(principal: Principal): Promise<Bus>;
+  /** Each principal's NATS credential file; undefined on a server without authorization. */
+  credentials: TestCredentials | undefined;
   /** Base URL agents use: http://127.0.0.1:PORT/v1. */
   gatewayUrl: string;
   analyticsUrl: string;
-  /** A reader on the same event log. */
+  /** The admin's connection to the same event log: it reads everything, and may write anything. */
   bus: Bus;
   /** Everything the gateway and projector logged, as written. */
   logs(): string;
@@ -49,21 +57,33 @@ export async function startStack(
     provider?: FakeProviderOptions;
     /** Features the gateway runs at its pipeline's hooks. */
     features?: GatewayFeature[];
-    /** Where the event log lives (default: the harness's shared server, a fresh prefix). */
-    nats?: { url: string; replicas?: number; prefix?: string };
+    /**
+     * Where the event log lives. Default: a nats-server of the stack's own that admits only
+     * its principals, each with its permissions, as `holdfast up` runs one.
+     */
+    nats?: { url: string; replicas?: number; prefix?: string; credentials?: TestCredentials };
   } = {},
 ): Promise<Stack> {
-  const nats = options.nats ?? { url: natsUrl() };
   const dir = await makeTempDir("stack");
+  const prefix = options.nats?.prefix ?? uniqueNamespace("e2e");
+  let server: Awaited<ReturnType<typeof launchNatsServer>> | undefined;
+  let credentials = options.nats?.credentials;
+  if (options.nats === undefined) {
+    credentials = await makeCredentials(dir.path, {
+      prefix,
+      projectorConsumer: options.config?.projector?.consumer ?? "projector",
+    });
+    server = await launchNatsServer({ label: "stack", users: credentials.users });
+  }
+  const nats = options.nats ?? { url: server!.url };
   const provider = await startFakeProvider(options.provider ?? {});
-  const prefix = nats.prefix ?? uniqueNamespace("e2e");
   const config = loadConfig({
     env: {},
     overrides: {
       ...options.config,
       data_dir: dir.path,
       log_level: "debug",
-      nats: { ...nats, prefix },
+      nats: { url: nats.url, replicas: nats.replicas, prefix },
       gateway: { port: 0, upstream: `${provider.url}/v1`, ...options.config?.gateway },
       // A short linger keeps tests that read ClickHouse quick; ack_wait stays above twice it.
       projector: {
@@ -75,6 +95,16 @@ export async function startStack(
       },
     },
   });
+  const configFor = (principal: Principal): Config => ({
+    ...config,
+    nats: { ...config.nats, credentials: credentials?.files[principal] },
+  });
+  const connect = (principal: Principal) =>
+    connectAs(principal, { servers: nats.url, prefix, replicas: nats.replicas, credentials });
+  // The admin makes the log and the buckets, as `holdfast up` does before any service starts.
+  const bus = await connect("admin");
+  await bus.provision();
+  await bus.provisionBuckets();
   const captured: string[] = [];
   const destination = new PassThrough();
   destination.on("data", (chunk: Buffer) => captured.push(chunk.toString()));
@@ -83,16 +113,19 @@ export async function startStack(
   const budget =
     Object.keys(config.budgets).length === 0 && !(config.predict.enabled && config.predict.shared)
       ? undefined
-      : await startBudget(config, createLogger({ name: "budget", level: "trace", destination }));
+      : await startBudget(configFor("budget"), createLogger({ name: "budget", level: "trace", destination }));
   if (budget !== undefined) config.budget.url = budget.address;
-  const gateway = await startGateway(config, createLogger({ name: "gateway", level: "trace", destination }), {
-    features: options.features,
-  });
+  const gateway = await startGateway(
+    configFor("gateway"),
+    createLogger({ name: "gateway", level: "trace", destination }),
+    {
+      features: options.features,
+    },
+  );
   const projector = await startProjector(
-    config,
+    configFor("projector"),
     createLogger({ name: "projector", level: "trace", destination }),
   );
-  const bus = await connectBus({ servers: nats.url, prefix, name: "e2e-reader" });
   const extras: { close(): Promise<void> }[] = [];
   const clientFor = (baseURL: string, apiKey: string, headers?: Record<string, string>) =>
     new OpenAI({ apiKey, baseURL, maxRetries: 0, timeout: 20_000, defaultHeaders: headers });
@@ -100,6 +133,9 @@ export async function startStack(
   const stack: Stack = {
     provider,
     config,
+    configFor,
+    connect,
+    credentials,
     gatewayUrl: gateway.baseUrl,
     analyticsUrl: projector.url,
     bus,
@@ -140,7 +176,7 @@ export async function startStack(
       const extra = await startGateway(
         loadConfig({
           env: {},
-          overrides: { ...config, gateway: { ...config.gateway, port: 0, ...overrides } },
+          overrides: { ...configFor("gateway"), gateway: { ...config.gateway, port: 0, ...overrides } },
         }),
         createLogger({ name: "gateway-extra", level: "trace", destination }),
       );
@@ -165,6 +201,7 @@ export async function startStack(
       await budget?.close();
       await projector.close();
       await bus.close();
+      await server?.stop();
       await dir[Symbol.asyncDispose]();
     },
   };
