@@ -48,6 +48,7 @@ export {
   Trip,
   UnparkReason,
   Usage,
+  UsageEstimate,
   WindowLimits,
 } from "@holdfast/proto";
 export {
@@ -110,6 +111,7 @@ export {
   limitName,
   runSourceName,
   unparkName,
+  usageEstimateName,
 } from "./names.js";
 export {
   type AbandonAnswer,
@@ -161,6 +163,7 @@ export {
   type GateDecision,
   initialState,
   LOOP_RULE,
+  MAX_NANO_USD,
   type OpenStep,
   type ParkedCall,
   type PendingGate,
