@@ -37,8 +37,14 @@ export interface StepRow {
   reasoning_tokens: number;
   /** Decimal text in USD (exact), or null when unknown. */
   cost_usd: string | null;
-  /** Usage and cost are Holdfast's estimate: the outcome was lost with its gateway. */
+  /** The cost is Holdfast's estimate: its usage was (usage_estimate), or its model was unpriced (unknown_price). */
   estimated: boolean;
+  /** Why the usage is Holdfast's estimate: "gateway_lost", "invalid", "missing", "partial"; "" when it is the provider's. */
+  usage_estimate: string;
+  /** What was wrong with the provider's usage report; "" when nothing was. */
+  usage_problem: string;
+  /** Charged at pricing.unknown_usd_per_mtok: the model had no price, and a cost limit or budget applied. */
+  unknown_price: boolean;
   response_id: string;
   tenant: string;
   latency_ms: number;

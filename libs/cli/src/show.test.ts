@@ -11,6 +11,7 @@ import {
   StepCompleted,
   StepRetried,
   StepStarted,
+  UsageEstimate,
 } from "@holdfast/events";
 import { describe, expect, it } from "vitest";
 import { heldBecause } from "./ls.js";
@@ -220,5 +221,59 @@ describe("holdfast ls", () => {
       "operator: enough",
     );
     expect(heldBecause({ status: "idle", hold_reason: "", parked_calls: 0 })).toBe("-");
+  });
+});
+
+describe("holdfast show, steps Holdfast estimated", () => {
+  const outcome = (stepId: string, step: number, extra: Record<string, unknown>): EventPayload => ({
+    $case: "stepCompleted",
+    value: StepCompleted.fromPartial({
+      outcome: {
+        stepId,
+        step,
+        model: "gpt-4o",
+        upstreamStatus: 200,
+        cost: { known: true, nanoUsd: 1_000 },
+        ...extra,
+      },
+    }),
+  });
+  const start = (stepId: string, step: number, model = "gpt-4o"): EventPayload => ({
+    $case: "stepStarted",
+    value: StepStarted.fromPartial({ stepId, step, model }),
+  });
+
+  it("marks each one's cost and says why: the provider's usage unusable, cut off, rounded; the model unpriced", () => {
+    const text = renderRun(
+      run([
+        start("s1", 1),
+        outcome("s1", 1, {
+          estimated: true,
+          usageEstimate: UsageEstimate.USAGE_ESTIMATE_INVALID,
+          usageProblem: "completion_tokens -5 is negative",
+        }),
+        start("s2", 2),
+        outcome("s2", 2, { estimated: true, usageEstimate: UsageEstimate.USAGE_ESTIMATE_PARTIAL }),
+        start("s3", 3),
+        outcome("s3", 3, { usageProblem: "completion_tokens 3.7 is not a whole number: rounded to 4" }),
+        start("s4", 4, "my-model"),
+        outcome("s4", 4, { model: "my-model", unknownPrice: true }),
+      ]),
+      T0 + 10_000,
+    );
+    expect(text).toMatch(/^cost {8}\$0\.000004 \(3 step\(s\) estimated, see below\)$/m);
+    expect(text.match(/\$0\.000001 \(est\.\)/g)).toHaveLength(3);
+    expect(text).toContain(
+      "  step 1  usage estimated: the provider's report could not be used; the input estimated from the request, the run's usual output (completion_tokens -5 is negative)",
+    );
+    expect(text).toContain(
+      "  step 2  usage estimated: the answer was cut off midway; its output estimated from what was relayed",
+    );
+    expect(text).toContain(
+      "  step 3  usage as the provider reported it, rounded (completion_tokens 3.7 is not a whole number: rounded to 4)",
+    );
+    expect(text).toContain(
+      "  step 4  my-model has no known price: charged at pricing.unknown_usd_per_mtok (a cost limit or budget applies)",
+    );
   });
 });

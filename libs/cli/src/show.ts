@@ -71,7 +71,7 @@ export function renderRun(s: RunView, now = Date.now()): string {
     `identified  ${how}`,
     `steps       ${s.steps.length} (${s.completed} completed, ${s.failed} failed)`,
     `tokens      ${s.totals.inputTokens} in (${s.totals.cachedInputTokens} cached, ${s.totals.cacheWriteTokens} written to cache), ${s.totals.outputTokens} out (${s.totals.reasoningTokens} reasoning)`,
-    `cost        ${usd(s.totals.costNanoUsd / 1e9, s.totals.unpricedSteps)}${s.totals.unpricedSteps > 0 ? ` (${s.totals.unpricedSteps} step(s) unpriced)` : ""}${s.totals.estimatedSteps > 0 ? ` (${s.totals.estimatedSteps} step(s) estimated: their outcome was lost with a gateway)` : ""}`,
+    `cost        ${usd(s.totals.costNanoUsd / 1e9, s.totals.unpricedSteps)}${s.totals.unpricedSteps > 0 ? ` (${s.totals.unpricedSteps} step(s) unpriced)` : ""}${s.totals.estimatedSteps > 0 ? ` (${s.totals.estimatedSteps} step(s) estimated, see below)` : ""}`,
     `first seen  ${s.firstSeenMs ? new Date(s.firstSeenMs).toISOString() : "-"}`,
     `last seen   ${s.lastSeenMs ? `${new Date(s.lastSeenMs).toISOString()} (${ago(s.lastSeenMs, now)})` : "-"}`,
     ...windowLines(s),
@@ -102,7 +102,9 @@ export function renderRun(s: RunView, now = Date.now()): string {
       step.inputTokens,
       step.cachedInputTokens,
       step.outputTokens,
-      step.status === "in_flight" ? "-" : `${nanoUsd(step.costNanoUsd)}${step.estimated ? " (est.)" : ""}`,
+      step.status === "in_flight"
+        ? "-"
+        : `${nanoUsd(step.costNanoUsd)}${step.estimated || step.unknownPrice ? " (est.)" : ""}`,
       step.latencyMs === null ? "-" : `${step.latencyMs}ms`,
       predictCell(step),
       step.failure
@@ -112,13 +114,15 @@ export function renderRun(s: RunView, now = Date.now()): string {
           : step.finishReason,
     ]),
   );
+  const estimated = estimateLines(s);
+  const estimates = estimated.length === 0 ? "" : `\n\n${estimated.join("\n")}`;
   const predicted = predictionLines(s);
   const predictions = predicted.length === 0 ? "" : `\n\n${predicted.join("\n")}`;
   const routed = routeLines(s);
   const routes = routed.length === 0 ? "" : `\n\n${routed.join("\n")}`;
   const gates = s.gates.length === 0 ? "" : `\n\n${gateLines(s).join("\n")}`;
   const control = s.control.length === 0 ? "" : `\n\n${controlTable(s)}`;
-  return `${head.join("\n")}\n\n${steps}${predictions}${routes}${gates}${control}`;
+  return `${head.join("\n")}\n\n${steps}${estimates}${predictions}${routes}${gates}${control}`;
 }
 
 function holdLines(s: RunView, now: number): string[] {
@@ -298,6 +302,34 @@ function predictCell(step: StepView): string {
 }
 
 /** Where each call to a routed alias went and why, with every target's standing; and each fallback. */
+/** Why each step whose usage or cost is not the provider's figure priced is what it is. */
+function estimateLines(s: RunView): string[] {
+  const lines: string[] = [];
+  for (const step of s.steps) {
+    const problem = step.usageProblem === "" ? "" : ` (${step.usageProblem})`;
+    const usage = USAGE_ESTIMATES[step.usageEstimate];
+    if (usage !== undefined) lines.push(`  step ${step.step}  usage estimated: ${usage}${problem}`);
+    else if (problem !== "")
+      lines.push(`  step ${step.step}  usage as the provider reported it, rounded${problem}`);
+    if (step.unknownPrice) {
+      lines.push(
+        `  step ${step.step}  ${step.model} has no known price: charged at pricing.unknown_usd_per_mtok (a cost limit or budget applies)`,
+      );
+    }
+  }
+  return lines.length === 0 ? [] : ["estimated", ...lines];
+}
+
+const USAGE_ESTIMATES: Readonly<Record<string, string>> = {
+  gateway_lost:
+    "its outcome was lost with its gateway; the input its start estimated, the run's usual output",
+  invalid:
+    "the provider's report could not be used; the input estimated from the request, the run's usual output",
+  missing:
+    "the provider reported none, or its answer could not be read; the input estimated from the request, the run's usual output",
+  partial: "the answer was cut off midway; its output estimated from what was relayed",
+};
+
 function routeLines(s: RunView): string[] {
   const lines: string[] = [];
   for (const step of s.steps) {

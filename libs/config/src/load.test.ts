@@ -84,6 +84,7 @@ describe("loadConfig", () => {
           tenant_headers: ["X-Holdfast-Tenant"],
         },
         prices: {},
+        pricing: { unknown_usd_per_mtok: 75, unknown: "charge" },
         limits: { max_cost_usd: 0, max_steps: 0, max_minutes: 0, max_tokens_per_minute: 0 },
         limits_by_tag: {},
         budgets: {},
@@ -357,6 +358,15 @@ describe("loadConfig", () => {
       expect(error.source).toBe("HOLDFAST_GATEWAY__PORT");
       expect(error.message).toBe(
         'HOLDFAST_GATEWAY__PORT: gateway.port: expected an integer from 0 to 65535, got "abc"',
+      );
+    });
+
+    it("a pricing.unknown that is neither charge nor refuse", () => {
+      const error = loadError({ env: { HOLDFAST_PRICING__UNKNOWN: "free" } });
+
+      expect(error.key).toBe("pricing.unknown");
+      expect(error.message).toBe(
+        'HOLDFAST_PRICING__UNKNOWN: pricing.unknown: expected charge or refuse, got "free"',
       );
     });
 

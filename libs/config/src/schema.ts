@@ -644,6 +644,25 @@ export const configSchema = z
       .record(text("a model name"), price, { error: "expected a mapping of model names to prices" })
       .default({})
       .describe("Price per model in USD per million tokens, used to cost each step."),
+    pricing: z
+      .strictObject(
+        {
+          unknown_usd_per_mtok: usdPerMillionTokens()
+            .default(75)
+            .describe(
+              "What a call of a model with no known price (none in prices, none in the bundled list) is charged, in USD per million tokens of any kind, where a cost limit or budget applies to its run; elsewhere its cost stays unknown.",
+            ),
+          unknown: z
+            .enum(["charge", "refuse"], { error: "expected charge or refuse" })
+            .default("charge")
+            .describe(
+              "A call of a model with no known price, in a run under a cost limit or budget: charge it at unknown_usd_per_mtok, or refuse it (400) before it is sent.",
+            ),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("How calls of models without a known price count against cost limits and budgets."),
     limits: limitsSection
       .prefault({})
       .describe("Per-run limits, checked before each call; a run that crosses one trips (on_trip)."),

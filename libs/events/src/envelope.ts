@@ -1,4 +1,10 @@
-import { Envelope, type StepCompleted, type StepFailed, type StepOutcome } from "@holdfast/proto";
+import {
+  Envelope,
+  type StepCompleted,
+  type StepFailed,
+  type StepOutcome,
+  UsageEstimate,
+} from "@holdfast/proto";
 import { EventDecodeError } from "./errors.js";
 
 export type EventPayload = NonNullable<Envelope["payload"]>;
@@ -225,6 +231,9 @@ function flatOutcome(v1: StepCompleted | StepFailed): StepOutcome {
     stream: v1.stream,
     responseId: "",
     estimated: false,
+    usageEstimate: UsageEstimate.USAGE_ESTIMATE_UNSPECIFIED,
+    usageProblem: "",
+    unknownPrice: false,
   };
 }
 

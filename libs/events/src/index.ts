@@ -50,6 +50,7 @@ export {
   Trip,
   UnparkReason,
   Usage,
+  UsageEstimate,
   WindowLimits,
 } from "@holdfast/proto";
 export { AUTHOR_OF, type Author, typesAuthoredBy } from "./authors.js";
@@ -113,6 +114,7 @@ export {
   limitName,
   runSourceName,
   unparkName,
+  usageEstimateName,
 } from "./names.js";
 export {
   type AbandonAnswer,
@@ -165,6 +167,7 @@ export {
   type GateDecision,
   initialState,
   LOOP_RULE,
+  MAX_NANO_USD,
   type OpenStep,
   type ParkedCall,
   type PendingGate,

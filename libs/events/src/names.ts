@@ -11,7 +11,9 @@ import {
   type RunSource,
   runSourceToJSON,
   type UnparkReason,
+  UsageEstimate,
   unparkReasonToJSON,
+  usageEstimateToJSON,
 } from "@holdfast/proto";
 
 // Short lowercase names of the enums, as people and SQL see them
@@ -46,3 +48,17 @@ export const unparkName = (reason: UnparkReason): string =>
   unparkReasonToJSON(reason)
     .replace(/^UNPARK_REASON_/, "")
     .toLowerCase();
+
+/**
+ * Why a step's usage is Holdfast's estimate ("invalid", "missing", "partial", "gateway_lost"),
+ * "" when it is the provider's. An estimated step from before the reason was recorded lost
+ * its outcome with its gateway: that was the only reason there was.
+ */
+export const usageEstimateName = (reason: UsageEstimate, estimated: boolean): string =>
+  reason === UsageEstimate.USAGE_ESTIMATE_UNSPECIFIED
+    ? estimated
+      ? "gateway_lost"
+      : ""
+    : usageEstimateToJSON(reason)
+        .replace(/^USAGE_ESTIMATE_/, "")
+        .toLowerCase();

@@ -134,7 +134,9 @@ export {
   Trip,
   UnparkReason,
   Usage,
+  UsageEstimate,
   unparkReasonToJSON,
+  usageEstimateToJSON,
   WindowLimits,
 } from "./gen/holdfast/events/v1/events.generated.js";
 export {

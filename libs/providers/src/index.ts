@@ -31,7 +31,7 @@ export { ResponsesStreamMeter, summarizeResponse } from "./openai-responses/resp
 export { openAIResponsesShape } from "./openai-responses/shape.js";
 export { readResponsesUsage } from "./openai-responses/usage.js";
 export type { PriceInput, PriceOverride, PriceResult, Pricer, PricerOptions } from "./prices.js";
-export { createPricer, providerFromUpstream } from "./prices.js";
+export { createPricer, DEFAULT_UNKNOWN_USD_PER_MTOK, MAX_NANO_USD, providerFromUpstream } from "./prices.js";
 export { redactKnownSecrets, redactSecretsDeep, scrubSecrets } from "./secrets.js";
 export type {
   AnswerSummary,
@@ -50,4 +50,4 @@ export { SHAPES, shapeNamed } from "./shapes.js";
 export type { SseEvent } from "./sse.js";
 export { formatSseComment, formatSseData, formatSseEvent, SSE_DONE, SseParser } from "./sse.js";
 export type { UsageReport } from "./usage.js";
-export { NO_USAGE } from "./usage.js";
+export { MAX_TOKENS_PER_CALL, NO_USAGE, UsageCheck } from "./usage.js";

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { readAnthropicUsage } from "./anthropic-messages/usage.js";
 import { InvalidPriceOverrideError } from "./errors.js";
 import { readResponsesUsage } from "./openai-responses/usage.js";
-import { createPricer, providerFromUpstream } from "./prices.js";
+import { createPricer, DEFAULT_UNKNOWN_USD_PER_MTOK, MAX_NANO_USD, providerFromUpstream } from "./prices.js";
 import type { UsageReport } from "./usage.js";
 
 function usage(inputTokens: number, outputTokens: number, cachedInputTokens = 0): UsageReport {
@@ -269,6 +269,43 @@ describe("createPricer, with overrides", () => {
     expect(() => createPricer({ overrides: bad })).toThrow(/'m'.*'input_per_mtok'/);
     const missing = { m: { input_per_mtok: 1 } } as unknown as Record<string, never>;
     expect(() => createPricer({ overrides: missing })).toThrow(/'output_per_mtok'/);
+  });
+});
+
+describe("createPricer, costs beyond what an event carries", () => {
+  it("given a price times a count past 2^53 nano-USD, then the cost saturates at MAX_NANO_USD", () => {
+    const pricer = createPricer({ overrides: { dear: { input_per_mtok: 1e12, output_per_mtok: 1e12 } } });
+    expect(pricer.price({ model: "dear", usage: usage(1_000, 1_000) })).toEqual({
+      known: true,
+      nanoUsd: MAX_NANO_USD,
+    });
+    expect(MAX_NANO_USD).toBe(Number.MAX_SAFE_INTEGER);
+  });
+
+  it("given the catalog's price of a huge call, then the cost saturates too", () => {
+    // gpt-4o at USD 10 a million output tokens: 10^15 tokens are USD 10^10, past int64 nano-USD.
+    const price = createPricer().price({ model: "gpt-4o", usage: usage(0, 1e15), provider: "openai" });
+    expect(price).toEqual({ known: true, nanoUsd: MAX_NANO_USD });
+  });
+});
+
+describe("createPricer, a model with no known price", () => {
+  it("is unknown to price, never zero", () => {
+    expect(createPricer().price({ model: "fake-unpriced-model", usage: usage(100, 100) })).toEqual({
+      known: false,
+      nanoUsd: 0,
+    });
+  });
+
+  it("is charged every token at the unknown rate: USD 75 a million by default", () => {
+    expect(DEFAULT_UNKNOWN_USD_PER_MTOK).toBe(75);
+    expect(createPricer().priceUnknown(usage(1_000, 200, 600))).toBe(1_200 * 75_000);
+  });
+
+  it("is charged at the configured rate, saturated", () => {
+    expect(createPricer({ unknownUsdPerMtok: 2 }).priceUnknown(usage(1_000_000, 500_000))).toBe(3e9);
+    expect(createPricer({ unknownUsdPerMtok: 1e15 }).priceUnknown(usage(1_000_000, 0))).toBe(MAX_NANO_USD);
+    expect(() => createPricer({ unknownUsdPerMtok: -1 })).toThrow(/'unknown_usd_per_mtok'/);
   });
 });
 

@@ -32,12 +32,32 @@ export interface PriceResult {
 
 export interface Pricer {
   price(input: PriceInput): PriceResult;
+  /**
+   * What a call of a model with no known price is charged where a cost limit or budget
+   * must count it: every token, input (cached or not) and output alike, at the unknown rate.
+   */
+  priceUnknown(usage: UsageReport): number;
 }
 
 export interface PricerOptions {
   /** Keyed by exact model name; checked before the catalog. */
   readonly overrides?: Readonly<Record<string, PriceOverride>>;
+  /** USD per million tokens that `priceUnknown` charges; DEFAULT_UNKNOWN_USD_PER_MTOK by default. */
+  readonly unknownUsdPerMtok?: number;
 }
+
+/**
+ * The rate a model with no known price is charged at by default, in USD per million tokens
+ * of any kind: the output rate of the dearest flagship models (Claude Opus), so that a limit
+ * trips early on such a model rather than late.
+ */
+export const DEFAULT_UNKNOWN_USD_PER_MTOK = 75;
+
+/**
+ * The most a cost may be, in nano-USD: what every reader of an event decodes exactly (2^53 - 1,
+ * about USD 9 million). A cost beyond it is recorded as it (saturated), never as an overflow.
+ */
+export const MAX_NANO_USD = Number.MAX_SAFE_INTEGER;
 
 const UNKNOWN: PriceResult = Object.freeze({ known: false, nanoUsd: 0 });
 const NANO_PER_USD = 1e9;
@@ -60,6 +80,11 @@ export function createPricer(options: PricerOptions = {}): Pricer {
   for (const [model, override] of Object.entries(options.overrides ?? {})) {
     overrides.set(model, ratesOf(model, override));
   }
+  const unknownRate = checkedRate(
+    "*",
+    "unknown_usd_per_mtok",
+    options.unknownUsdPerMtok ?? DEFAULT_UNKNOWN_USD_PER_MTOK,
+  );
 
   // The catalog's lookup (finding the provider, matching the model, resolving its price
   // units) costs far more than the arithmetic, so it is done once per (provider, model):
@@ -104,6 +129,10 @@ export function createPricer(options: PricerOptions = {}): Pricer {
       if (entry.linear !== null)
         return { known: true, nanoUsd: roundNano(linearUsd(entry.linear, usage) * NANO_PER_USD) };
       return priceFromCatalog(model, usage, entry.provider, at);
+    },
+
+    priceUnknown(usage: UsageReport): number {
+      return roundNano((usage.inputTokens + usage.outputTokens) * unknownRate * NANO_PER_MTOK_PER_TOKEN);
     },
   };
 }
@@ -228,21 +257,19 @@ function priceFromCatalog(
 }
 
 /**
- * Rounds half away from zero. Prices arrive as binary fractions, so an exact half such as
+ * Rounds half away from zero, and saturates: a cost is from 0 to MAX_NANO_USD, whatever a
+ * price times a count comes to. Prices arrive as binary fractions, so an exact half such as
  * 112.5 can land on 112.49999999999999; snapping to 15 significant digits first removes
  * that noise without touching any digit a real price has.
  */
 function roundNano(nano: number): number {
-  const magnitude = Math.abs(nano);
+  if (nano >= MAX_NANO_USD) return MAX_NANO_USD;
+  // Negative (no price is) or NaN (no count is, once checked): nothing to charge.
+  if (!(nano > 0)) return 0;
   // Snapping moves a value by at most half a unit of its 15th digit: only a fraction that
   // close to one half can round differently for it.
-  if (Math.abs(magnitude - Math.floor(magnitude) - 0.5) > magnitude * 1e-14) {
-    const rounded = Math.round(magnitude);
-    return nano < 0 ? -rounded : rounded;
-  }
-  const snapped = Number(nano.toPrecision(15));
-  const rounded = Math.round(Math.abs(snapped));
-  return snapped < 0 ? -rounded : rounded;
+  if (Math.abs(nano - Math.floor(nano) - 0.5) > nano * 1e-14) return Math.round(nano);
+  return Math.round(Number(nano.toPrecision(15)));
 }
 
 function ratesOf(model: string, override: PriceOverride): Rates {

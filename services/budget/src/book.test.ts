@@ -135,6 +135,24 @@ describe("BudgetBook", () => {
     });
   });
 
+  it("says exhausted with figures every reader decodes after calls at the saturated cost, and counts no negative cost", () => {
+    const MAX = Number.MAX_SAFE_INTEGER;
+    const book = new BudgetBook([{ key: "prod", dailyNanoUsd: 10 * USD, monthlyNanoUsd: undefined }]);
+    for (const e of [
+      started("a", "prod", 0),
+      finished("a", "prod", MAX),
+      started("b", "prod", 0),
+      finished("b", "prod", MAX),
+      started("c", "prod", 0),
+      finished("c", "prod", -MAX),
+    ])
+      book.fold(e);
+    const answer = grant(book, "L1", 5 * USD);
+    expect(answer.lease.grantedNanoUsd).toBe(0);
+    expect(answer.exhausted).toMatchObject({ limitValue: 10 * USD, spentValue: MAX });
+    expect(book.spent("prod", periodsOf(DAY).day).settledNanoUsd).toBe(2 * MAX);
+  });
+
   it("keeps a lease's calls counted, in flight and after; what they cost beyond the slice is the overshoot", () => {
     const book = new BudgetBook([{ key: "prod", dailyNanoUsd: 10 * USD, monthlyNanoUsd: undefined }]);
     grant(book, "L1", 4 * USD); // 2.5 granted

@@ -1,4 +1,4 @@
-import { isKnown, LimitKind, type StoredEnvelope, type Trip } from "@holdfast/events";
+import { isKnown, LimitKind, MAX_NANO_USD, type StoredEnvelope, type Trip } from "@holdfast/events";
 
 /** A budget across runs: per tag, or "*" for every run; per UTC day and/or month, in nano-USD. */
 export interface BudgetLimit {
@@ -130,7 +130,8 @@ export class BudgetBook {
       case "stepFailed": {
         const outcome = payload.value.outcome;
         if (outcome === undefined) return;
-        const cost = outcome.cost?.known === true ? outcome.cost.nanoUsd : 0;
+        // Never below zero: a negative cost a writer got wrong would give a budget back.
+        const cost = outcome.cost?.known === true ? Math.max(0, outcome.cost.nanoUsd) : 0;
         const step = this.steps.get(outcome.stepId);
         const { day, month } = periodsOf(event.timestampMs);
         if (step === undefined) {
@@ -184,7 +185,7 @@ export class BudgetBook {
     // A quarter of what is left at most (but enough for the call in hand): other gateways
     // still find slices near a budget's end, which then comes in smaller slices, more often.
     const share = Math.max(request.needNanoUsd, Math.floor(left.nanoUsd / SHARE_DIVISOR));
-    const granted = Math.max(0, Math.min(request.wantNanoUsd, share, left.nanoUsd));
+    const granted = Math.max(0, Math.min(request.wantNanoUsd, share, left.nanoUsd, MAX_NANO_USD));
     const lease: LeaseAccount = {
       leaseId: request.leaseId,
       key,
@@ -205,8 +206,9 @@ export class BudgetBook {
         ? {
             limit:
               left.kind === "day" ? LimitKind.LIMIT_KIND_DAILY_BUDGET : LimitKind.LIMIT_KIND_MONTHLY_BUDGET,
-            limitValue: left.limit,
-            spentValue: left.limit - left.nanoUsd,
+            // Figures an event carries: a spend of saturated costs is no more than every reader decodes.
+            limitValue: Math.min(MAX_NANO_USD, left.limit),
+            spentValue: Math.min(MAX_NANO_USD, Math.max(0, left.limit - left.nanoUsd)),
             budgetKey: key,
             period: left.kind === "day" ? day : month,
             crossedByStepId: "",

@@ -150,6 +150,25 @@ export class RateLimitWaitExceededError extends GatewayError {
 }
 
 /**
+ * The model has no known price, a cost limit or budget applies to the run, and
+ * pricing.unknown is refuse: nothing was forwarded. A 400, which the SDKs raise at once
+ * without retrying.
+ */
+export class UnpricedModelError extends GatewayError {
+  override readonly name = "UnpricedModelError";
+  readonly code = "model_unpriced";
+  readonly status = 400;
+  readonly type = "invalid_request_error";
+  readonly retryable = false;
+  constructor(model: string) {
+    super(
+      `Holdfast has no price for the model ${JSON.stringify(model)}, and this run is under a cost limit or budget: with pricing.unknown: refuse, such calls are not sent. Give the model a price (prices.<model>), or set pricing.unknown: charge to charge it at pricing.unknown_usd_per_mtok.`,
+      { param: "model" },
+    );
+  }
+}
+
+/**
  * A call needs more of its key's window (tokens, or its input alone) than the whole window
  * holds: no wait can help, so it is refused at once rather than parked for ever.
  */

@@ -36,6 +36,7 @@ import { Reaper } from "./liveness/reaper.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
 import { predictFeature } from "./predict/feature.js";
 import { type RateWindowsApi, type Reservation, SharedSlices } from "./predict/shared.js";
+import { pricingFeature } from "./pricing/feature.js";
 import { routingFeature } from "./routing/feature.js";
 import { Router, routesFrom } from "./routing/router.js";
 import { Upstreams } from "./upstream/upstream.js";
@@ -137,7 +138,10 @@ export async function startGateway(
     void follower.followEverything(present).then(() => ledger.suspectAll());
     void responses.watch(present);
   });
-  const pricer = createPricer({ overrides: config.prices });
+  const pricer = createPricer({
+    overrides: config.prices,
+    unknownUsdPerMtok: config.pricing.unknown_usd_per_mtok,
+  });
   // Aborted first thing on close: parked calls are answered "retry", not waited on. Every
   // parked call listens to it (thousands may be), which is no leak: each stops when it goes on.
   const shutdown = new AbortController();
@@ -162,6 +166,7 @@ export async function startGateway(
     ledger,
     liveness,
     pricer,
+    costControlled: (runId, tag) => admission.costControlled(runId, tag),
     log,
     intervalMs: config.gateway.heartbeat_ms * 3,
   });
@@ -269,8 +274,9 @@ export async function startGateway(
       log_followed: follower.followingEverything ? "every_event" : "urgent_events",
     }),
     features: [
-      // Routing first: prediction decides for the target it chose.
+      // Routing first: prediction decides for the target it chose, and its model is priced.
       ...(routing === undefined ? [] : [routing]),
+      pricingFeature({ admission, unknown: config.pricing.unknown }),
       ...(predict === undefined ? [] : [predict.feature]),
       ...(budgets === undefined ? [] : [budgets.feature]),
       ...(gate === undefined ? [] : [gate]),

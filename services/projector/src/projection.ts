@@ -1,6 +1,6 @@
 import { nanoUsdToDecimal, type RawEventRow, type StepRow } from "@holdfast/analytics";
 import type { StoredEvent } from "@holdfast/bus";
-import { apiName, envelopeToJson, failureReasonName, isKnown } from "@holdfast/events";
+import { apiName, envelopeToJson, failureReasonName, isKnown, usageEstimateName } from "@holdfast/events";
 
 /** The rows one event becomes. Pure: the same event always gives the same rows. */
 export interface ProjectedRows {
@@ -53,7 +53,10 @@ export function project({ envelope, streamSequence }: StoredEvent): ProjectedRow
     cache_write_tokens: e.usage?.cacheWriteTokens ?? 0,
     reasoning_tokens: e.usage?.reasoningTokens ?? 0,
     cost_usd: e.cost?.known ? nanoUsdToDecimal(e.cost.nanoUsd) : null,
-    estimated: e.estimated,
+    estimated: e.estimated || e.unknownPrice,
+    usage_estimate: usageEstimateName(e.usageEstimate, e.estimated),
+    usage_problem: e.usageProblem,
+    unknown_price: e.unknownPrice,
     response_id: e.responseId,
     latency_ms: e.latencyMs,
     first_byte_ms: e.firstByteMs,

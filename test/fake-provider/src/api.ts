@@ -28,6 +28,8 @@ export interface AnswerContext {
   readonly apiKey: string;
   /** `x-fake-cached-tokens`, which overrides the prompt-cache model. */
   readonly cachedTokens: number | undefined;
+  /** `x-fake-usage`: members that replace the answer's usage object's, whatever their values. */
+  readonly usage: Readonly<Record<string, unknown>> | undefined;
   /** `performance.now()` when the request arrived. */
   readonly startedAt: number;
 }

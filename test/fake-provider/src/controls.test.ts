@@ -10,7 +10,15 @@ describe("readControls", () => {
       cachedTokens: undefined,
       pauseAfter: undefined,
       fault: undefined,
+      usage: undefined,
     });
+  });
+
+  it("reads usage members to report, whatever their values", () => {
+    expect(
+      readControls({ "x-fake-usage": '{"completion_tokens": 3.7, "prompt_tokens": "12", "x": null}' }).usage,
+    ).toEqual({ completion_tokens: 3.7, prompt_tokens: "12", x: null });
+    expect(readControls({ "x-fake-fail": "invalid-json" }).fault).toEqual({ kind: "invalid-json" });
   });
 
   it("reads numbers and each kind of fault", () => {
@@ -38,6 +46,8 @@ describe("readControls", () => {
     ["x-fake-fail", "explode"],
     ["x-fake-latency-ms", "-5"],
     ["x-fake-chunk-delay-ms", "1.5"],
+    ["x-fake-usage", "[1]"],
+    ["x-fake-usage", "{prompt_tokens: 1}"],
   ])("rejects %s: %s with a 400 that names the header", (name, value) => {
     let thrown: unknown;
     try {

@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders } from "node:http";
 import { invalidRequest } from "./errors.js";
+import { isRecord } from "./json.js";
 
 /** The request headers through which a test steers one request, on every API alike. */
 export const FAKE_HEADERS = {
@@ -11,8 +12,14 @@ export const FAKE_HEADERS = {
   cachedTokens: "x-fake-cached-tokens",
   /** Hold a stream after this many events until `resumePaused()`. */
   pauseAfter: "x-fake-pause-after",
-  /** A status from 400 to 599, `reset`, `reset-after:N`, `error-after:N[:reset]` or `hang`. */
+  /** A status from 400 to 599, `reset`, `reset-after:N`, `error-after:N[:reset]`, `invalid-json` or `hang`. */
   fail: "x-fake-fail",
+  /**
+   * A JSON object whose members replace the same-named members of the answer's usage object,
+   * in the API's own names (`{"completion_tokens": 3.7}`), whatever their values: a test's
+   * provider that reports absurd usage.
+   */
+  usage: "x-fake-usage",
 } as const;
 
 /** A failure a test asked for with `x-fake-fail`. */
@@ -25,6 +32,8 @@ export type Fault =
   | { readonly kind: "reset-after"; readonly after: number }
   /** Send this many stream events, then the API's mid-stream error event, then end (or cut the connection). */
   | { readonly kind: "error-after"; readonly after: number; readonly reset: boolean }
+  /** Answer 200 with a whole body (content-length kept) that is not JSON: the answer cut in half. */
+  | { readonly kind: "invalid-json" }
   /** Never answer. */
   | { readonly kind: "hang" };
 
@@ -35,6 +44,8 @@ export interface Controls {
   readonly cachedTokens: number | undefined;
   readonly pauseAfter: number | undefined;
   readonly fault: Fault | undefined;
+  /** Members replacing the answer's usage object's (`x-fake-usage`). */
+  readonly usage: Readonly<Record<string, unknown>> | undefined;
 }
 
 /** Reads the controls; a malformed one is a 400 naming the header, never silently ignored. */
@@ -45,7 +56,26 @@ export function readControls(headers: IncomingHttpHeaders): Controls {
     cachedTokens: count(headers, FAKE_HEADERS.cachedTokens),
     pauseAfter: count(headers, FAKE_HEADERS.pauseAfter),
     fault: fault(headers),
+    usage: usage(headers),
   };
+}
+
+function usage(headers: IncomingHttpHeaders): Record<string, unknown> | undefined {
+  const value = single(headers, FAKE_HEADERS.usage)?.trim();
+  if (value === undefined || value === "") return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    parsed = undefined;
+  }
+  if (!isRecord(parsed)) {
+    throw invalidRequest(
+      `Invalid ${FAKE_HEADERS.usage} '${value}': expected a JSON object of usage members.`,
+      FAKE_HEADERS.usage,
+    );
+  }
+  return parsed;
 }
 
 function fault(headers: IncomingHttpHeaders): Fault | undefined {
@@ -53,6 +83,7 @@ function fault(headers: IncomingHttpHeaders): Fault | undefined {
   if (value === undefined || value === "") return undefined;
   if (value === "reset") return { kind: "reset" };
   if (value === "hang") return { kind: "hang" };
+  if (value === "invalid-json") return { kind: "invalid-json" };
   if (/^[45]\d\d$/.test(value)) return { kind: "status", status: Number(value) };
   const resetAfter = /^reset-after:(\d+)$/.exec(value);
   if (resetAfter !== null) return { kind: "reset-after", after: Number(resetAfter[1]) };
@@ -60,7 +91,7 @@ function fault(headers: IncomingHttpHeaders): Fault | undefined {
   if (errorAfter !== null)
     return { kind: "error-after", after: Number(errorAfter[1]), reset: errorAfter[2] !== undefined };
   throw invalidRequest(
-    `Invalid ${FAKE_HEADERS.fail} '${value}': expected a status from 400 to 599, reset, reset-after:N, error-after:N[:reset] or hang.`,
+    `Invalid ${FAKE_HEADERS.fail} '${value}': expected a status from 400 to 599, reset, reset-after:N, error-after:N[:reset], invalid-json or hang.`,
     FAKE_HEADERS.fail,
   );
 }

@@ -75,6 +75,16 @@ describe("x-fake-fail", () => {
     expect(await request.done).toBe("aborted");
   });
 
+  it("invalid-json: a 200 with a whole body that is not JSON", async () => {
+    await using provider = await startFakeProvider();
+    const response = await postChat(provider, plain, { headers: { "x-fake-fail": "invalid-json" } });
+    expect(response.status).toBe(200);
+    const text = await response.text();
+    expect(text.startsWith('{"id":"chatcmpl-')).toBe(true);
+    expect(() => JSON.parse(text)).toThrow();
+    expect(await provider.requests[0]!.done).toBe("done");
+  });
+
   it("rejects a value it does not understand, naming the header", async () => {
     await using provider = await startFakeProvider();
     const response = await postChat(provider, plain, { headers: { "x-fake-fail": "sometimes" } });
@@ -167,5 +177,28 @@ describe("a response that does not finish", () => {
     await expect(answer).rejects.toThrow();
     expect(await request.done).toBe("aborted");
     expect(request.status).toBeUndefined();
+  });
+});
+
+describe("x-fake-usage", () => {
+  const usage = '{"prompt_tokens": 18446744073709551616, "completion_tokens": -5, "total_tokens": "12"}';
+
+  it("replaces the members of a completion's usage it names, as given", async () => {
+    await using provider = await startFakeProvider();
+    const response = await postChat(provider, plain, { headers: { "x-fake-usage": usage } });
+    const body = (await response.json()) as { usage: Record<string, unknown> };
+    expect(body.usage).toMatchObject({ prompt_tokens: 2 ** 64, completion_tokens: -5, total_tokens: "12" });
+    expect(body.usage.prompt_tokens_details).toEqual({ cached_tokens: 0, audio_tokens: 0 });
+  });
+
+  it("replaces them in a stream's usage chunk too", async () => {
+    await using provider = await startFakeProvider();
+    const response = await postChat(
+      provider,
+      { ...streamed, stream_options: { include_usage: true } },
+      { headers: { "x-fake-usage": usage } },
+    );
+    const chunks = chunksOf((await new EventReader(response).rest()).events);
+    expect(chunks.at(-1)?.usage).toMatchObject({ completion_tokens: -5, total_tokens: "12" });
   });
 });

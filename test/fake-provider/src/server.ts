@@ -174,6 +174,7 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
       const answer = api.answer(call, {
         apiKey,
         cachedTokens: controls.cachedTokens,
+        usage: controls.usage,
         startedAt: exchange.startedAt,
       });
       const headers = {
@@ -182,6 +183,11 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
         [api.requestIdHeader]: exchange.id,
       };
       let resetAfter = fault?.kind === "reset-after" ? fault.after : undefined;
+      if (fault?.kind === "invalid-json") {
+        // A whole body that is not JSON (a stream's events too, as one body): half the answer.
+        const whole = answer.events === undefined ? answer.body : answer.events.join("");
+        return send(exchange, res, 200, whole.slice(0, Math.ceil(whole.length / 2)), headers);
+      }
 
       if (answer.events !== undefined) {
         let events = answer.events;

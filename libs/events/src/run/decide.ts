@@ -19,6 +19,7 @@ import {
   type Trip,
   type UnparkReason,
   type Usage,
+  UsageEstimate,
   type WindowLimits,
 } from "@holdfast/proto";
 import type { EventPayload } from "../envelope.js";
@@ -96,6 +97,12 @@ export interface ObservedOutcome {
   readonly firstByteMs: number;
   readonly responseId: string;
   readonly estimated: boolean;
+  /** Why `estimated` is set; unset when it is not. */
+  readonly usageEstimate?: UsageEstimate;
+  /** What was wrong with the provider's usage report, when anything was. */
+  readonly usageProblem?: string;
+  /** Charged at the unknown rate: the model has no price, and a cost limit or budget applies. */
+  readonly unknownPrice?: boolean;
 }
 
 /** Record that a call in flight was answered. */
@@ -323,6 +330,9 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
         stream: open.stream,
         ...command.outcome,
         model: command.outcome.model || open.model,
+        usageEstimate: command.outcome.usageEstimate ?? UsageEstimate.USAGE_ESTIMATE_UNSPECIFIED,
+        usageProblem: command.outcome.usageProblem ?? "",
+        unknownPrice: command.outcome.unknownPrice ?? false,
       };
       if (command.type === "CompleteStep") {
         return [

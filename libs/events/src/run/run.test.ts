@@ -1,4 +1,4 @@
-import { Api, FailureReason, StepCompleted, StepFailed } from "@holdfast/proto";
+import { Api, FailureReason, StepCompleted, StepFailed, UsageEstimate } from "@holdfast/proto";
 import { describe, expect, it } from "vitest";
 import { decodeEnvelope, encodeEnvelope, makeEnvelope, type StoredEnvelope } from "../envelope.js";
 import { decide } from "./decide.js";
@@ -270,5 +270,107 @@ describe("describeRun", () => {
         [2, "failed", "openai_chat_completions", "upstream_status", "chatcmpl-1"],
       ],
     );
+  });
+});
+
+describe("costs and usage Holdfast estimated", () => {
+  const MAX = Number.MAX_SAFE_INTEGER;
+  const capped = (stepId: string) =>
+    start(stepId, {
+      limits: { maxCostNanoUsd: 1_000, maxSteps: 0, maxMinutes: 0, maxTokensPerMinute: 0, onTrip: "hold" },
+    });
+
+  it("given two steps at the saturated cost, then the run's cost and window stay at it, and a trip on it is an event every reader decodes", () => {
+    const { state } = apply(
+      initialState(RUN),
+      start("s1"),
+      complete("s1", observed([10, 5], MAX)),
+      start("s2"),
+      complete("s2", observed([10, 5], MAX)),
+    );
+    expect(state.totals.costNanoUsd).toBe(MAX);
+    expect(state.window.costNanoUsd).toBe(MAX);
+    const [tripped] = decide(capped("s3"), state, NOW);
+    expect(tripped).toMatchObject({ $case: "runTripped", value: { trip: { spentValue: MAX } } });
+    const envelope = makeEnvelope({
+      id: "t",
+      runId: RUN,
+      sequence: 9,
+      timestampMs: NOW,
+      tag: "t",
+      payload: tripped!,
+    });
+    expect(decodeEnvelope(encodeEnvelope(envelope)).payload).toEqual(tripped);
+  });
+
+  it("given an outcome a writer got wrong with a negative cost, then it counts as nothing, never against the limit", () => {
+    const { state } = apply(
+      initialState(RUN),
+      capped("s1"),
+      complete("s1", observed([10, 5], 900)),
+      capped("s2"),
+      complete("s2", observed([10, 5], -5_000)),
+    );
+    expect(state.window.costNanoUsd).toBe(900);
+    expect(state.totals.costNanoUsd).toBe(900);
+  });
+
+  it("given an outcome charged from Holdfast's estimate, then the event says why and what was wrong, and show says it too", () => {
+    const outcome = observed([12, 30], 500, {
+      usage: { ...observed([12, 30], 0).usage, reported: false },
+      estimated: true,
+      usageEstimate: UsageEstimate.USAGE_ESTIMATE_INVALID,
+      usageProblem: "completion_tokens -5 is negative",
+    });
+    const { state, events } = apply(initialState(RUN), start("s1"), complete("s1", outcome));
+    expect(events[1]).toMatchObject({
+      value: {
+        outcome: {
+          estimated: true,
+          usageEstimate: UsageEstimate.USAGE_ESTIMATE_INVALID,
+          usageProblem: "completion_tokens -5 is negative",
+          unknownPrice: false,
+        },
+      },
+    });
+    expect(state.totals.estimatedSteps).toBe(1);
+    const view = describeRun(RUN, history(...events));
+    expect(view.steps[0]).toMatchObject({
+      estimated: true,
+      usageReported: false,
+      usageEstimate: "invalid",
+      usageProblem: "completion_tokens -5 is negative",
+      unknownPrice: false,
+      costNanoUsd: 500,
+    });
+  });
+
+  it("given an outcome charged at the unknown rate, then its cost counts, and it is an estimated step, not an unpriced one", () => {
+    const { state, events } = apply(
+      initialState(RUN),
+      start("s1"),
+      complete("s1", observed([100, 20], 9_000_000, { unknownPrice: true })),
+    );
+    expect(state.totals).toMatchObject({ costNanoUsd: 9_000_000, unpricedSteps: 0, estimatedSteps: 1 });
+    expect(describeRun(RUN, history(...events)).steps[0]).toMatchObject({
+      estimated: false,
+      usageEstimate: "",
+      unknownPrice: true,
+    });
+  });
+
+  it("given an estimated outcome written before the reason was, then show says its gateway was lost", () => {
+    const events = [
+      started("s1"),
+      decide(
+        complete("s1", observed([12, 0], 10, { estimated: true })),
+        apply(initialState(RUN), start("s1")).state,
+        NOW,
+      )[0]!,
+    ];
+    expect(describeRun(RUN, history(...events)).steps[0]).toMatchObject({
+      estimated: true,
+      usageEstimate: "gateway_lost",
+    });
   });
 });

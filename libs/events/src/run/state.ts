@@ -58,11 +58,14 @@ export interface RunTotals {
   readonly cachedInputTokens: number;
   readonly cacheWriteTokens: number;
   readonly reasoningTokens: number;
-  /** Sum over steps whose cost is known. */
+  /** Sum over steps whose cost is known (saturated at MAX_NANO_USD). */
   readonly costNanoUsd: number;
   /** Finished steps whose cost is unknown: the run's cost is then a lower bound. */
   readonly unpricedSteps: number;
-  /** Finished steps charged from Holdfast's estimate (their outcome was lost). */
+  /**
+   * Finished steps whose cost is Holdfast's estimate: their usage was (their outcome lost,
+   * the provider's report unusable or cut short), or their model was charged at the unknown rate.
+   */
   readonly estimatedSteps: number;
   /** Calls sent again after a 429 slipped past prediction, and the input tokens they re-sent. */
   readonly retries: number;
@@ -76,7 +79,7 @@ export interface RunTotals {
 export interface RunWindow {
   readonly startedMs: number;
   readonly steps: number;
-  /** Known cost of the window's finished steps. */
+  /** Known cost of the window's finished steps (saturated at MAX_NANO_USD). */
   readonly costNanoUsd: number;
   /** Limits a resume set for this window (0: the configured one); null when none did. */
   readonly limits: WindowLimits | null;
@@ -236,6 +239,15 @@ export const STOPPED_RUN = "the run is stopped";
 /** The rule a loop hold names: the setting that bounds repeated tool calls. */
 export const LOOP_RULE = "max_repeated_tool_calls";
 const MINUTE_MS = 60_000;
+/**
+ * The most a sum of costs is, in nano-USD: what every reader decodes exactly from an event
+ * that carries it (a trip's figures), 2^53 - 1. Sums saturate there rather than grow past.
+ */
+export const MAX_NANO_USD = Number.MAX_SAFE_INTEGER;
+const addNano = (a: number, b: number): number => Math.min(MAX_NANO_USD, a + b);
+/** A step's cost as it counts: known, and never below zero (a reader tolerates what a writer got wrong). */
+const costOf = (outcome: StepOutcome): number =>
+  outcome.cost?.known === true ? Math.max(0, outcome.cost.nanoUsd) : 0;
 
 export function initialState(runId: string): RunState {
   return {
@@ -346,7 +358,7 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
       const repeat = completed
         ? repeatAfter(state.repeat, payload.value.toolCallsSignature, outcome.stepId)
         : state.repeat;
-      const cost = outcome.cost?.known === true ? outcome.cost.nanoUsd : 0;
+      const cost = costOf(outcome);
       const tokens = (outcome.usage?.inputTokens ?? 0) + (outcome.usage?.outputTokens ?? 0);
       return withActivity({
         ...seen,
@@ -357,7 +369,7 @@ export function evolve(state: RunState, event: StoredEnvelope): RunState {
         totals: addOutcome(state.totals, outcome),
         window: {
           ...seen.window,
-          costNanoUsd: seen.window.costNanoUsd + cost,
+          costNanoUsd: addNano(seen.window.costNanoUsd, cost),
           lastFinishedStepId: outcome.stepId,
         },
         recentTokens: tokens > 0 ? withRecentTokens(state.recentTokens, at, tokens) : state.recentTokens,
@@ -665,7 +677,7 @@ export function tokensInLastMinute(state: RunState, nowMs: number): number {
 /** What the calls in flight have reserved against the run's limits. */
 export function reservedNanoUsd(state: RunState): number {
   let sum = 0;
-  for (const step of state.open.values()) sum += step.reservedNanoUsd;
+  for (const step of state.open.values()) sum = addNano(sum, Math.max(0, step.reservedNanoUsd));
   return sum;
 }
 
@@ -678,9 +690,9 @@ function addOutcome(t: RunTotals, outcome: StepOutcome): RunTotals {
     cachedInputTokens: t.cachedInputTokens + (usage?.cachedInputTokens ?? 0),
     cacheWriteTokens: t.cacheWriteTokens + (usage?.cacheWriteTokens ?? 0),
     reasoningTokens: t.reasoningTokens + (usage?.reasoningTokens ?? 0),
-    costNanoUsd: t.costNanoUsd + (known ? (outcome.cost?.nanoUsd ?? 0) : 0),
+    costNanoUsd: addNano(t.costNanoUsd, costOf(outcome)),
     unpricedSteps: t.unpricedSteps + (known ? 0 : 1),
-    estimatedSteps: t.estimatedSteps + (outcome.estimated ? 1 : 0),
+    estimatedSteps: t.estimatedSteps + (outcome.estimated || outcome.unknownPrice ? 1 : 0),
     retries: t.retries,
     wastedInputTokens: t.wastedInputTokens,
   };

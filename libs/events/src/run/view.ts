@@ -15,7 +15,15 @@ import {
 } from "@holdfast/proto";
 import { isKnown, type StoredEnvelope } from "../envelope.js";
 import { describeSelector } from "../fleet/selector.js";
-import { actorName, apiName, failureReasonName, limitName, runSourceName, unparkName } from "../names.js";
+import {
+  actorName,
+  apiName,
+  failureReasonName,
+  limitName,
+  runSourceName,
+  unparkName,
+  usageEstimateName,
+} from "../names.js";
 import { evolve, initialState, type RunState, type RunTotals, STOPPED_RUN } from "./state.js";
 
 export type StepStatus = "in_flight" | "completed" | "failed";
@@ -43,8 +51,19 @@ export interface StepView {
   usageReported: boolean;
   /** Null while unknown (unpriced model, no usage reported, or still in flight). */
   costNanoUsd: number | null;
-  /** Usage and cost are Holdfast's estimate: the outcome was lost with its gateway. */
+  /** Usage and cost are Holdfast's estimate, not the provider's report (`usageEstimate` says why). */
   estimated: boolean;
+  /**
+   * Why: "gateway_lost" (the outcome was lost with its gateway), "invalid" (the provider's
+   * report could not be used), "missing" (it reported none, or its answer could not be
+   * read), "partial" (the answer was cut off: output estimated from what was relayed); ""
+   * when the usage is the provider's.
+   */
+  usageEstimate: string;
+  /** What was wrong with the provider's usage report ("" when nothing was). */
+  usageProblem: string;
+  /** The model had no known price: the cost is its usage at pricing.unknown_usd_per_mtok. */
+  unknownPrice: boolean;
   latencyMs: number | null;
   firstByteMs: number | null;
   responseId: string;
@@ -478,6 +497,9 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
         usageReported: false,
         costNanoUsd: null,
         estimated: false,
+        usageEstimate: "",
+        usageProblem: "",
+        unknownPrice: false,
         latencyMs: null,
         firstByteMs: null,
         responseId: "",
@@ -509,6 +531,9 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
     step.usageReported = usage?.reported ?? false;
     step.costNanoUsd = outcome.cost?.known ? outcome.cost.nanoUsd : null;
     step.estimated = outcome.estimated;
+    step.usageEstimate = usageEstimateName(outcome.usageEstimate, outcome.estimated);
+    step.usageProblem = outcome.usageProblem;
+    step.unknownPrice = outcome.unknownPrice;
     step.latencyMs = outcome.latencyMs;
     step.firstByteMs = outcome.firstByteMs;
     step.responseId = outcome.responseId;

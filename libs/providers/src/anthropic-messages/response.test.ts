@@ -201,6 +201,36 @@ describe("AnthropicStreamMeter", () => {
     });
   });
 
+  it.each([
+    ["null", null],
+    ["absent", undefined],
+  ])(
+    "given a whole stream whose message_delta's output_tokens is %s, then its usage is not reported",
+    (_case, output) => {
+      const end = event("message_delta", {
+        delta: { stop_reason: "end_turn", stop_sequence: null },
+        usage: output === undefined ? {} : { output_tokens: output },
+      });
+      const { meter } = meterStream([MESSAGE_START, ...TEXT_BLOCK, end, event("message_stop")].join(""));
+      expect(meter.complete).toBe(true);
+      // message_start's output_tokens (2) stands for an answer not yet written.
+      expect(meter.summary().usage).toMatchObject({ reported: false, outputTokens: 0 });
+      expect(meter.summary().usage.problem).toBe("output_tokens is missing");
+    },
+  );
+
+  it("given a message_delta with an impossible output count, then its usage is not reported, and says why", () => {
+    const end = event("message_delta", {
+      delta: { stop_reason: "end_turn" },
+      usage: { output_tokens: 2 ** 64 },
+    });
+    const { meter } = meterStream([MESSAGE_START, ...TEXT_BLOCK, end, event("message_stop")].join(""));
+    expect(meter.summary().usage).toMatchObject({ reported: false, inputTokens: 0, outputTokens: 0 });
+    expect(meter.summary().usage.problem).toContain(
+      "output_tokens 18446744073709552000 is more than 100000000",
+    );
+  });
+
   it("given a server tool and its result, then only the client's tool calls count", () => {
     const server = [
       event("content_block_start", {
@@ -339,6 +369,16 @@ describe("readAnthropicUsage", () => {
     ["null", null],
     ["an empty object", {}],
     ["string counts", { input_tokens: "10", output_tokens: "2" }],
+    ["a negative cache read", { input_tokens: 10, output_tokens: 2, cache_read_input_tokens: -1 }],
+    [
+      "parts in range that add up past the bound",
+      {
+        input_tokens: 60_000_000,
+        output_tokens: 2,
+        cache_read_input_tokens: 60_000_000,
+        cache_creation_input_tokens: 0,
+      },
+    ],
   ])("given usage that is %s, then it is not reported", (_case, usage) => {
     expect(readAnthropicUsage(usage).reported).toBe(false);
   });

@@ -60,6 +60,9 @@ export class AnthropicStreamMeter implements StreamMeter {
   // message_start's usage, each counter `message_delta` reports overwriting it: they are
   // cumulative totals for the whole message, never increments.
   #usage: Record<string, unknown> | undefined;
+  // message_start's output_tokens (1) stands for an answer not yet written: the output is
+  // the count a message_delta gives.
+  #outputCounted = false;
   #complete = false;
   #errorEvent: string | undefined;
   // Keyed by the content block's `index`.
@@ -111,7 +114,10 @@ export class AnthropicStreamMeter implements StreamMeter {
     const calls = [...this.#toolCalls.entries()].sort(([a], [b]) => a - b);
     return {
       model: this.#model,
-      usage: readAnthropicUsage(this.#usage),
+      // A stream that ended without its output counted did not report its usage whole.
+      usage: readAnthropicUsage(
+        this.#complete && !this.#outputCounted ? { ...this.#usage, output_tokens: undefined } : this.#usage,
+      ),
       finishReason: this.#finishReason,
       toolCalls: calls.map(([, call]) => ({
         id: call.id,
@@ -140,6 +146,7 @@ export class AnthropicStreamMeter implements StreamMeter {
     for (const [counter, value] of Object.entries(usage)) {
       if (value !== null && value !== undefined) this.#usage[counter] = value;
     }
+    if (usage.output_tokens !== null && usage.output_tokens !== undefined) this.#outputCounted = true;
   }
 
   #observeBlockStart(event: Record<string, unknown> | undefined): void {

@@ -295,7 +295,7 @@ describe("readChatUsage", () => {
     ["null", null],
     ["absent", undefined],
     ["an empty object", {}],
-    ["string counts", { prompt_tokens: "10", completion_tokens: "2" }],
+    ["null counts", { prompt_tokens: null, completion_tokens: null }],
   ])("given usage that is %s, then it is not reported", (_case, usage) => {
     expect(readChatUsage(usage)).toEqual({
       reported: false,
@@ -318,11 +318,30 @@ describe("readChatUsage", () => {
     });
   });
 
-  it("given negative or non-finite counts, then they read as zero", () => {
-    expect(readChatUsage({ prompt_tokens: -5, completion_tokens: Number.POSITIVE_INFINITY })).toMatchObject({
+  it.each([
+    [{ prompt_tokens: "10", completion_tokens: "2" }, "prompt_tokens is a string, not a number"],
+    [{ prompt_tokens: -5, completion_tokens: 3 }, "prompt_tokens -5 is negative"],
+    [{ prompt_tokens: 5, completion_tokens: 2 ** 64 }, "completion_tokens 18446744073709552000 is more than"],
+    [{ prompt_tokens: 5 }, "completion_tokens is missing"],
+    [
+      { prompt_tokens: 5, completion_tokens: 1, prompt_tokens_details: { cached_tokens: 6 } },
+      "cached and cache-written tokens (6 + 0) are more than the input (5)",
+    ],
+  ])("given %j, then it is not reported, and says why", (usage, problem) => {
+    const read = readChatUsage(usage);
+    expect(read).toMatchObject({ reported: false, inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 });
+    expect(read.problem).toContain(problem);
+  });
+
+  it("given a fraction, then it is rounded and said to be", () => {
+    expect(readChatUsage({ prompt_tokens: 10, completion_tokens: 3.7 })).toEqual({
       reported: true,
-      inputTokens: 0,
-      outputTokens: 0,
+      inputTokens: 10,
+      outputTokens: 4,
+      cachedInputTokens: 0,
+      cacheWriteTokens: 0,
+      reasoningTokens: 0,
+      problem: "completion_tokens 3.7 is not a whole number: rounded to 4",
     });
   });
 });

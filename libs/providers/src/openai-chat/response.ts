@@ -110,8 +110,9 @@ export class ChatStreamMeter {
     if (this.#model === undefined) this.#model = nonEmptyString(chunk.model);
     if (this.#responseId === undefined) this.#responseId = nonEmptyString(chunk.id);
     const usage = readUsage(chunk);
-    // Some providers repeat a running total in every chunk; the last one is the whole call.
-    if (usage.reported) this.#usage = usage;
+    // Some providers repeat a running total in every chunk; the last one is the whole call
+    // (one that cannot be used too: what was wrong with it is recorded).
+    if (usage.reported || usage.problem !== undefined) this.#usage = usage;
 
     const choices = chunk.choices;
     if (!Array.isArray(choices)) return NOT_USAGE_ONLY;
@@ -181,7 +182,7 @@ export class ChatStreamMeter {
 
 function readUsage(json: Record<string, unknown>): UsageReport {
   const usage = readChatUsage(json.usage);
-  if (usage.reported) return usage;
+  if (usage.reported || usage.problem !== undefined) return usage;
   // Groq has reported streamed usage under `x_groq` instead of the standard field.
   const groq = json.x_groq;
   return isRecord(groq) ? readChatUsage(groq.usage) : usage;

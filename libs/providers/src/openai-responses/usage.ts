@@ -1,24 +1,29 @@
-import { isRecord, tokenCount } from "../json.js";
-import { NO_USAGE, type UsageReport } from "../usage.js";
+import { isRecord } from "../json.js";
+import { NO_USAGE, UsageCheck, type UsageReport } from "../usage.js";
 
 /**
- * Reads a Responses API `usage` object. Its `input_tokens` already counts the cached
- * ones and its `output_tokens` the reasoning ones, as `UsageReport` does; anything else
- * reads as not reported.
+ * Reads a Responses API `usage` object, each count checked (UsageCheck). Its `input_tokens`
+ * already counts the cached ones and its `output_tokens` the reasoning ones, as
+ * `UsageReport` does; anything that is not one, or one that says nothing of input or
+ * output, reads as not reported.
  */
 export function readResponsesUsage(usage: unknown): UsageReport {
   if (!isRecord(usage)) return NO_USAGE;
   const input = usage.input_tokens;
   const output = usage.output_tokens;
-  if (typeof input !== "number" && typeof output !== "number") return NO_USAGE;
+  if (input == null && output == null) return NO_USAGE;
   const inputDetails = usage.input_tokens_details;
   const outputDetails = usage.output_tokens_details;
-  return {
-    reported: true,
-    inputTokens: tokenCount(input),
-    outputTokens: tokenCount(output),
-    cachedInputTokens: isRecord(inputDetails) ? tokenCount(inputDetails.cached_tokens) : 0,
+  const check = new UsageCheck();
+  return check.report({
+    inputTokens: check.count("input_tokens", input, true),
+    outputTokens: check.count("output_tokens", output, true),
+    cachedInputTokens: isRecord(inputDetails)
+      ? check.count("input_tokens_details.cached_tokens", inputDetails.cached_tokens)
+      : 0,
     cacheWriteTokens: 0,
-    reasoningTokens: isRecord(outputDetails) ? tokenCount(outputDetails.reasoning_tokens) : 0,
-  };
+    reasoningTokens: isRecord(outputDetails)
+      ? check.count("output_tokens_details.reasoning_tokens", outputDetails.reasoning_tokens)
+      : 0,
+  });
 }

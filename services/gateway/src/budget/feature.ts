@@ -1,4 +1,4 @@
-import type { RunCommand, RunState, Trip } from "@holdfast/events";
+import { MAX_NANO_USD, type RunCommand, type RunState, type Trip } from "@holdfast/events";
 import type { AcquireRequest, AcquireResponse } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
 import { BudgetUnavailableError } from "../errors.js";
@@ -99,7 +99,8 @@ export function budgetFeature(options: BudgetFeatureOptions): {
       answer = await options.api.acquire({
         key,
         gateway: options.gateway,
-        wantNanoUsd: Math.max(need * CALLS_PER_SLICE, need),
+        // Never more than the request can carry to the service (a saturated reservation's 20-fold).
+        wantNanoUsd: Math.min(MAX_NANO_USD, Math.max(need * CALLS_PER_SLICE, need)),
         needNanoUsd: need,
         reportedNanoUsd: current?.usedNanoUsd ?? 0,
       });

@@ -5,6 +5,7 @@ import {
   type FleetCommand,
   type FleetState,
   type HoldRule,
+  MAX_NANO_USD,
   type RunState,
   RunStatus,
   reservedNanoUsd,
@@ -22,12 +23,23 @@ export interface AdmissionOptions extends ParkingOptions {
   fleet: Ledger<FleetState, FleetCommand>;
   held: HeldRuns;
   pricer: Pricer;
-  limits: Pick<Config, "limits" | "limits_by_tag" | "on_trip">;
+  limits: Pick<Config, "limits" | "limits_by_tag" | "on_trip" | "budgets">;
+}
+
+/** What a call reserves while in flight, and whether its model was priced. */
+export interface Reservation {
+  readonly nanoUsd: number;
+  /**
+   * The model has no known price and a cost limit or budget applies to the run: the
+   * reservation is at the unknown rate (pricing.unknown: charge), or the call is refused.
+   */
+  readonly unpriced: boolean;
 }
 
 /** What admission says of a call before its start is appended. */
 export type Gate = "go" | "confirm" | "held";
 
+const UNPRICED_FREELY: Reservation = Object.freeze({ nanoUsd: 0, unpriced: false });
 // Output tokens assumed for a run that has not finished a call yet, when reserving.
 const FIRST_CALL_OUTPUT_TOKENS = 512;
 // How close to max_minutes a call is when its start should be confirmed before forwarding.
@@ -103,7 +115,8 @@ export class Admission {
       const base = this.options.limits.limits;
       const own = this.options.limits.limits_by_tag[tag] ?? {};
       limits = {
-        maxCostNanoUsd: Math.round((own.max_cost_usd ?? base.max_cost_usd) * 1e9),
+        // A trip carries the limit: never more than an event's reader decodes.
+        maxCostNanoUsd: Math.min(MAX_NANO_USD, Math.round((own.max_cost_usd ?? base.max_cost_usd) * 1e9)),
         maxSteps: own.max_steps ?? base.max_steps,
         maxMinutes: own.max_minutes ?? base.max_minutes,
         maxTokensPerMinute: own.max_tokens_per_minute ?? base.max_tokens_per_minute,
@@ -118,28 +131,50 @@ export class Admission {
    * What a call reserves against the run's cost limit and its budgets while in flight: its
    * input estimated from the request, and its output as the run's average so far (or the
    * request's own max_tokens, or 512 tokens for a run's first call), never more than the
-   * request allows, priced.
+   * request allows, priced for the model it goes to; a model with no known price at the
+   * unknown rate, where a cost limit or budget applies to the run (elsewhere nothing).
    */
-  reserve(runId: string, view: RequestView, upstream: Upstream, estimatedInputTokens: number): number {
+  reserve(
+    runId: string,
+    tag: string,
+    view: RequestView,
+    model: string,
+    upstream: Upstream,
+    estimatedInputTokens: number,
+  ): Reservation {
     const state = this.options.ledger.cached(runId);
     const usual =
       state !== undefined && state.completed > 0
         ? Math.round(state.totals.outputTokens / state.completed)
         : (view.maxOutputTokens ?? FIRST_CALL_OUTPUT_TOKENS);
     const outputTokens = Math.min(usual, view.maxOutputTokens ?? usual);
-    const price = this.options.pricer.price({
-      model: view.model,
-      provider: upstream.provider,
-      usage: {
-        reported: true,
-        inputTokens: estimatedInputTokens,
-        outputTokens,
-        cachedInputTokens: 0,
-        cacheWriteTokens: 0,
-        reasoningTokens: 0,
-      },
-    });
-    return price.known ? price.nanoUsd : 0;
+    const usage = {
+      reported: true,
+      inputTokens: estimatedInputTokens,
+      outputTokens,
+      cachedInputTokens: 0,
+      cacheWriteTokens: 0,
+      reasoningTokens: 0,
+    };
+    const price = this.options.pricer.price({ model, provider: upstream.provider, usage });
+    if (price.known) return { nanoUsd: price.nanoUsd, unpriced: false };
+    if (!this.costControlled(runId, tag)) return UNPRICED_FREELY;
+    return { nanoUsd: this.options.pricer.priceUnknown(usage), unpriced: true };
+  }
+
+  /**
+   * Whether a cost limit (in the run's window) or a budget applies to the run: only then is a
+   * model with no known price charged at the unknown rate (or refused); elsewhere its cost
+   * stays unknown.
+   */
+  costControlled(runId: string, tag: string): boolean {
+    const state = this.options.ledger.cached(runId);
+    const runTag = tag || state?.tag || "";
+    const budgets = this.options.limits.budgets;
+    if (Object.hasOwn(budgets, "*") || (runTag !== "" && Object.hasOwn(budgets, runTag))) return true;
+    const configured = this.limitsFor(runTag);
+    const limits = state === undefined ? configured : windowLimits(configured, state);
+    return limits.maxCostNanoUsd > 0;
   }
 
   private statusFromIndex(runId: string): RunStatus | undefined {

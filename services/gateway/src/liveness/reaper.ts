@@ -9,8 +9,9 @@ import {
   UnparkReason,
 } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
-import { type Pricer, providerFromUpstream } from "@holdfast/providers";
+import { NO_USAGE, type Pricer, providerFromUpstream } from "@holdfast/providers";
 import type { Ledger } from "@holdfast/runs";
+import { meterOutcome } from "../metering/meter.js";
 import type { Liveness } from "./liveness.js";
 
 export interface ReaperOptions {
@@ -18,6 +19,8 @@ export interface ReaperOptions {
   ledger: Ledger<RunState, RunCommand>;
   liveness: Liveness;
   pricer: Pricer;
+  /** Whether a cost limit or budget applies to a run (a model with no price is then charged at the unknown rate). */
+  costControlled: (runId: string, tag: string) => boolean;
   log: Logger;
   intervalMs: number;
 }
@@ -122,33 +125,35 @@ export class Reaper {
 
   /** The lost step's outcome: failed, charged from the estimate its start recorded. */
   private charge(state: RunState, step: OpenStep): FailStep {
-    const outputTokens = state.completed > 0 ? Math.round(state.totals.outputTokens / state.completed) : 0;
-    const usage = {
-      // Not the provider's report: the provider's answer (if any) was lost with the gateway.
-      reported: false,
-      inputTokens: step.estimatedInputTokens,
-      outputTokens,
-      cachedInputTokens: 0,
-      cacheWriteTokens: 0,
-      reasoningTokens: 0,
-    };
-    const cost = this.options.pricer.price({
-      model: step.model,
-      usage: { ...usage, reported: true },
-      provider: providerFromUpstream(step.upstream),
-    });
+    // Not the provider's report: the provider's answer (if any) was lost with the gateway.
+    const metered = meterOutcome(
+      {
+        model: step.model,
+        provider: providerFromUpstream(step.upstream),
+        usage: NO_USAGE,
+        answered: "lost",
+        estimatedInputTokens: step.estimatedInputTokens,
+        seenOutputTokens: 0,
+        run: state,
+        costControlled: () => this.options.costControlled(state.runId, state.tag),
+      },
+      this.options.pricer,
+    );
     return {
       type: "FailStep",
       stepId: step.stepId,
       outcome: {
         model: step.model,
         upstreamStatus: 0,
-        usage,
-        cost,
+        usage: { ...metered.usage },
+        cost: metered.cost,
         latencyMs: 0,
         firstByteMs: 0,
         responseId: "",
-        estimated: true,
+        estimated: metered.estimated,
+        usageEstimate: metered.usageEstimate,
+        usageProblem: metered.usageProblem,
+        unknownPrice: metered.unknownPrice,
       },
       reason: FailureReason.FAILURE_REASON_GATEWAY_ERROR,
       errorType: "gateway_lost",

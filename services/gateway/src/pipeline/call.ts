@@ -43,12 +43,12 @@ import type { Admission } from "../hold/admission.js";
 import { RequestHeaders } from "../http/headers.js";
 import type { ResolveRun } from "../identify/resolve.js";
 import type { ResponseIndex } from "../identify/responses.js";
+import { type Answered, meterOutcome } from "../metering/meter.js";
 import { renamedBody, renamedEvent } from "../routing/rename.js";
 import {
   forwardHeaders,
   isTimeout,
   returnHeaders,
-  type Upstream,
   type Upstreams,
   withCredential,
 } from "../upstream/upstream.js";
@@ -71,9 +71,12 @@ export interface PipelineDeps {
   onRecordError: (error: unknown, runId: string) => void;
 }
 
-/** How a call ended, before it is made an event. */
+/**
+ * How a call ended, before it is made an event: how much of its answer there was (for
+ * metering), and output tokens estimated from what was relayed or received of it.
+ */
 type Ending =
-  | { kind: "completed"; status: number; answer: Answer }
+  | { kind: "completed"; status: number; answer: Answer; seenOutputTokens: number }
   | {
       kind: "failed";
       reason: FailureReason;
@@ -82,7 +85,10 @@ type Ending =
       usage: UsageReport;
       model: string | undefined;
       responseId: string | undefined;
+      answered: Answered;
+      seenOutputTokens: number;
     };
+type Failed = Extract<Ending, { kind: "failed" }>;
 
 /**
  * One model call, whatever its API shape: identify the run → decide before forward (a
@@ -124,6 +130,14 @@ export async function handleCall(
   const secrets = credentialsOf(request.headers);
   const upstream = deps.upstreams.forShape(shape);
   const estimatedInputTokens = Math.ceil(raw.length / CHARS_PER_TOKEN);
+  const reservation = deps.admission.reserve(
+    run.runId,
+    run.tag,
+    view,
+    view.model,
+    upstream,
+    estimatedInputTokens,
+  );
   const call: Call = {
     shape,
     api: apiFromName(shape.name),
@@ -140,7 +154,9 @@ export async function handleCall(
       return gone.signal;
     },
     estimatedInputTokens,
-    reservedNanoUsd: deps.admission.reserve(run.runId, view, upstream, estimatedInputTokens),
+    reservedNanoUsd: reservation.nanoUsd,
+    reservedFor: view.model,
+    unpriced: reservation.unpriced,
     budgetLeases: [],
     secrets,
     upstream,
@@ -173,7 +189,7 @@ export async function handleCall(
     const record = (ending: Ending): void => {
       const latencyMs = Math.round(performance.now() - t0);
       const command = redactSecretsDeep(
-        outcomeCommand(call, ending, latencyMs, firstByteMs, call.upstream, deps.pricer),
+        outcomeCommand(call, ending, latencyMs, firstByteMs, deps),
         call.secrets,
       );
       hooks.outcome(call, command.outcome.cost, {
@@ -218,7 +234,8 @@ export async function handleCall(
     } catch (error) {
       if (left) return void record(clientAborted(NO_USAGE, call.model));
       const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;
-      record(upstreamReset(message, NO_USAGE, call.model, response.statusCode));
+      // The provider wrote its whole answer before sending it: what it did is billed.
+      record(upstreamReset(message, NO_USAGE, call.model, response.statusCode, "unreadable", 0));
       return answerError(call, new UpstreamUnreachableError(message, { cause: error }));
     }
 
@@ -233,6 +250,8 @@ export async function handleCall(
         usage: NO_USAGE,
         model: call.model,
         responseId: undefined,
+        answered: "refused",
+        seenOutputTokens: 0,
       });
       // A held streaming call already answered 200: the provider's error goes as the
       // stream's error event, which the client's SDK raises.
@@ -243,10 +262,19 @@ export async function handleCall(
       call.writer.send(response.statusCode, returnHeaders(response.headers, bytes.length), bytes);
       return;
     }
-    const summary = shape.summarize(safeJson(text));
+    const json = safeJson(text);
+    const seenOutputTokens = Math.ceil(bytes.length / CHARS_PER_TOKEN);
+    if (typeof json !== "object" || json === null || Array.isArray(json)) {
+      // Not its API's answer: the client gets it as sent, and the step is charged from the
+      // estimate (the provider did the work), never recorded as a clean answer.
+      record(invalidAnswer(response.statusCode, call.model, seenOutputTokens));
+      call.writer.send(response.statusCode, returnHeaders(response.headers, bytes.length), bytes);
+      return;
+    }
+    const summary = shape.summarize(json);
     nameResponse(summary);
     const answer = answerOf(summary);
-    record({ kind: "completed", status: response.statusCode, answer });
+    record({ kind: "completed", status: response.statusCode, answer, seenOutputTokens });
     const delivery = await hooks.deliver(call, answer);
     if (delivery.kind === "refuse") return answerError(call, delivery.error);
     if (deps.ledger.shared(run.runId)) await outcomeOnItsWay(deps.ledger);
@@ -408,6 +436,8 @@ export async function handleCall(
             usage: NO_USAGE,
             model: call.model,
             responseId: undefined,
+            answered: "refused",
+            seenOutputTokens: 0,
           });
           if (call.writer.headersSent) {
             call.writer.end(shape.streamErrorEvent(error.message, { type: error.type, code: error.code }));
@@ -582,6 +612,8 @@ function failUnreachable(call: Call, error: unknown, record: (ending: Ending) =>
     usage: NO_USAGE,
     model: call.model,
     responseId: undefined,
+    answered: "none",
+    seenOutputTokens: 0,
   });
   answerError(
     call,
@@ -633,11 +665,15 @@ async function relayStream(
   const parser = new SseParser();
   let terminal = false;
   let held = "";
+  // What the answer had produced as far as it was relayed, should it be cut off: about a
+  // token an event, as providers stream them.
+  let relayed = 0;
   const relay = (events: ReturnType<SseParser["push"]>): boolean => {
     let out = "";
     for (const event of events) {
       const seen = meter.observe(event);
       if (seen.hidden) continue;
+      if (event.data !== undefined) relayed += 1;
       if (seen.terminal) terminal = true;
       const raw = answerModel === undefined ? event.raw : renamedEvent(event.raw, answerModel);
       if (terminal) held += raw;
@@ -661,33 +697,51 @@ async function relayStream(
     relay(parser.flush());
   } catch (error) {
     const summary = meter.summary();
-    if (clientGone.aborted) return record(clientAborted(summary.usage, summary.model ?? call.model));
+    const answered = meter.complete ? "whole" : "cut";
+    if (clientGone.aborted) {
+      return record({
+        ...clientAborted(summary.usage, summary.model ?? call.model),
+        answered,
+        seenOutputTokens: relayed,
+      });
+    }
     if (meter.errorEvent !== undefined) {
       // The provider said why before it hung up, and the client already has its words.
-      record(streamError(response.statusCode, meter.errorEvent, summary, call.model, secrets));
+      record(streamError(response.statusCode, meter, summary, call.model, secrets, relayed));
       writer.end();
       return;
     }
     const message = `The provider's connection broke before the stream was complete: ${(error as Error).message}`;
-    record(upstreamReset(message, summary.usage, summary.model ?? call.model, response.statusCode));
+    record(
+      upstreamReset(
+        message,
+        summary.usage,
+        summary.model ?? call.model,
+        response.statusCode,
+        answered,
+        relayed,
+      ),
+    );
     writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
     return;
   }
   const summary = meter.summary();
   if (meter.errorEvent !== undefined) {
     // The client already has the provider's own error event; record what it said.
-    record(streamError(response.statusCode, meter.errorEvent, summary, call.model, secrets));
+    record(streamError(response.statusCode, meter, summary, call.model, secrets, relayed));
     writer.end(held);
     return;
   }
   if (!meter.complete) {
     const message = "The provider ended the stream before it was complete.";
-    record(upstreamReset(message, summary.usage, summary.model ?? call.model, response.statusCode));
+    record(
+      upstreamReset(message, summary.usage, summary.model ?? call.model, response.statusCode, "cut", relayed),
+    );
     writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
     return;
   }
   const answer = answerOf(summary);
-  record({ kind: "completed", status: response.statusCode, answer });
+  record({ kind: "completed", status: response.statusCode, answer, seenOutputTokens: relayed });
   const delivery = await hooks.deliver(call, answer);
   if (delivery.kind === "refuse") {
     writer.end(shape.streamErrorEvent(delivery.error.message, delivery.error));
@@ -764,50 +818,51 @@ function outcomeCommand(
   ending: Ending,
   latencyMs: number,
   firstByteMs: number,
-  upstream: Upstream,
-  pricer: Pricer,
+  deps: Pick<PipelineDeps, "pricer" | "ledger" | "admission">,
 ): Extract<RunCommand, { type: "CompleteStep" | "FailStep" }> {
+  const said = ending.kind === "completed" ? ending.answer.summary : ending;
+  const model = said.model ?? call.model;
+  const metered = meterOutcome(
+    {
+      model,
+      provider: call.upstream.provider,
+      usage: said.usage,
+      answered: ending.kind === "completed" ? "whole" : ending.answered,
+      estimatedInputTokens: call.estimatedInputTokens,
+      seenOutputTokens: ending.seenOutputTokens,
+      run: deps.ledger.cached(call.run.runId),
+      costControlled: () => deps.admission.costControlled(call.run.runId, call.run.tag),
+    },
+    deps.pricer,
+  );
+  const outcome = {
+    model,
+    upstreamStatus: ending.status,
+    usage: { ...metered.usage },
+    cost: metered.cost,
+    latencyMs,
+    firstByteMs,
+    responseId: said.responseId ?? "",
+    estimated: metered.estimated,
+    usageEstimate: metered.usageEstimate,
+    usageProblem: metered.usageProblem,
+    unknownPrice: metered.unknownPrice,
+  };
   if (ending.kind === "completed") {
     const { summary, toolCallsSignature } = ending.answer;
-    const model = summary.model ?? call.model;
     return {
       type: "CompleteStep",
       stepId: call.stepId,
-      outcome: {
-        model,
-        upstreamStatus: ending.status,
-        usage: { ...summary.usage },
-        cost: pricer.price({ model, usage: summary.usage, provider: upstream.provider }),
-        latencyMs,
-        firstByteMs,
-        responseId: summary.responseId ?? "",
-        estimated: false,
-      },
+      outcome,
       finishReason: summary.finishReason ?? "",
       toolCalls: summary.toolCalls.map((toolCall) => toolCall.name),
       toolCallsSignature,
     };
   }
-  const model = ending.model ?? call.model;
-  // A provider bills no tokens for a call it refused; a call cut off midway consumed an
-  // unknown amount unless usage arrived before the break.
-  const cost =
-    ending.reason === FailureReason.FAILURE_REASON_UPSTREAM_STATUS
-      ? { known: true, nanoUsd: 0 }
-      : pricer.price({ model, usage: ending.usage, provider: upstream.provider });
   return {
     type: "FailStep",
     stepId: call.stepId,
-    outcome: {
-      model,
-      upstreamStatus: ending.status,
-      usage: { ...ending.usage },
-      cost,
-      latencyMs,
-      firstByteMs,
-      responseId: ending.responseId ?? "",
-      estimated: false,
-    },
+    outcome,
     reason: ending.reason,
     errorType: ending.error.type,
     errorCode: ending.error.code ?? "",
@@ -817,23 +872,28 @@ function outcomeCommand(
 
 function streamError(
   status: number,
-  errorEvent: string,
+  meter: StreamMeter,
   summary: AnswerSummary,
   requestedModel: string,
   secrets: readonly string[],
-): Ending {
+  relayed: number,
+): Failed {
   return {
     kind: "failed",
     reason: FailureReason.FAILURE_REASON_UPSTREAM_STREAM_ERROR,
     status,
-    error: readProviderError(status, errorEvent, secrets),
+    error: readProviderError(status, meter.errorEvent ?? "", secrets),
     usage: summary.usage,
     model: summary.model ?? requestedModel,
     responseId: summary.responseId,
+    // A failed response that still ended its stream (Responses' response.failed) says its usage.
+    answered: meter.complete ? "whole" : "cut",
+    seenOutputTokens: relayed,
   };
 }
 
-function clientAborted(usage: UsageReport, model: string | undefined): Ending {
+/** The client left; before any answer came, unless the caller says how much of one it had. */
+function clientAborted(usage: UsageReport, model: string | undefined): Failed {
   return {
     kind: "failed",
     reason: FailureReason.FAILURE_REASON_CLIENT_ABORTED,
@@ -846,6 +906,8 @@ function clientAborted(usage: UsageReport, model: string | undefined): Ending {
     usage,
     model,
     responseId: undefined,
+    answered: "none",
+    seenOutputTokens: 0,
   };
 }
 
@@ -854,7 +916,9 @@ function upstreamReset(
   usage: UsageReport,
   model: string | undefined,
   status: number,
-): Ending {
+  answered: Answered,
+  seenOutputTokens: number,
+): Failed {
   return {
     kind: "failed",
     reason: FailureReason.FAILURE_REASON_UPSTREAM_RESET,
@@ -863,6 +927,27 @@ function upstreamReset(
     usage,
     model,
     responseId: undefined,
+    answered,
+    seenOutputTokens,
+  };
+}
+
+/** A 2xx whose body is not its API's answer (not JSON, not an object). */
+function invalidAnswer(status: number, model: string, seenOutputTokens: number): Failed {
+  return {
+    kind: "failed",
+    reason: FailureReason.FAILURE_REASON_UPSTREAM_INVALID_ANSWER,
+    status,
+    error: {
+      type: "invalid_answer",
+      code: null,
+      message: `The provider answered ${status} with a body that is not a JSON object; it was passed to the client as sent.`,
+    },
+    usage: NO_USAGE,
+    model,
+    responseId: undefined,
+    answered: "unreadable",
+    seenOutputTokens,
   };
 }
 

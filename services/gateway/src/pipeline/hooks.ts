@@ -22,7 +22,11 @@ export interface Call {
   /** Input tokens estimated from the body sent (about four characters a token; a compaction lowers it). */
   estimatedInputTokens: number;
   /** Cost reserved for this call while in flight: its input, and the run's usual output, priced. */
-  readonly reservedNanoUsd: number;
+  reservedNanoUsd: number;
+  /** The model the reservation was priced for (a routing feature may send the call to another). */
+  reservedFor: string;
+  /** That model has no known price, and a cost limit or budget applies to the run. */
+  unpriced: boolean;
   /** Budget leases this call's reservation was taken from (a budget feature fills it). */
   readonly budgetLeases: string[];
   /**

@@ -15,7 +15,7 @@ import type { FakeRequest } from "../exchange.js";
 import { anthropicRateLimitHeaders, type Clock } from "../rate-limit.js";
 import { planReply } from "../reply.js";
 import { sse } from "../sse.js";
-import { messageBody, messageEvents, messageId, usageOf } from "./message.js";
+import { type AnthropicUsage, messageBody, messageEvents, messageId, usageOf } from "./message.js";
 import { type MessagesRequest, type ReadOptions, toMessagesRequest } from "./request.js";
 
 const ANTHROPIC_DIALECT: ErrorDialect = {
@@ -29,7 +29,7 @@ export function anthropicMessagesApi({ limiter, promptCache, clock }: ApiDeps): 
     ...anthropicApi(clock, { countOnly: false }),
     name: "anthropic_messages",
 
-    answer(call, { apiKey, cachedTokens }) {
+    answer(call, { apiKey, cachedTokens, usage: reported }) {
       const id = messageId();
       const reply = planReply(call, id);
       const tokens = promptTokens(call);
@@ -52,7 +52,7 @@ export function anthropicMessagesApi({ limiter, promptCache, clock }: ApiDeps): 
         },
         reply.completionTokens,
       );
-      const plan = { id, model: call.model, reply, usage };
+      const plan = { id, model: call.model, reply, usage: { ...usage, ...reported } as AnthropicUsage };
       return call.stream
         ? { headers: {}, events: messageEvents(plan) }
         : { headers: {}, body: messageBody(plan) };

@@ -5,7 +5,14 @@ import { rateLimitHeaders } from "../rate-limit.js";
 import { planReply } from "../reply.js";
 import { sse } from "../sse.js";
 import { promptTokens } from "../tokens.js";
-import { completionBody, completionId, streamEvents, systemFingerprint, usageOf } from "./completion.js";
+import {
+  completionBody,
+  completionId,
+  streamEvents,
+  systemFingerprint,
+  type Usage,
+  usageOf,
+} from "./completion.js";
 import { type ChatRequest, toChatRequest } from "./request.js";
 
 interface ChatCall extends ChatRequest {
@@ -24,14 +31,17 @@ export function openAiChatApi({ limiter, promptCache, clock }: ApiDeps): ModelAp
     },
     injectedFailure: (status, call) => injectedFailure(status, call.model),
 
-    answer(call, { apiKey, cachedTokens, startedAt }) {
+    answer(call, { apiKey, cachedTokens, usage: reported, startedAt }) {
       const reply = planReply(call, call.id);
       const prompt = promptTokens(call.messages, call.tools);
       const decision = limiter.admit(apiKey, { tokens: prompt + (call.maxTokens ?? reply.completionTokens) });
       if (!decision.allowed) throw rateLimitExceeded({ model: call.model, ...decision });
 
       const cached = promptCache.serve(apiKey, call.messages, prompt);
-      const usage = usageOf(prompt, reply.completionTokens, Math.min(cachedTokens ?? cached, prompt));
+      const usage = {
+        ...usageOf(prompt, reply.completionTokens, Math.min(cachedTokens ?? cached, prompt)),
+        ...reported,
+      } as Usage;
       const head = {
         id: call.id,
         created: Math.floor(clock() / 1000),

@@ -14,7 +14,14 @@ import { sse } from "../sse.js";
 import { promptTokens } from "../tokens.js";
 import type { ResponseMemory } from "./memory.js";
 import { type ResponsesRequest, toResponsesRequest } from "./request.js";
-import { type ResponsePlan, responseBody, responseEvents, responseId, usageOf } from "./response.js";
+import {
+  type ResponsePlan,
+  type ResponsesUsage,
+  responseBody,
+  responseEvents,
+  responseId,
+  usageOf,
+} from "./response.js";
 
 /** `POST /v1/responses`. */
 export function openAiResponsesApi(
@@ -31,7 +38,7 @@ export function openAiResponsesApi(
     },
     injectedFailure: (status, call) => injectedFailure(status, call.model),
 
-    answer(call, { apiKey, cachedTokens, startedAt }) {
+    answer(call, { apiKey, cachedTokens, usage: reported, startedAt }) {
       const previous =
         call.previousResponseId === null ? undefined : memory.recall(apiKey, call.previousResponseId);
       if (call.previousResponseId !== null && previous === undefined) {
@@ -50,7 +57,10 @@ export function openAiResponsesApi(
         promptCache.serve(apiKey, call.messages, prompt),
         wholeBlocks(previous?.inputTokens ?? 0),
       );
-      const usage = usageOf(prompt, reply.completionTokens, Math.min(cachedTokens ?? cached, prompt));
+      const usage = {
+        ...usageOf(prompt, reply.completionTokens, Math.min(cachedTokens ?? cached, prompt)),
+        ...reported,
+      } as ResponsesUsage;
       if (call.store)
         memory.remember(id, { apiKey, inputTokens: prompt, outputTokens: reply.completionTokens });
 
