@@ -1,0 +1,119 @@
+import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
+import { connect, GrpcStatus, type ServiceError } from "@holdfast/grpc";
+import { createLogger } from "@holdfast/log";
+import { RunsClient } from "@holdfast/proto";
+import { makeTempDir, natsUrl, uniqueNamespace } from "@holdfast/test-harness";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type RunningScheduler, startScheduler } from "../service.js";
+
+// The durable-run API as clients and workers meet it: the scheduler on real sockets, over
+// the harness's nats-server, with the control tokens set, as `holdfast up --config` runs it.
+
+const CONTROL = "control-secret-0123456789";
+const READ = "read-secret-0123456789";
+const log = createLogger({ name: "scheduler-api-test", level: "silent" });
+let dir: Awaited<ReturnType<typeof makeTempDir>>;
+let scheduler: RunningScheduler;
+
+function configWith(overrides: DeepPartial<Config>): Config {
+  return loadConfig({
+    env: {},
+    overrides: {
+      data_dir: dir.path,
+      nats: { url: natsUrl(), prefix: uniqueNamespace("sched-api") },
+      scheduler: { host: "127.0.0.1", grpc_port: 0, port: 0 },
+      ...overrides,
+    },
+  });
+}
+
+beforeAll(async () => {
+  dir = await makeTempDir("scheduler-api");
+  scheduler = await startScheduler(configWith({ control: { token: CONTROL, read_token: READ } }), log);
+  const deployed = await rest("POST", "/v1/agents/echo/deployments", { version: "v1" });
+  expect(deployed.status).toBe(200);
+});
+
+afterAll(async () => {
+  await scheduler?.close();
+  await dir?.[Symbol.asyncDispose]();
+});
+
+function client(token: string | undefined): RunsClient {
+  return connect(RunsClient, {
+    address: scheduler.grpcAddress,
+    ...(token === undefined ? {} : { metadata: { authorization: `Bearer ${token}` } }),
+  });
+}
+
+async function rest(
+  method: string,
+  path: string,
+  body?: unknown,
+  token: string | null = CONTROL,
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  const headers: Record<string, string> = {};
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(`${scheduler.url}${path}`, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+}
+
+/** How a server stream or a worker's session ends: its status, or OK once the scheduler spoke. */
+function streamOutcome(
+  open: (c: RunsClient, deadline: number) => NodeJS.EventEmitter & { cancel(): void },
+  token: string | undefined,
+): Promise<{ code: GrpcStatus; details: string }> {
+  const c = client(token);
+  // A refusal comes at once; a stream left hanging ends at this deadline instead of the test's.
+  const stream = open(c, Date.now() + 15_000);
+  return new Promise((resolve) => {
+    const done = (outcome: { code: GrpcStatus; details: string }) => {
+      stream.cancel();
+      c.close();
+      resolve(outcome);
+    };
+    stream.on("data", () => done({ code: GrpcStatus.OK, details: "" }));
+    stream.on("error", (error: ServiceError) => done({ code: error.code, details: error.details }));
+  });
+}
+
+const work = (c: RunsClient, deadline: number) => {
+  const session = c.work({ deadline });
+  session.write({
+    message: {
+      $case: "hello",
+      value: { worker: "test-worker", agents: [{ agent: "echo", version: "v1" }], slots: 1, leases: [] },
+    },
+  });
+  return session;
+};
+
+describe("the runs API's streams", () => {
+  it("refuses a worker's session without a valid token at once: UNAUTHENTICATED, or PERMISSION_DENIED for the read-only token", async () => {
+    expect(await streamOutcome(work, undefined)).toMatchObject({ code: GrpcStatus.UNAUTHENTICATED });
+    expect(await streamOutcome(work, "not-the-token")).toMatchObject({ code: GrpcStatus.UNAUTHENTICATED });
+    const read = await streamOutcome(work, READ);
+    expect(read.code).toBe(GrpcStatus.PERMISSION_DENIED);
+    expect(read.details).toMatch(/read-only/);
+    // The control token's session is welcomed.
+    expect(await streamOutcome(work, CONTROL)).toMatchObject({ code: GrpcStatus.OK });
+  });
+
+  it("refuses a watch without a valid token at once: UNAUTHENTICATED", async () => {
+    const { run } = (await submit({ input: { n: 1 } })).body as { run: { run_id: string } };
+    const watch = (c: RunsClient, deadline: number) => c.watch({ runId: run.run_id }, { deadline });
+    expect(await streamOutcome(watch, undefined)).toMatchObject({ code: GrpcStatus.UNAUTHENTICATED });
+    expect(await streamOutcome(watch, "not-the-token")).toMatchObject({ code: GrpcStatus.UNAUTHENTICATED });
+    // Reading needs only the read-only token: the run's first event comes.
+    expect(await streamOutcome(watch, READ)).toMatchObject({ code: GrpcStatus.OK });
+  });
+});
+
+function submit(body: Record<string, unknown>, token: string | null = CONTROL) {
+  return rest("POST", "/v1/agents/echo/runs", body, token);
+}
