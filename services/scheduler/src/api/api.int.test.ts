@@ -1,7 +1,7 @@
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
 import { connect, GrpcStatus, type ServiceError } from "@holdfast/grpc";
 import { createLogger } from "@holdfast/log";
-import { RunsClient } from "@holdfast/proto";
+import { RunsClient, type SubmitRunResponse } from "@holdfast/proto";
 import { makeTempDir, natsUrl, uniqueNamespace } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningScheduler, startScheduler } from "../service.js";
@@ -117,3 +117,94 @@ describe("the runs API's streams", () => {
 function submit(body: Record<string, unknown>, token: string | null = CONTROL) {
   return rest("POST", "/v1/agents/echo/runs", body, token);
 }
+
+function grpcSubmit(
+  c: RunsClient,
+  request: { inputJson: string; idempotencyKey: string; partitionKey?: string },
+): Promise<SubmitRunResponse> {
+  return new Promise((resolve, reject) =>
+    c.submit(
+      {
+        agent: "echo",
+        inputJson: request.inputJson,
+        partitionKey: request.partitionKey ?? "",
+        timeoutSeconds: 0,
+        idempotencyKey: request.idempotencyKey,
+        tenant: "",
+        tag: "",
+      },
+      (error, response) => (error ? reject(error) : resolve(response)),
+    ),
+  );
+}
+
+describe("idempotency keys", () => {
+  it("answers the same key with the same input with the run it made, over REST and gRPC", async () => {
+    const first = await submit({ input: { order: 7, lines: [1, 2] }, idempotency_key: "order-7" });
+    expect(first.status).toBe(201);
+    const run = (first.body.run as { run_id: string }).run_id;
+    // The same JSON value, written with other spacing and key order, is the same input.
+    const again = await submit({ idempotency_key: "order-7", input: { lines: [1, 2], order: 7 } });
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ created: false, run: { run_id: run } });
+    const c = client(CONTROL);
+    try {
+      const answer = await grpcSubmit(c, {
+        inputJson: '{ "lines": [1, 2], "order": 7 }',
+        idempotencyKey: "order-7",
+      });
+      expect(answer.created).toBe(false);
+      expect(answer.run?.runId).toBe(run);
+    } finally {
+      c.close();
+    }
+  });
+
+  it("refuses the same key with another input, naming the key: REST 409 idempotency_key_reused, gRPC ALREADY_EXISTS", async () => {
+    const first = await submit({ input: { order: 8 }, idempotency_key: "order-8" });
+    expect(first.status).toBe(201);
+    const run = (first.body.run as { run_id: string }).run_id;
+
+    const other = await submit({ input: { order: 9 }, idempotency_key: "order-8" });
+    expect(other.status).toBe(409);
+    const error = other.body.error as { code: string; message: string };
+    expect(error.code).toBe("idempotency_key_reused");
+    expect(error.message).toContain('"order-8"');
+    expect(error.message).toContain(run);
+
+    // The key in the header, as many HTTP clients send it, is the same key.
+    const byHeader = await fetch(`${scheduler.url}/v1/agents/echo/runs`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${CONTROL}`,
+        "content-type": "application/json",
+        "idempotency-key": "order-8",
+      },
+      body: JSON.stringify({ input: { order: 10 } }),
+    });
+    expect(byHeader.status).toBe(409);
+
+    // Another partition key is another submission too.
+    const moved = await submit({ input: { order: 8 }, idempotency_key: "order-8", partition_key: "acme" });
+    expect(moved.status).toBe(409);
+
+    const c = client(CONTROL);
+    try {
+      const refused = await grpcSubmit(c, { inputJson: '{"order":9}', idempotencyKey: "order-8" }).then(
+        () => undefined,
+        (e: ServiceError) => e,
+      );
+      expect(refused?.code).toBe(GrpcStatus.ALREADY_EXISTS);
+      expect(refused?.details).toContain('"order-8"');
+      expect(refused?.metadata.get("holdfast-error-code")).toEqual(["idempotency_key_reused"]);
+    } finally {
+      c.close();
+    }
+
+    // Nothing was recorded by the refusals: the run is as first submitted.
+    const shown = await rest("GET", `/v1/runs/${run}`);
+    const shownRun = shown.body.run as Record<string, unknown>;
+    expect(shownRun).toMatchObject({ run_id: run, input: { order: 8 }, idempotency_key: "order-8" });
+    expect(shownRun.partition_key ?? "").toBe("");
+  });
+});
