@@ -11,7 +11,7 @@ import {
   type WindowLimits,
 } from "@holdfast/events";
 import type { DurableRun } from "@holdfast/proto";
-import { COMMON_OPTIONS, configFrom } from "./common.js";
+import { COMMON_OPTIONS, stackConfig } from "./common.js";
 import { renderDurable } from "./durable.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table, usd } from "./format.js";
@@ -30,7 +30,8 @@ export async function show(argv: string[]): Promise<void> {
   const runId = positionals[0];
   if (runId === undefined || positionals.length > 1)
     throw new CliError(`give exactly one run id\n\n${SHOW_USAGE}`, 2);
-  const config = configFrom(values);
+  // The running stack's own file when none is named: its NATS prefix is where its runs are.
+  const { config } = stackConfig(values);
   const bus = await connectBus({
     servers: natsUrlFor(config),
     prefix: config.nats.prefix,
