@@ -1,7 +1,7 @@
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { envelopeToJson } from "@holdfast/events";
+import { agentViewJson, durableRunJson, envelopeToJson } from "@holdfast/events";
 import {
   type Agent,
   type DurableRun,
@@ -117,7 +117,15 @@ export async function deploy(argv: string[]): Promise<void> {
   try {
     const results = [];
     for (const a of agents) results.push(await call(() => api.deploy(a)));
-    if (values.json) return void console.log(JSON.stringify(results, null, 2));
+    // As the runs REST API answers a deployment.
+    if (values.json) {
+      const json = results.map((r) => ({
+        agent: r.agent === undefined ? null : agentViewJson(r.agent),
+        changes: r.changes,
+        previous_version: r.previousVersion,
+      }));
+      return void console.log(JSON.stringify(json, null, 2));
+    }
     for (const result of results) {
       const name = result.agent?.agent ?? "?";
       if (result.changes.length === 0) {
@@ -336,8 +344,7 @@ async function runsSubmit(argv: string[]): Promise<void> {
     if (!values.json)
       console.log(`${created ? "submitted" : "already submitted (same idempotency key)"}: ${run.runId}`);
     const ended = values.wait ? await call(() => followRun(api, run, (line) => console.error(line))) : run;
-    if (values.json)
-      return void console.log(JSON.stringify({ ...(runJson(ended) as object), created }, null, 2));
+    if (values.json) return void console.log(JSON.stringify({ ...runJson(ended), created }, null, 2));
     if (values.wait) console.log(renderDurable(ended));
     if (values.wait && ended.status === DurableStatus.DURABLE_STATUS_FAILED) process.exitCode = 1;
   } finally {
@@ -512,8 +519,9 @@ function statusName(status: DurableStatus): string {
     .toLowerCase();
 }
 
-function runJson(run: DurableRun): unknown {
-  return { ...run, status: statusName(run.status) };
+/** A durable run as the runs REST API answers it (GET /v1/runs/{id}). */
+function runJson(run: DurableRun): Record<string, unknown> {
+  return durableRunJson(run);
 }
 
 /** A gRPC call, its failure said as the scheduler said it. */

@@ -6,6 +6,7 @@ import {
   durableRunOf,
   type PredictionView,
   type RunView,
+  runViewJson,
   type StepView,
   type TripView,
   type WindowLimits,
@@ -48,9 +49,8 @@ export async function show(argv: string[]): Promise<void> {
   } finally {
     await bus.close();
   }
-  if (values.json) {
-    return void console.log(JSON.stringify(durable === undefined ? state : { ...state, durable }, null, 2));
-  }
+  // As the control API's GET runs/:id answers it.
+  if (values.json) return void console.log(JSON.stringify(runViewJson(state, durable), null, 2));
   console.log(renderRun(state));
   // A durable run's own part: its agent, where it stands, and each step it recorded.
   if (durable !== undefined) console.log(`\nDurable run\n\n${renderDurable(durable)}`);

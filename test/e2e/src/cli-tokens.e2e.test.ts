@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { once } from "node:events";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -137,6 +137,19 @@ describe("the durable flow on a stack with tokens", () => {
     const runId = /submitted: (\S+)/.exec(submit.stdout())?.[1];
     expect(submit.stdout()).toMatch(/status\s+finished/);
     expect(worker.stdout()).toMatch(new RegExp(`finished ${runId}: 4 steps run, 0 reused`));
+
+    // `runs show --json` is the runs REST API's answer for the run, key for key.
+    const shown = await holdfast("runs", "show", runId!, "--json");
+    expect(shown.code, shown.stderr).toBe(0);
+    const { schedulerUrl } = JSON.parse(readFileSync(join(dir.path, "holdfast.json"), "utf8")) as {
+      schedulerUrl: string;
+    };
+    const answer = await fetch(`${schedulerUrl}/v1/runs/${runId}`, {
+      headers: { authorization: `Bearer ${READ}` },
+    });
+    expect(answer.status).toBe(200);
+    expect(JSON.parse(shown.stdout)).toEqual(((await answer.json()) as { run: unknown }).run);
+    expect(JSON.parse(shown.stdout)).toMatchObject({ run_id: runId, status: "finished", steps_recorded: 4 });
     worker.child.kill("SIGINT");
     await once(worker.child, "exit");
   });

@@ -203,8 +203,41 @@ describe("idempotency keys", () => {
 
     // Nothing was recorded by the refusals: the run is as first submitted.
     const shown = await rest("GET", `/v1/runs/${run}`);
-    const shownRun = shown.body.run as Record<string, unknown>;
-    expect(shownRun).toMatchObject({ run_id: run, input: { order: 8 }, idempotency_key: "order-8" });
-    expect(shownRun.partition_key ?? "").toBe("");
+    expect(shown.body.run).toMatchObject({
+      run_id: run,
+      input: { order: 8 },
+      idempotency_key: "order-8",
+      partition_key: "",
+    });
+  });
+});
+
+describe("REST answers", () => {
+  it("are snake_case, with every field of a run, its input and output as JSON values", async () => {
+    const submitted = await submit({ input: { text: "tide" }, partition_key: "acme" });
+    const run = submitted.body.run as Record<string, unknown>;
+    expect(Object.keys(run).filter((key) => /[A-Z]/.test(key))).toEqual([]);
+    expect(run).toMatchObject({
+      agent: "echo",
+      version: "v1",
+      status: "queued",
+      input: { text: "tide" },
+      output: null,
+      failure: null,
+      partition_key: "acme",
+      idempotency_key: "",
+      steps_recorded: 0,
+      model_calls: 0,
+      ended_ms: 0,
+      caps: { ceiling_ms: expect.any(Number), concurrency_per_key: 0, starts_per_minute: 0 },
+      steps: [],
+    });
+    const { agents } = (await rest("GET", "/v1/agents")).body as { agents: Record<string, unknown>[] };
+    expect(agents.find((a) => a.agent === "echo")).toMatchObject({
+      version: "v1",
+      workers: 0,
+      workers_on_version: 0,
+      deployed_ms: expect.any(Number),
+    });
   });
 });
