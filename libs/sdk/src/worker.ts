@@ -299,6 +299,8 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
       if (stopping) return;
       options.onEvent?.({ type: "disconnected", error: (error as Error)?.message ?? "closed" });
       if (!everConnected) {
+        // Nobody holds this worker: its channel goes with it.
+        client.close();
         failedFirst(firstSessionError(address, error));
         return;
       }
