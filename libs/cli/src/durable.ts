@@ -47,6 +47,8 @@ export const RUNS_USAGE = `holdfast runs <ls|show|submit|watch|redrive|replay|ca
   holdfast runs show <run> [--json]
   holdfast runs submit <agent> [--input JSON] [--partition-key K] [--timeout SECONDS]
                        [--idempotency-key K] [--tenant T] [--tag T] [--wait] [--json]
+                                            --wait: until it ends, saying on stderr what happens
+                                            (leased, steps recorded, …) and what a queued run waits for
   holdfast runs watch <run>                 each event of the run as it is appended, until it ends
   holdfast runs redrive <run> [--reason R]  a failed run again, reusing its recorded steps
   holdfast runs replay <run> [--reason R]   again on the agent's latest version, reusing nothing
