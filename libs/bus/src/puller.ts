@@ -4,6 +4,11 @@ import { BusUnavailableError } from "./errors.js";
 /** A message a consumer delivered: where it is in the stream, its bytes, and how to acknowledge it. */
 export interface PulledMessage {
   readonly seq: number;
+  /**
+   * The consumer's count of deliveries at this one (JetStream's consumer sequence):
+   * consecutive across a consumer's deliveries, so a gap means one went to another puller.
+   */
+  readonly delivery: number;
   readonly subject: string;
   readonly data: Uint8Array;
   /** Delivered before and not acknowledged in time. */
@@ -115,6 +120,7 @@ export class Puller {
       const info = ackInfo(reply);
       reading.messages.push({
         seq: info.streamSequence,
+        delivery: info.consumerSequence,
         subject: msg.subject,
         data: msg.data,
         redelivered: info.deliveries > 1,
@@ -142,11 +148,15 @@ export class Puller {
 
 const ACK = new TextEncoder().encode("+ACK");
 
-/** Stream sequence and delivery count from a JetStream ack subject (both of its forms). */
-function ackInfo(reply: string): { streamSequence: number; deliveries: number } {
+/** Stream sequence, consumer sequence and delivery count from a JetStream ack subject (both of its forms). */
+function ackInfo(reply: string): { streamSequence: number; consumerSequence: number; deliveries: number } {
   const tokens = reply.split(".");
   // $JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<ts>.<pending>, or
   // with <domain>.<account hash> after ACK (and a random token at the end).
   const at = tokens.length === 9 ? 4 : 6;
-  return { deliveries: Number(tokens[at]), streamSequence: Number(tokens[at + 1]) };
+  return {
+    deliveries: Number(tokens[at]),
+    streamSequence: Number(tokens[at + 1]),
+    consumerSequence: Number(tokens[at + 2]),
+  };
 }

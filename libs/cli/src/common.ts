@@ -1,6 +1,7 @@
 import { resolve } from "node:path";
 import { type Config, loadConfig } from "@holdfast/config";
 import { CliError } from "./errors.js";
+import { readStack, type StackFile } from "./stack.js";
 
 /** Options every reading command takes. */
 export const COMMON_OPTIONS = {
@@ -15,6 +16,34 @@ export function configFrom(values: { "data-dir"?: string | undefined; config?: s
     file: values.config ? resolve(values.config) : undefined,
     overrides: { data_dir: values["data-dir"] },
   });
+}
+
+/**
+ * The configuration a command that talks to the running stack acts with, and that stack
+ * (undefined when none runs on the data dir): the file named by --config or
+ * HOLDFAST_CONFIG, else the file the running `up` was started with (holdfast.json records
+ * it: its tokens, ports and prefix are the stack's), with HOLDFAST_* from the environment
+ * over either.
+ */
+export function stackConfig(values: { "data-dir"?: string | undefined; config?: string | undefined }): {
+  config: Config;
+  stack: StackFile | undefined;
+} {
+  const config = configFrom(values);
+  const stack = readStack(config.data_dir);
+  const named = values.config !== undefined || (process.env.HOLDFAST_CONFIG ?? "") !== "";
+  if (named || stack?.configFile === undefined) return { config, stack };
+  return {
+    config: loadConfig({ file: resolve(stack.configFile), overrides: { data_dir: values["data-dir"] } }),
+    stack,
+  };
+}
+
+/** A host a server listens on, as a client on this machine reaches it. */
+export function reachable(host: string): string {
+  if (host === "0.0.0.0") return "127.0.0.1";
+  if (host === "::") return "[::1]";
+  return host.includes(":") ? `[${host}]` : host;
 }
 
 /** Calls the projector's analytics API and returns its JSON, or a CliError with its message. */

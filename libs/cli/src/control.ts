@@ -1,9 +1,6 @@
-import { resolve } from "node:path";
-import { type Config, loadConfig } from "@holdfast/config";
-import { configFrom } from "./common.js";
+import { reachable, stackConfig } from "./common.js";
 import { localTokens } from "./credentials.js";
 import { CliError } from "./errors.js";
-import { readStack } from "./stack.js";
 
 export const API_PREFIX = "/holdfast/v1";
 
@@ -25,12 +22,7 @@ export function controlEndpoint(values: {
   "data-dir"?: string | undefined;
   config?: string | undefined;
 }): ControlEndpoint {
-  let config: Config = configFrom(values);
-  const stack = readStack(config.data_dir);
-  const named = values.config !== undefined || (process.env.HOLDFAST_CONFIG ?? "") !== "";
-  if (!named && stack?.configFile !== undefined) {
-    config = loadConfig({ file: resolve(stack.configFile), overrides: { data_dir: values["data-dir"] } });
-  }
+  const { config, stack } = stackConfig(values);
   const url =
     config.control.url ??
     stack?.controlUrl ??
@@ -74,18 +66,14 @@ export async function controlCall<T>(
   if (response.ok) return answer;
   const message = answer.error?.message ?? `the control API answered ${response.status}`;
   if (response.status === 401 || response.status === 403) {
-    throw new CliError(
-      `${message}\nThe token comes from control.token in the config file (--config FILE, HOLDFAST_CONFIG, or the file \`holdfast up\` was started with), HOLDFAST_CONTROL__TOKEN, or else the one \`holdfast up\` made in <data_dir>/credentials/control.token.`,
-    );
+    throw new CliError(`${message}\n${TOKEN_SOURCES}`);
   }
   throw new CliError(message, response.status === 400 ? 2 : 1);
 }
 
-function reachable(host: string): string {
-  if (host === "0.0.0.0") return "127.0.0.1";
-  if (host === "::") return "[::1]";
-  return host.includes(":") ? `[${host}]` : host;
-}
+/** Where a refused command's token came from, for the operator to check. */
+export const TOKEN_SOURCES =
+  "The token comes from control.token in the config file (--config FILE, HOLDFAST_CONFIG, or the file `holdfast up` was started with), HOLDFAST_CONTROL__TOKEN, or else the one `holdfast up` made in <data_dir>/credentials/control.token.";
 
 /** A standing hold rule, as the control API answers it. */
 export interface RuleBody {

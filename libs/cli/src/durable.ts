@@ -1,8 +1,7 @@
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { type Config, loadConfig } from "@holdfast/config";
-import { envelopeToJson } from "@holdfast/events";
+import { agentViewJson, durableRunJson, envelopeToJson } from "@holdfast/events";
 import {
   type Agent,
   type DurableRun,
@@ -12,11 +11,20 @@ import {
   RunsApi,
   worker,
 } from "@holdfast/sdk";
-import { COMMON_OPTIONS, configFrom } from "./common.js";
+import { COMMON_OPTIONS, reachable, stackConfig } from "./common.js";
+import { TOKEN_SOURCES } from "./control.js";
+import { localTokens } from "./credentials.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table } from "./format.js";
-import { localTokens } from "./credentials.js";
-import { readStack } from "./stack.js";
+import { NOT_SUBMITTED, progressLine, stageAfter, waitingLine } from "./progress.js";
+
+/** The gRPC status codes the CLI tells apart (grpc.status). */
+const GrpcStatus = {
+  INVALID_ARGUMENT: 3,
+  PERMISSION_DENIED: 7,
+  UNAVAILABLE: 14,
+  UNAUTHENTICATED: 16,
+} as const;
 
 const SCHEDULER_OPTIONS = { ...COMMON_OPTIONS, scheduler: { type: "string" } } as const;
 
@@ -40,6 +48,8 @@ export const RUNS_USAGE = `holdfast runs <ls|show|submit|watch|redrive|replay|ca
   holdfast runs show <run> [--json]
   holdfast runs submit <agent> [--input JSON] [--partition-key K] [--timeout SECONDS]
                        [--idempotency-key K] [--tenant T] [--tag T] [--wait] [--json]
+                                            --wait: until it ends, saying on stderr what happens
+                                            (leased, steps recorded, …) and what a queued run waits for
   holdfast runs watch <run>                 each event of the run as it is appended, until it ends
   holdfast runs redrive <run> [--reason R]  a failed run again, reusing its recorded steps
   holdfast runs replay <run> [--reason R]   again on the agent's latest version, reusing nothing
@@ -48,22 +58,38 @@ export const RUNS_USAGE = `holdfast runs <ls|show|submit|watch|redrive|replay|ca
 Durable runs (holdfast.v1.Runs on the scheduler; every command also takes --scheduler
 HOST:PORT, --data-dir DIR and --config FILE).`;
 
-/** The scheduler's gRPC address and the token, as this command should reach them. */
-export function runsApi(values: { "data-dir"?: string; config?: string; scheduler?: string }): RunsApi {
-  let config: Config = configFrom(values);
-  const stack = readStack(config.data_dir);
-  const named = values.config !== undefined || (process.env.HOLDFAST_CONFIG ?? "") !== "";
-  if (!named && stack?.configFile !== undefined) {
-    config = loadConfig({ file: resolve(stack.configFile), overrides: { data_dir: values["data-dir"] } });
-  }
-  const scheduler =
+/** Where the scheduler's gRPC API is and the token to call it with. */
+export interface SchedulerEndpoint {
+  /** host:port. */
+  address: string;
+  /** The control token (else the read-only one); undefined when the stack has none. */
+  token: string | undefined;
+}
+
+/**
+ * The scheduler as this command should reach it: --scheduler, `scheduler.url`, the running
+ * stack's (holdfast.json), else `<scheduler.host>:<scheduler.grpc_port>`; the token from the
+ * configuration as `stackConfig` finds it (the running stack's file when none is named).
+ */
+export function schedulerEndpoint(values: {
+  "data-dir"?: string | undefined;
+  config?: string | undefined;
+  scheduler?: string | undefined;
+}): SchedulerEndpoint {
+  const { config, stack } = stackConfig(values);
+  const address =
     values.scheduler ??
     config.scheduler.url ??
     stack?.schedulerGrpc ??
-    `${config.scheduler.host === "0.0.0.0" ? "127.0.0.1" : config.scheduler.host}:${config.scheduler.grpc_port}`;
+    `${reachable(config.scheduler.host)}:${config.scheduler.grpc_port}`;
   const tokens = localTokens(config);
-  const token = tokens.control ?? tokens.read;
-  return new RunsApi({ scheduler, ...(token === undefined ? {} : { token }) });
+  return { address, token: tokens.control ?? tokens.read };
+}
+
+/** holdfast.v1.Runs as this command should reach it (see schedulerEndpoint). */
+export function runsApi(values: { "data-dir"?: string; config?: string; scheduler?: string }): RunsApi {
+  const { address, token } = schedulerEndpoint(values);
+  return new RunsApi({ scheduler: address, ...(token === undefined ? {} : { token }) });
 }
 
 /** The agents a module exports. */
@@ -95,7 +121,15 @@ export async function deploy(argv: string[]): Promise<void> {
   try {
     const results = [];
     for (const a of agents) results.push(await call(() => api.deploy(a)));
-    if (values.json) return void console.log(JSON.stringify(results, null, 2));
+    // As the runs REST API answers a deployment.
+    if (values.json) {
+      const json = results.map((r) => ({
+        agent: r.agent === undefined ? null : agentViewJson(r.agent),
+        changes: r.changes,
+        previous_version: r.previousVersion,
+      }));
+      return void console.log(JSON.stringify(json, null, 2));
+    }
     for (const result of results) {
       const name = result.agent?.agent ?? "?";
       if (result.changes.length === 0) {
@@ -131,16 +165,7 @@ export async function workerCommand(argv: string[]): Promise<void> {
   if (!Number.isInteger(slots) || slots < 1)
     throw new CliError("--slots must be a whole number, 1 or more", 2);
   const agents = await agentsOf(positionals[0]!);
-  const api = runsApi(values);
-  api.close();
-  const config = configFrom(values);
-  const stack = readStack(config.data_dir);
-  const scheduler =
-    values.scheduler ??
-    config.scheduler.url ??
-    stack?.schedulerGrpc ??
-    `127.0.0.1:${config.scheduler.grpc_port}`;
-  const token = config.control.token;
+  const { address: scheduler, token } = schedulerEndpoint(values);
   let served: Awaited<ReturnType<typeof worker>>;
   try {
     served = await worker({
@@ -175,6 +200,10 @@ export async function workerCommand(argv: string[]): Promise<void> {
       },
     });
   } catch (error) {
+    const code = (error as { code?: number }).code;
+    if (code === GrpcStatus.UNAUTHENTICATED || code === GrpcStatus.PERMISSION_DENIED) {
+      throw new CliError(`${(error as Error).message}\n${TOKEN_SOURCES}`);
+    }
     throw new CliError(`${(error as Error).message}. Is Holdfast up (holdfast up), or --scheduler set?`);
   }
   console.log(
@@ -316,15 +345,67 @@ async function runsSubmit(argv: string[]): Promise<void> {
         tag: values.tag,
       }),
     );
-    const ended = values.wait ? await call(() => api.result(run.runId)) : run;
-    if (values.json)
-      return void console.log(JSON.stringify({ ...(runJson(ended) as object), created }, null, 2));
-    console.log(`${created ? "submitted" : "already submitted (same idempotency key)"}: ${run.runId}`);
+    if (!values.json)
+      console.log(`${created ? "submitted" : "already submitted (same idempotency key)"}: ${run.runId}`);
+    const ended = values.wait ? await call(() => followRun(api, run, (line) => console.error(line))) : run;
+    if (values.json) return void console.log(JSON.stringify({ ...runJson(ended), created }, null, 2));
     if (values.wait) console.log(renderDurable(ended));
     if (values.wait && ended.status === DurableStatus.DURABLE_STATUS_FAILED) process.exitCode = 1;
   } finally {
     api.close();
   }
+}
+
+/** How long a run may sit queued before `--wait` says what it waits for, and how often again. */
+const QUEUED_LOOK_MS = 1_000;
+const QUEUED_AGAIN_MS = 5_000;
+
+/**
+ * Watches a run until it ends, telling `say` what happens as it happens (each event
+ * worth a line, with the seconds since the command began) and, while the run sits queued,
+ * what it waits for: a worker for its agent at its version, or none at all. Returns the
+ * run as it ended.
+ */
+async function followRun(api: RunsApi, run: DurableRun, say: (line: string) => void): Promise<DurableRun> {
+  const began = Date.now();
+  const tell = (line: string) => say(`${((Date.now() - began) / 1_000).toFixed(1).padStart(6)}s  ${line}`);
+  let stage = NOT_SUBMITTED;
+  let said = "";
+  let look: NodeJS.Timeout | undefined;
+  const lookAtWorkers = async () => {
+    look = undefined;
+    if (!stage.queued) return;
+    try {
+      const line = waitingLine(run.agent, run.version, await api.agents());
+      if (stage.queued && line !== said) tell(line);
+      said = line;
+    } catch {
+      // The next look, or the run's own events, say more.
+    }
+    if (stage.queued) look = setTimeout(lookAtWorkers, QUEUED_AGAIN_MS);
+  };
+  try {
+    for await (const event of api.watch(run.runId)) {
+      const line = progressLine(event);
+      if (line !== undefined) tell(line);
+      if (event.payload?.$case === "runRedriven") run = { ...run, version: event.payload.value.version };
+      const before = stage;
+      stage = stageAfter(stage, event);
+      if (stage.queued && !before.queued) {
+        // Only a run still queued a moment later: the watch replays what already happened first.
+        said = "";
+        look = setTimeout(lookAtWorkers, QUEUED_LOOK_MS);
+      }
+      if (!stage.queued && look !== undefined) {
+        clearTimeout(look);
+        look = undefined;
+      }
+    }
+  } finally {
+    if (look !== undefined) clearTimeout(look);
+    stage = { ...stage, queued: false };
+  }
+  return api.get(run.runId);
 }
 
 async function runsWatch(argv: string[]): Promise<void> {
@@ -442,8 +523,9 @@ function statusName(status: DurableStatus): string {
     .toLowerCase();
 }
 
-function runJson(run: DurableRun): unknown {
-  return { ...run, status: statusName(run.status) };
+/** A durable run as the runs REST API answers it (GET /v1/runs/{id}). */
+function runJson(run: DurableRun): Record<string, unknown> {
+  return durableRunJson(run);
 }
 
 /** A gRPC call, its failure said as the scheduler said it. */
@@ -452,11 +534,17 @@ async function call<T>(fn: () => Promise<T>): Promise<T> {
     return await fn();
   } catch (error) {
     const e = error as { code?: number; details?: string; message?: string };
-    if (e.code === 14) {
+    if (e.code === GrpcStatus.UNAVAILABLE) {
       throw new CliError(
         `cannot reach the scheduler: ${e.details ?? e.message}. Is Holdfast up (holdfast up)?`,
       );
     }
-    throw new CliError(e.details ?? e.message ?? String(error), e.code === 3 ? 2 : 1);
+    if (e.code === GrpcStatus.UNAUTHENTICATED || e.code === GrpcStatus.PERMISSION_DENIED) {
+      throw new CliError(`${e.details ?? e.message}\n${TOKEN_SOURCES}`);
+    }
+    throw new CliError(
+      e.details ?? e.message ?? String(error),
+      e.code === GrpcStatus.INVALID_ARGUMENT ? 2 : 1,
+    );
   }
 }

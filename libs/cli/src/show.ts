@@ -6,12 +6,13 @@ import {
   durableRunOf,
   type PredictionView,
   type RunView,
+  runViewJson,
   type StepView,
   type TripView,
   type WindowLimits,
 } from "@holdfast/events";
 import type { DurableRun } from "@holdfast/proto";
-import { COMMON_OPTIONS, configFrom } from "./common.js";
+import { COMMON_OPTIONS, stackConfig } from "./common.js";
 import { renderDurable } from "./durable.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table, usd } from "./format.js";
@@ -30,7 +31,8 @@ export async function show(argv: string[]): Promise<void> {
   const runId = positionals[0];
   if (runId === undefined || positionals.length > 1)
     throw new CliError(`give exactly one run id\n\n${SHOW_USAGE}`, 2);
-  const config = configFrom(values);
+  // The running stack's own file when none is named: its NATS prefix is where its runs are.
+  const { config } = stackConfig(values);
   const bus = await connectBus({ ...readerConnection(config), name: "holdfast-cli" });
   let state: RunView;
   let durable: DurableRun | undefined;
@@ -43,9 +45,8 @@ export async function show(argv: string[]): Promise<void> {
   } finally {
     await bus.close();
   }
-  if (values.json) {
-    return void console.log(JSON.stringify(durable === undefined ? state : { ...state, durable }, null, 2));
-  }
+  // As the control API's GET runs/:id answers it.
+  if (values.json) return void console.log(JSON.stringify(runViewJson(state, durable), null, 2));
   console.log(renderRun(state));
   // A durable run's own part: its agent, where it stands, and each step it recorded.
   if (durable !== undefined) console.log(`\nDurable run\n\n${renderDurable(durable)}`);

@@ -96,14 +96,22 @@ export class RunGatedError extends EventsError {
  * A durable-run command the run as it stands refuses: `fenced`, a write under a lease that
  * is over (the worker lost the run); `not_queued`, `held`, a lease the run cannot take now;
  * `not_ended`, `finished`, a re-drive of a run that is not failed; `not_durable`, a run that
- * was never submitted as a durable run.
+ * was never submitted as a durable run; `idempotency_key_reused`, a submission whose key
+ * names a run submitted with another input or partition key.
  */
 export class DurableRunError extends EventsError {
   override readonly name = "DurableRunError";
   readonly code = "HOLDFAST_DURABLE_RUN";
   readonly retryable = false;
   constructor(
-    readonly reason: "fenced" | "not_queued" | "held" | "not_ended" | "finished" | "not_durable",
+    readonly reason:
+      | "fenced"
+      | "not_queued"
+      | "held"
+      | "not_ended"
+      | "finished"
+      | "not_durable"
+      | "idempotency_key_reused",
     message: string,
   ) {
     super(message);

@@ -160,6 +160,7 @@ export {
   type SubmitRun,
 } from "./run/durable.js";
 export { durableRunOf, durableStatusOf, summaryOf as durableSummaryOf } from "./run/durable-view.js";
+export { agentViewJson, durableRunJson, runViewJson, snakeCaseKeys } from "./run/json.js";
 export {
   type Compaction,
   evolve,

@@ -44,6 +44,7 @@ export type {
   ShapeName,
   StreamMeter,
   StreamObservation,
+  StreamSoFar,
   ToolCall,
 } from "./shape.js";
 export { SHAPES, shapeNamed } from "./shapes.js";

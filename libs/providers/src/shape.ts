@@ -78,6 +78,15 @@ export interface StreamMeter {
   readonly complete: boolean;
 }
 
+/**
+ * What of the provider's stream the client has been sent: how many of its events (those
+ * with data), and the last of them. An event of the gateway's own follows them.
+ */
+export interface StreamSoFar {
+  readonly events: number;
+  readonly last: SseEvent | undefined;
+}
+
 /** The fields of an error the gateway answers itself, before the shape renders them. */
 export interface ErrorFields {
   /** OpenAI's error types ("invalid_request_error", "server_error", …); shapes map them. */
@@ -115,8 +124,12 @@ export interface ApiShape {
   streamMeter(view: RequestView): StreamMeter;
   /** An error in this shape's own envelope, for errors the gateway answers itself. */
   errorBody(message: string, fields?: ErrorFields): unknown;
-  /** The same error as the SSE event this shape's streams end with when they fail. */
-  streamErrorEvent(message: string, fields?: ErrorFields): string;
+  /**
+   * The same error as the SSE event this shape's streams end with when they fail, written
+   * after `sent` (none when the client has no event of the provider's yet): a shape whose
+   * events are numbered (Responses' `sequence_number`) gives it the next number.
+   */
+  streamErrorEvent(message: string, fields?: ErrorFields, sent?: StreamSoFar): string;
   /** Where a request's conversation is, and how it is compacted. */
   readonly conversation: ConversationShape;
 }

@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import type * as grpc from "@grpc/grpc-js";
-import { connect } from "@holdfast/grpc";
+import { connect, GrpcStatus } from "@holdfast/grpc";
 import {
   type LeaseRef,
   type RunAssigned,
@@ -299,9 +299,9 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
       if (stopping) return;
       options.onEvent?.({ type: "disconnected", error: (error as Error)?.message ?? "closed" });
       if (!everConnected) {
-        failedFirst(
-          new Error(`cannot reach the scheduler at ${address}: ${(error as Error)?.message ?? "closed"}`),
-        );
+        // Nobody holds this worker: its channel goes with it.
+        client.close();
+        failedFirst(firstSessionError(address, error));
         return;
       }
       setTimeout(open, 500).unref();
@@ -341,6 +341,25 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
       client.close();
     },
   };
+}
+
+/**
+ * Why the first session did not open: the scheduler refused the token (its gRPC status
+ * and words kept, for the caller to say where the token comes from), or it could not be
+ * reached.
+ */
+function firstSessionError(address: string, error: unknown): Error {
+  const { code, details, message } = (error ?? {}) as Partial<grpc.ServiceError>;
+  if (code === GrpcStatus.UNAUTHENTICATED || code === GrpcStatus.PERMISSION_DENIED) {
+    return Object.assign(
+      new Error(`the scheduler at ${address} refused this worker: ${details ?? message}`),
+      {
+        code,
+        details,
+      },
+    );
+  }
+  return new Error(`cannot reach the scheduler at ${address}: ${message ?? "closed"}`);
 }
 
 function parseInput(json: string): unknown {

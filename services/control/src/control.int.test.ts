@@ -375,6 +375,48 @@ describe("holding, resuming and stopping by selector", () => {
   });
 });
 
+/** Every key of a JSON value, all the way down, with where it is. */
+function keysOf(value: unknown, at = "$"): string[] {
+  if (Array.isArray(value)) return value.flatMap((item, i) => keysOf(item, `${at}[${i}]`));
+  if (value === null || typeof value !== "object") return [];
+  return Object.entries(value).flatMap(([key, inner]) => [`${at}.${key}`, ...keysOf(inner, `${at}.${key}`)]);
+}
+
+describe("REST answers", () => {
+  it("are snake_case throughout, the run folded from the log (GET runs/:id) as much as the listed rows", async () => {
+    await gatedCall("case-1", "gate-case-1", "send_email");
+    await call("case-2", { tag: "case" });
+    await rest("POST", "/runs/case-2/hold", { reason: "look" });
+    await rest("POST", "/runs/case-2/resume", { reason: "go on", steps: 5 });
+    await projected("case-1", "case-2");
+    const answers = {
+      run: (await rest("GET", "/runs/case-1")).body,
+      resumed: (await rest("GET", "/runs/case-2")).body,
+      runs: (await rest("GET", "/runs?limit=10000")).body,
+      rules: (await rest("GET", "/rules")).body,
+      windows: (await rest("GET", "/windows")).body,
+      hold: (await rest("POST", "/hold", { tag: "case", reason: "one case" })).body,
+      resume: (await rest("POST", "/resume", { tag: "case" })).body,
+    };
+    const camel = Object.entries(answers).flatMap(([name, body]) =>
+      keysOf(body, name).filter((path) => /[A-Z]/.test(path.split(".").at(-1)!)),
+    );
+    expect(camel).toEqual([]);
+    const run = answers.run.run as Record<string, unknown> & {
+      steps: Record<string, unknown>[];
+      gates: Record<string, unknown>[];
+    };
+    expect(run).toMatchObject({ run_id: "case-1", in_flight: 0, totals: { cost_nano_usd: 1_000 } });
+    expect(run.first_seen_ms).toEqual(expect.any(Number));
+    expect(run.steps[0]).toMatchObject({ step_id: expect.any(String), upstream_status: 200, tool_calls: [] });
+    expect(run.gates[0]).toMatchObject({ gate_id: "gate-case-1", tool: "send_email", rule_text: "send_*" });
+    expect(answers.resumed.run).toMatchObject({
+      window: { limits: { max_steps: 5 } },
+      control: [{ what: "held", rule_id: "" }, { what: "resumed" }],
+    });
+  });
+});
+
 // Every route, and what it needs.
 const ROUTES: { method: string; path: string; body?: unknown; needs: "read" | "change" }[] = [
   { method: "GET", path: "/runs", needs: "read" },

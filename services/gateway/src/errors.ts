@@ -58,8 +58,9 @@ export class UpstreamTimeoutError extends GatewayError {
 }
 
 /**
- * The run is stopped: every call gets a 409 until an operator resumes it. OpenAI's SDKs
- * raise it as a ConflictError (after their own two retries of a 409), Anthropic's too.
+ * The run is stopped: every call gets a 409 until an operator resumes it. OpenAI's and
+ * Anthropic's SDKs raise it as a ConflictError; `x-should-retry: false` keeps them from
+ * retrying it first (they retry a 409 twice by default), which would only be refused again.
  */
 export class RunStoppedGatewayError extends GatewayError {
   override readonly name = "RunStoppedGatewayError";
@@ -70,6 +71,7 @@ export class RunStoppedGatewayError extends GatewayError {
   constructor(runId: string) {
     super(
       `Holdfast stopped run ${JSON.stringify(runId)}: this call was not sent to the provider. An operator can resume it (holdfast resume).`,
+      { headers: { "x-should-retry": "false" } },
     );
   }
 }

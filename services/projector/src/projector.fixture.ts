@@ -116,6 +116,38 @@ export async function call(runId: string, step: number, at?: number) {
   );
 }
 
+/**
+ * A gateway's rate-limit reading of a provider key: an event on the key's own subject, in
+ * the same stream as the runs' events but not on the projector's filter.
+ */
+export async function keyReading(keyId: string) {
+  const now = Date.now();
+  await writer.appendKeyEvent(
+    keyId,
+    makeEnvelope({
+      id: newId(),
+      runId: "",
+      sequence: 0,
+      timestampMs: now,
+      tag: "",
+      payload: {
+        $case: "rateLimitObserved",
+        value: {
+          keyId,
+          upstream: "http://fake",
+          requests: { reported: true, limit: 500, remaining: 499, resetAtMs: now + 120 },
+          tokens: { reported: true, limit: 30_000, remaining: 29_000, resetAtMs: now + 2_000 },
+          inputTokens: undefined,
+          outputTokens: undefined,
+          retryAfterMs: 0,
+          gateway: "gw-test",
+          asOfMs: now,
+        },
+      },
+    }),
+  );
+}
+
 /** What a user would check, through the views they query: events, steps and the runs' sums. */
 export async function totals() {
   const result = await runSql(

@@ -62,6 +62,8 @@ interface Stint {
   /** The checkpoint as this stint last read or wrote it. */
   checkpoint: number;
   puller: Puller | undefined;
+  /** The consumer sequence of the last delivery its puller was given; undefined since it (re)subscribed. */
+  lastDelivery: number | undefined;
   /** Ends the wait between two takes early (the stint is over). */
   wake: (() => void) | undefined;
   loop: Promise<void>;
@@ -174,6 +176,7 @@ export class Projector {
       active: true,
       checkpoint: 0,
       puller: undefined,
+      lastDelivery: undefined,
       wake: undefined,
       loop: Promise.resolve(),
     };
@@ -235,11 +238,16 @@ export class Projector {
         stint.puller?.close();
         const puller = bus.puller(consumer);
         stint.puller = puller;
+        stint.lastDelivery = undefined;
         while (stint.active && !this.stopping) {
           const tookAt = Date.now();
           const batch = await puller.pull(batchSize);
           if (!stint.active) break;
-          if (batch.length > 0) await this.projectWithRetry(stint, puller, batch);
+          if (batch.length > 0) {
+            const inTurn = deliveredInTurn(stint.lastDelivery, batch);
+            stint.lastDelivery = batch.at(-1)!.delivery;
+            await this.projectWithRetry(stint, puller, batch, inTurn);
+          }
           if (batch.length < batchSize) await pause(stint, lingerMs - (Date.now() - tookAt));
         }
       } catch (error) {
@@ -258,10 +266,15 @@ export class Projector {
     stint.puller?.close();
   }
 
-  private async projectWithRetry(stint: Stint, puller: Puller, batch: PulledMessage[]): Promise<void> {
+  private async projectWithRetry(
+    stint: Stint,
+    puller: Puller,
+    batch: PulledMessage[],
+    inTurn: boolean,
+  ): Promise<void> {
     for (let backoffMs = 100; ; backoffMs = Math.min(backoffMs * 2, 5_000)) {
       try {
-        await this.projectBatch(stint, puller, batch);
+        await this.projectBatch(stint, puller, batch, inTurn);
         this.status.lastError = null;
         return;
       } catch (error) {
@@ -274,16 +287,27 @@ export class Projector {
     }
   }
 
-  private async projectBatch(stint: Stint, puller: Puller, messages: PulledMessage[]): Promise<void> {
+  /**
+   * Projects a batch of deliveries. `inTurn`: the consumer gave this puller every delivery
+   * since its last batch, none to another, so the batch holds every run event after the
+   * ones before it, whatever holes its stream sequences have (the stream's other subjects:
+   * provider keys' readings, agents' deployments). Otherwise, unless the sequences follow
+   * the checkpoint with no hole at all, the stream itself says what is there.
+   */
+  private async projectBatch(
+    stint: Stint,
+    puller: Puller,
+    messages: PulledMessage[],
+    inTurn: boolean,
+  ): Promise<void> {
     this.assertActive(stint);
     const bySeq = [...messages].sort((a, b) => a.seq - b.seq);
     const fresh = bySeq.filter((m) => m.seq > stint.checkpoint);
     const last = bySeq.at(-1)!;
     const info = { firstSeq: bySeq[0]!.seq, lastSeq: last.seq, count: messages.length };
     if (fresh.length > 0) {
-      const lastSeq = fresh.at(-1)!.seq;
-      if (follows(stint.checkpoint, fresh)) await this.projectEvents(stint, fresh);
-      else await this.fillFromStream(stint, lastSeq);
+      if (inTurn || follows(stint.checkpoint, fresh)) await this.projectEvents(stint, fresh);
+      else await this.fillFromStream(stint, fresh);
     }
     await this.options.afterInsert?.(info);
     this.assertActive(stint);
@@ -293,20 +317,32 @@ export class Projector {
   }
 
   /**
-   * Delivery skipped events above the checkpoint: a former holder's pull took them, or
-   * they were acknowledged without being projected. They are read from the stream itself,
-   * a batch at a time, so the checkpoint never passes an event that is not in the tables.
+   * Delivery may have skipped events above the checkpoint (a former holder's pull took
+   * them, or they were acknowledged without being projected): the run events from the
+   * checkpoint through the last delivered are read from the stream itself, a batch at a
+   * time, and projected, so the checkpoint never passes an event that is not in the
+   * tables. Those that were indeed not delivered are counted, and said.
    */
-  private async fillFromStream(stint: Stint, upTo: number): Promise<void> {
+  private async fillFromStream(stint: Stint, delivered: readonly PulledMessage[]): Promise<void> {
     const { bus, batchSize, log } = this.options;
-    log.warn(
-      { from: stint.checkpoint + 1, to: upTo },
-      "events above the checkpoint were not delivered here; reading them from the stream",
-    );
-    while (stint.checkpoint < upTo) {
-      const chunk = await bus.readRange(bus.subjects.allRuns, stint.checkpoint + 1, upTo, batchSize);
-      if (chunk.length === 0) break;
-      await this.projectEvents(stint, chunk);
+    const from = stint.checkpoint + 1;
+    const upTo = delivered.at(-1)!.seq;
+    const seen = new Set(delivered.map((m) => m.seq));
+    let missing = 0;
+    try {
+      while (stint.checkpoint < upTo) {
+        const chunk = await bus.readRange(bus.subjects.allRuns, stint.checkpoint + 1, upTo, batchSize);
+        if (chunk.length === 0) break;
+        for (const event of chunk) if (!seen.has(event.seq)) missing += 1;
+        await this.projectEvents(stint, chunk);
+      }
+    } finally {
+      if (missing > 0) {
+        log.warn(
+          { from, to: upTo, missing },
+          "events above the checkpoint were not delivered here; read them from the stream",
+        );
+      }
     }
   }
 
@@ -346,11 +382,18 @@ export class Projector {
   }
 }
 
-/** Whether the sequences continue the checkpoint with none missing. */
+/**
+ * Whether the sequences continue the checkpoint with no hole at all. A hole is no proof of
+ * a missed event: the stream's other subjects (`<prefix>.key.>`, `<prefix>.agent.>`) take
+ * sequences the consumer's filter skips.
+ */
 function follows(checkpoint: number, sorted: readonly { seq: number }[]): boolean {
-  // The stream holds only run events, all on the consumer's filter, so its sequences are
-  // dense there; were another subject ever added, a hole would just cost a direct read.
   return sorted.every((m, i) => m.seq === checkpoint + 1 + i);
+}
+
+/** Whether a batch's deliveries are the consumer's next ones after `previous`, none given elsewhere. */
+function deliveredInTurn(previous: number | undefined, batch: readonly PulledMessage[]): boolean {
+  return previous !== undefined && batch.every((m, i) => m.delivery === previous + 1 + i);
 }
 
 /** Waits `ms`, or less if the stint ends meanwhile. */

@@ -56,6 +56,19 @@ export class FailedPreconditionError extends SchedulerError {
   readonly grpcStatus = GrpcStatus.FAILED_PRECONDITION;
 }
 
+/**
+ * A submission's idempotency key names a run submitted with another input (or partition
+ * key): answering with that run would hand the client a run of something it did not ask
+ * for. A new run needs a new key.
+ */
+export class IdempotencyKeyReusedError extends SchedulerError {
+  override readonly name = "IdempotencyKeyReusedError";
+  readonly code = "idempotency_key_reused";
+  readonly retryable = false;
+  readonly httpStatus = 409;
+  readonly grpcStatus = GrpcStatus.ALREADY_EXISTS;
+}
+
 /** Another writer kept changing the run while this was decided; trying again is safe. */
 export class ConflictError extends SchedulerError {
   override readonly name = "ConflictError";
@@ -88,9 +101,11 @@ export function toSchedulerError(error: unknown): SchedulerError {
   if (error instanceof SchedulerError) return error;
   if (error instanceof InvalidRunIdError) return new InvalidArgumentError(error.message, { cause: error });
   if (error instanceof DurableRunError) {
-    return error.reason === "not_durable"
-      ? new NotFoundError("no durable run by that id", { cause: error })
-      : new FailedPreconditionError(error.message, { cause: error });
+    if (error.reason === "not_durable")
+      return new NotFoundError("no durable run by that id", { cause: error });
+    if (error.reason === "idempotency_key_reused")
+      return new IdempotencyKeyReusedError(error.message, { cause: error });
+    return new FailedPreconditionError(error.message, { cause: error });
   }
   if (error instanceof ConcurrencyError) return new ConflictError(error.message, { cause: error });
   if (error instanceof BusError) return new LogUnavailableError(error.message, { cause: error });

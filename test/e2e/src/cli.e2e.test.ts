@@ -65,7 +65,7 @@ async function stopUp(): Promise<number | null> {
   return code;
 }
 
-function stack(): { gatewayUrl: string; analyticsUrl: string; natsUrl: string } {
+function stack(): { gatewayUrl: string; analyticsUrl: string; natsUrl: string; controlUrl: string } {
   return JSON.parse(readFileSync(join(dir.path, "holdfast.json"), "utf8"));
 }
 
@@ -146,13 +146,16 @@ describe("holdfast CLI", () => {
       ["openai_responses", 2],
     ]);
 
-    const shown = await json<{ completed: number; steps: { toolCalls: string[]; stream: boolean }[] }>(
+    const shown = await json<{ completed: number; steps: { tool_calls: string[]; stream: boolean }[] }>(
       "show",
       "demo-agent",
     );
     expect(shown.completed).toBe(3);
-    expect(shown.steps[0]?.toolCalls).toEqual(["get_weather"]);
+    expect(shown.steps[0]?.tool_calls).toEqual(["get_weather"]);
     expect(shown.steps[2]?.stream).toBe(true);
+    // `show --json` is the control API's answer for the run, key for key.
+    const answer = await fetch(`${stack().controlUrl}/holdfast/v1/runs/demo-agent`);
+    expect(((await answer.json()) as { run: unknown }).run).toEqual(shown);
 
     const table = await holdfast("ls");
     expect(table.stdout).toMatch(/demo-agent\s+demo\s+-\s+gpt-4o-mini\s+idle\s+3/);
@@ -189,27 +192,27 @@ describe("holdfast CLI", () => {
       );
       expect(submitted.code).toBe(0);
       const run = JSON.parse(submitted.stdout) as {
-        runId: string;
+        run_id: string;
         status: string;
         steps: { label: string }[];
       };
       expect(run.status, `${submitted.stdout}\n${workerOutput}`).toBe("finished");
       expect(run.steps.map((s) => s.label)).toEqual(["model", "tool:search", "tool:encyclopedia", "model"]);
-      expect(workerOutput).toMatch(new RegExp(`finished ${run.runId}: 4 steps run, 0 reused`));
-      const shown = await holdfast("show", run.runId);
+      expect(workerOutput).toMatch(new RegExp(`finished ${run.run_id}: 4 steps run, 0 reused`));
+      const shown = await holdfast("show", run.run_id);
       expect(shown.stdout).toContain("Durable run");
       expect(shown.stdout).toMatch(/tool:encyclopedia#1\s+1\s+yes/);
       await waitFor(
         async () => {
           const rows =
             await json<{ run_id: string; agent: string; status: string; durable_steps: number }[]>("ls");
-          return rows.find((r) => r.run_id === run.runId && r.status === "finished");
+          return rows.find((r) => r.run_id === run.run_id && r.status === "finished");
         },
         { timeoutMs: 10_000, message: "the durable run did not reach ls" },
       ).then((row) => expect(row).toMatchObject({ agent: "research", durable_steps: 4 }));
       const listed = await holdfast("runs", "ls", "--agent", "research");
-      expect(listed.stdout).toMatch(new RegExp(`${run.runId}\\s+research\\s+\\S+\\s+finished\\s+4\\s+2`));
-      const redrive = await holdfast("runs", "redrive", run.runId);
+      expect(listed.stdout).toMatch(new RegExp(`${run.run_id}\\s+research\\s+\\S+\\s+finished\\s+4\\s+2`));
+      const redrive = await holdfast("runs", "redrive", run.run_id);
       expect(redrive.code).toBe(1);
       expect(redrive.stderr).toMatch(/finished: a re-drive would reuse every step/);
     } finally {

@@ -118,6 +118,45 @@ async function lastProviderExchange(runId: string): Promise<FakeRequest> {
   return exchange;
 }
 
+/** A streamed Responses call of the run, read whole as the client gets it (no SDK between). */
+async function responsesStream(runId: string, input: string, tools: unknown[]): Promise<string> {
+  const response = await fetch(`${stack.gatewayUrl}/responses`, {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${API_KEY}`,
+      "content-type": "application/json",
+      "x-holdfast-run": runId,
+    },
+    body: JSON.stringify({ model: "gpt-4o-mini", stream: true, input, tools }),
+  });
+  return response.text();
+}
+
+/** Each event's data of an SSE body, parsed (keepalive comments left out). */
+function sseData(text: string): Record<string, unknown>[] {
+  return text
+    .split(/\n\n/)
+    .map((block) =>
+      block
+        .split("\n")
+        .filter((line) => line.startsWith("data: "))
+        .map((line) => line.slice("data: ".length))
+        .join("\n"),
+    )
+    .filter((data) => data !== "")
+    .map((data) => JSON.parse(data) as Record<string, unknown>);
+}
+
+/** `holdfast hold|stop <run>` as the CLI sends it: the control REST API with the control token. */
+async function act(action: "hold" | "stop", runId: string): Promise<void> {
+  const response = await fetch(`${control.url}/runs/${encodeURIComponent(runId)}/${action}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ reason: "test" }),
+  });
+  expect(response.status).toBe(200);
+}
+
 /** An SSE body without the comments (each its own event) a held stream gets as keepalives. */
 const withoutComments = (text: string) => text.replace(/^:.*\n\n/gm, "");
 
@@ -437,6 +476,36 @@ print(json.dumps({"status": r.status_code, "tool": r.json()["choices"][0]["messa
     await decide("approve", claudeStreamRun);
     expect((await final).content).toEqual([
       expect.objectContaining({ type: "tool_use", name: "delete_repo", input: { name: "f" } }),
+    ]);
+  });
+
+  it("numbers each event it writes into a Responses stream after the provider's last (sequence_number): a denial, a stop", async () => {
+    // A denial, after the provider's events up to the held response.completed.
+    const denied = "gate-deny-responses-numbered";
+    const raw = responsesStream(denied, '[[call:delete_repo {"name":"g"}]]', [responsesTool("delete_repo")]);
+    await gated(denied);
+    await decide("deny", denied, { reason: "not that repo" });
+    const events = sseData(await raw);
+    // Each event the client got has its number, one after another from 0, the gateway's error last.
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+    expect(events.map((e) => e.type)).toContain("response.function_call_arguments.done");
+    expect(events.at(-1)).toMatchObject({
+      type: "error",
+      code: "tool_call_denied",
+      error: { code: "tool_call_denied", message: expect.stringMatching(/denied: not that repo/) },
+    });
+
+    // A stop while the stream is held: no event of the provider's yet, so the error is the first, 0.
+    const stopped = "gate-stop-responses-numbered";
+    await act("hold", stopped);
+    const parked = responsesStream(stopped, "hello", []);
+    await waitFor(async () => ((await stack.run(stopped)).parked > 0 ? true : undefined), {
+      timeoutMs: 10_000,
+      message: "the stream was not parked",
+    });
+    await act("stop", stopped);
+    expect(sseData(await parked)).toEqual([
+      expect.objectContaining({ type: "error", sequence_number: 0, code: "run_stopped" }),
     ]);
   });
 

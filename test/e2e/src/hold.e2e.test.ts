@@ -213,6 +213,52 @@ describe("a held run's call is parked, not refused", () => {
     expect(run.steps.map((s) => s.status)).toEqual(["completed", "completed"]);
   });
 
+  it("tells the SDKs not to retry a stopped run's 409 (x-should-retry: false): with their default retries, one request each", async () => {
+    await heldRun("stopped-no-retry");
+    await stop("stopped-no-retry");
+    const sent: string[] = [];
+    // What reaches the gateway: every request the SDK makes goes through this fetch.
+    const counting: typeof fetch = (input, init) => {
+      sent.push(new URL(input instanceof Request ? input.url : String(input)).pathname);
+      return fetch(input, init);
+    };
+    const headers = { "X-Holdfast-Run": "stopped-no-retry" };
+    // Default retries (two) and timeouts: what an agent gets when it changes only the base URL.
+    const openai = new OpenAI({
+      apiKey: API_KEY,
+      baseURL: stack.gatewayUrl,
+      defaultHeaders: headers,
+      fetch: counting,
+    });
+    const anthropic = new Anthropic({
+      apiKey: API_KEY,
+      baseURL: new URL(stack.gatewayUrl).origin,
+      defaultHeaders: headers,
+      fetch: counting,
+    });
+    const chat = await openai.chat.completions
+      .create({ model: "gpt-4o-mini", messages: [{ role: "user", content: "again" }] })
+      .catch((e: unknown) => e);
+    const responses = await openai.responses
+      .create({ model: "gpt-4o-mini", input: "again" })
+      .catch((e: unknown) => e);
+    const messages = await anthropic.messages
+      .create({
+        model: "claude-3-5-haiku-20241022",
+        max_tokens: 16,
+        messages: [{ role: "user", content: "hi" }],
+      })
+      .catch((e: unknown) => e);
+    expect(chat).toBeInstanceOf(OpenAI.ConflictError);
+    expect(responses).toBeInstanceOf(OpenAI.ConflictError);
+    expect(messages).toBeInstanceOf(Anthropic.ConflictError);
+    expect(sent).toEqual(["/v1/chat/completions", "/v1/responses", "/v1/messages"]);
+    for (const error of [chat, responses, messages] as { headers: Headers; message: string }[]) {
+      expect(error.headers.get("x-should-retry")).toBe("false");
+      expect(error.message).toMatch(/stopped run/);
+    }
+  });
+
   it("drops a parked call whose client leaves: recorded, nothing forwarded, nothing charged", async () => {
     await heldRun("gives-up");
     const controller = new AbortController();

@@ -79,7 +79,7 @@ const failed = (lease: number): EventPayload => ({
 });
 
 describe("a durable run", () => {
-  it("is submitted once: a second submission with its idempotency key appends nothing", () => {
+  it("is submitted once: a second submission with its idempotency key and the same input appends nothing", () => {
     given()
       .when({
         type: "SubmitRun",
@@ -92,18 +92,51 @@ describe("a durable run", () => {
         actor: operator,
       })
       .then(submitted);
+    // The agent was deployed again meanwhile, and the client wrote the same input otherwise.
     given(submitted)
       .when({
         type: "SubmitRun",
         agent: "research",
         version: "v2",
-        inputJson: "{}",
-        partitionKey: "",
+        inputJson: '{ "q": "tides" }',
+        partitionKey: "acme",
         idempotencyKey: "order-1",
         caps,
         actor: operator,
       })
       .then();
+  });
+
+  it("refuses its idempotency key with another input or partition key, naming the key", () => {
+    const again = (inputJson: string, partitionKey: string) => () =>
+      decide(
+        {
+          type: "SubmitRun",
+          agent: "research",
+          version: "v1",
+          inputJson,
+          partitionKey,
+          idempotencyKey: "order-1",
+          caps,
+          actor: operator,
+        },
+        foldRun(RUN, history(submitted)),
+        NOW,
+      );
+    for (const [input, key, what] of [
+      ['{"q":"storms"}', "acme", "input"],
+      ['{"q":"tides","n":2}', "acme", "input"],
+      ["null", "acme", "input"],
+      ['{"q":"tides"}', "", "partition key"],
+    ] as const) {
+      expect(again(input, key)).toThrow(
+        expect.objectContaining({
+          name: "DurableRunError",
+          reason: "idempotency_key_reused",
+          message: `idempotency key "order-1" was used before with another ${what}`,
+        }),
+      );
+    }
   });
 
   it("is leased only while queued and not held, each lease numbered after the last", () => {

@@ -188,8 +188,21 @@ export function decideDurable(
   held: boolean,
 ): EventPayload[] {
   if (command.type === "SubmitRun") {
-    // The run exists: a second submission (its idempotency key's) is the same run.
-    if (durable !== null) return [];
+    // The run exists: a second submission with its idempotency key is the same run, as
+    // long as it asks for the same thing; one that asks for something else is refused
+    // rather than answered with a run of another input.
+    if (durable !== null) {
+      const differs = !sameJson(durable.inputJson, command.inputJson)
+        ? "input"
+        : durable.partitionKey !== command.partitionKey
+          ? "partition key"
+          : undefined;
+      if (differs === undefined) return [];
+      throw new DurableRunError(
+        "idempotency_key_reused",
+        `idempotency key ${JSON.stringify(durable.idempotencyKey)} was used before with another ${differs}`,
+      );
+    }
     const value: RunSubmitted = {
       agent: command.agent,
       version: command.version,
@@ -465,4 +478,31 @@ export function ranMsAt(durable: DurableState, nowMs: number): number {
   return durable.phase === DurablePhase.Running
     ? durable.ranMs + Math.max(0, nowMs - durable.leasedAtMs)
     : durable.ranMs;
+}
+
+/**
+ * Whether two JSON texts hold the same value: spacing, key order and number spelling
+ * (`1.0`, `1e0`) aside, as a client that serialises the same input again may write it.
+ */
+function sameJson(a: string, b: string): boolean {
+  if (a === b) return true;
+  try {
+    return sameValue(JSON.parse(a), JSON.parse(b));
+  } catch {
+    return false;
+  }
+}
+
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+    return a.every((item, i) => sameValue(item, b[i]));
+  }
+  const left = a as Record<string, unknown>;
+  const right = b as Record<string, unknown>;
+  const keys = Object.keys(left);
+  if (keys.length !== Object.keys(right).length) return false;
+  return keys.every((key) => Object.hasOwn(right, key) && sameValue(left[key], right[key]));
 }

@@ -34,6 +34,7 @@ describe("openAIResponsesShape", () => {
     expect(event?.event).toBe("error");
     expect(JSON.parse(event?.data ?? "")).toEqual({
       type: "error",
+      sequence_number: 0,
       code: "upstream_reset",
       message: "The provider's connection broke.",
       param: null,
@@ -44,6 +45,24 @@ describe("openAIResponsesShape", () => {
         param: null,
       },
     });
+  });
+
+  it("given the provider's events the client has, then the error takes the number after the last of them", () => {
+    const sent = new SseParser().push(
+      'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n' +
+        ": a keepalive\n\n" +
+        'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":41}\n\n',
+    );
+    const numbered = (last: (typeof sent)[number] | undefined, events: number) =>
+      JSON.parse(
+        new SseParser().push(openAIResponsesShape.streamErrorEvent("Denied.", {}, { events, last }))[0]
+          ?.data ?? "",
+      ).sequence_number;
+    expect(numbered(sent[2], 2)).toBe(42);
+    expect(numbered(undefined, 0)).toBe(0);
+    // A provider that does not number its events: the count of those the client has.
+    const plain = new SseParser().push('data: {"type":"response.output_text.delta"}\n\n')[0];
+    expect(numbered(plain, 5)).toBe(5);
   });
 
   it("given the gateway's own stream error, then its meter reads it back as the provider's error", () => {

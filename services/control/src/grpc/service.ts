@@ -58,7 +58,7 @@ export function controlGrpcService(deps: ControlGrpcDeps): ServedService {
     }, toStatus),
     getRun: unary(async (request, call) => {
       authorize(call, "read");
-      return { run: runView(await operations.getRun(request.runId)) };
+      return { run: runView((await operations.getRun(request.runId)).view) };
     }, toStatus),
     hold: unary(async (request, call) => {
       const actor = authorize(call, "change");

@@ -1,4 +1,4 @@
-import type { Actor, Selector } from "@holdfast/events";
+import { type Actor, runViewJson, type Selector } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
 import Fastify, {
   type FastifyBaseLogger,
@@ -65,9 +65,10 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
     runs: await operations.listRuns(listQuery(request.query)),
   }));
 
-  app.get<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id`, needs("read"), async (request) => ({
-    run: await operations.getRun(request.params.id),
-  }));
+  app.get<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id`, needs("read"), async (request) => {
+    const { view, durable } = await operations.getRun(request.params.id);
+    return { run: runViewJson(view, durable) };
+  });
 
   app.post<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id/hold`, needs("change"), async (request) =>
     holdBody(await operations.hold(runAction(request.params.id, request.body, false), actorOf(request))),
@@ -129,7 +130,7 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
   return app;
 }
 
-// Bodies are snake_case like the projector's rows; a run (`GET runs/:id`) is `holdfast show --json`.
+// Bodies are snake_case like the projector's rows; a run (`GET runs/:id`) is `holdfast show --json` (runViewJson).
 
 function runsBody(runs: AffectedRun[]) {
   return runs.map((run) => ({ run_id: run.runId, changed: run.changed, status: run.status }));

@@ -3,6 +3,7 @@ import {
   actorName,
   describeRun,
   describeSelector,
+  durableRunOf,
   FLEET,
   type FleetCommand,
   type FleetState,
@@ -17,6 +18,7 @@ import {
   type WindowLimits,
 } from "@holdfast/events";
 import { WindowState } from "@holdfast/predict";
+import type { DurableRun } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
 import { AnalyticsUnavailableError, InvalidArgumentError, NotFoundError } from "../errors.js";
 import type { LogRuns, ProjectedRun, Projection } from "./sources.js";
@@ -129,12 +131,12 @@ export class ControlOperations {
     return this.deps.projection.runs(options);
   }
 
-  /** One run folded from its events in the log, as `holdfast show` sees it. */
-  async getRun(runId: string): Promise<RunView> {
+  /** One run folded from its events in the log, as `holdfast show` sees it, with its durable part if it is a durable run. */
+  async getRun(runId: string): Promise<{ view: RunView; durable: DurableRun | undefined }> {
     checkRunId(runId);
     const events = await this.deps.log.events(runId);
     if (events.length === 0) throw new NotFoundError(`no run named ${JSON.stringify(runId)}`);
-    return describeRun(runId, events);
+    return { view: describeRun(runId, events), durable: durableRunOf(runId, events) };
   }
 
   /**

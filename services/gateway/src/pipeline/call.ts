@@ -16,12 +16,14 @@ import type { RouteChoice } from "@holdfast/proto";
 import {
   type AnswerSummary,
   type ApiShape,
+  type ErrorFields,
   NO_USAGE,
   type Pricer,
   type ProviderError,
   type RequestView,
   readProviderError,
   redactSecretsDeep,
+  type SseEvent,
   SseParser,
   type StreamMeter,
   type UsageReport,
@@ -256,7 +258,7 @@ export async function handleCall(
       // A held streaming call already answered 200: the provider's error goes as the
       // stream's error event, which the client's SDK raises.
       if (call.writer.headersSent) {
-        call.writer.end(shape.streamErrorEvent(error.message, { type: error.type, code: error.code }));
+        endStreamWithError(call, error.message, { type: error.type, code: error.code });
         return;
       }
       call.writer.send(response.statusCode, returnHeaders(response.headers, bytes.length), bytes);
@@ -440,7 +442,7 @@ export async function handleCall(
             seenOutputTokens: 0,
           });
           if (call.writer.headersSent) {
-            call.writer.end(shape.streamErrorEvent(error.message, { type: error.type, code: error.code }));
+            endStreamWithError(call, error.message, { type: error.type, code: error.code });
           } else {
             call.writer.send(429, returnHeaders(answered.headers, refusal.length), refusal);
           }
@@ -585,7 +587,7 @@ function answerError(call: Call, error: GatewayError): void {
   if (error.status >= 500) call.request.log.warn({ err: error }, "call not completed");
   const fields = { type: error.type, code: error.code, param: error.param };
   if (call.writer.headersSent) {
-    call.writer.end(call.shape.streamErrorEvent(error.message, fields));
+    endStreamWithError(call, error.message, fields);
     return;
   }
   call.writer.send(
@@ -593,6 +595,14 @@ function answerError(call: Call, error: GatewayError): void {
     { "content-type": "application/json; charset=utf-8", ...error.headers },
     JSON.stringify(call.shape.errorBody(error.message, fields)),
   );
+}
+
+/**
+ * Ends a stream whose 200 is out with the gateway's own error, as the call's API shape
+ * ends a failed stream, after the provider's events the client already has.
+ */
+function endStreamWithError(call: Call, message: string, fields: ErrorFields): void {
+  call.writer.end(call.shape.streamErrorEvent(message, fields, call.writer.streamed));
 }
 
 function failUnreachable(call: Call, error: unknown, record: (ending: Ending) => void): void {
@@ -670,6 +680,8 @@ async function relayStream(
   let relayed = 0;
   const relay = (events: ReturnType<SseParser["push"]>): boolean => {
     let out = "";
+    let count = 0;
+    let last: SseEvent | undefined;
     for (const event of events) {
       const seen = meter.observe(event);
       if (seen.hidden) continue;
@@ -677,9 +689,15 @@ async function relayStream(
       if (seen.terminal) terminal = true;
       const raw = answerModel === undefined ? event.raw : renamedEvent(event.raw, answerModel);
       if (terminal) held += raw;
-      else out += raw;
+      else {
+        out += raw;
+        if (event.data !== undefined) {
+          count += 1;
+          last = event;
+        }
+      }
     }
-    return out.length === 0 || writer.write(out);
+    return out.length === 0 || writer.writeEvents(out, count, last);
   };
   try {
     await readChunks(response.body, clientGone, (chunk) => {
@@ -722,7 +740,7 @@ async function relayStream(
         relayed,
       ),
     );
-    writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
+    endStreamWithError(call, message, { type: "server_error", code: "upstream_reset" });
     return;
   }
   const summary = meter.summary();
@@ -737,14 +755,14 @@ async function relayStream(
     record(
       upstreamReset(message, summary.usage, summary.model ?? call.model, response.statusCode, "cut", relayed),
     );
-    writer.end(shape.streamErrorEvent(message, { type: "server_error", code: "upstream_reset" }));
+    endStreamWithError(call, message, { type: "server_error", code: "upstream_reset" });
     return;
   }
   const answer = answerOf(summary);
   record({ kind: "completed", status: response.statusCode, answer, seenOutputTokens: relayed });
   const delivery = await hooks.deliver(call, answer);
   if (delivery.kind === "refuse") {
-    writer.end(shape.streamErrorEvent(delivery.error.message, delivery.error));
+    endStreamWithError(call, delivery.error.message, delivery.error);
     return;
   }
   if (on.shared) await outcomeOnItsWay(on.ledger);

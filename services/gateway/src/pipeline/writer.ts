@@ -1,5 +1,5 @@
 import type { ServerResponse } from "node:http";
-import { formatSseComment } from "@holdfast/providers";
+import { formatSseComment, type SseEvent, type StreamSoFar } from "@holdfast/providers";
 
 /**
  * The client's side of one call. It knows whether the status line is out yet, so a call
@@ -7,7 +7,14 @@ import { formatSseComment } from "@holdfast/providers";
  * is known, and answered however it ends.
  */
 export class ResponseWriter {
+  #streamed: StreamSoFar = { events: 0, last: undefined };
+
   constructor(private readonly res: ServerResponse) {}
+
+  /** The provider's events the client has been sent: what an event of the gateway's own follows. */
+  get streamed(): StreamSoFar {
+    return this.#streamed;
+  }
 
   /** The status line and headers have been sent: the answer's status can no longer change. */
   get headersSent(): boolean {
@@ -34,6 +41,13 @@ export class ResponseWriter {
   /** Writes part of a streamed answer; false means wait for `drain`. */
   write(text: string): boolean {
     if (this.closed) return true;
+    return this.res.write(text);
+  }
+
+  /** Writes the provider's events (`text`, their bytes as relayed), `last` the last with data; false means wait for `drain`. */
+  writeEvents(text: string, events: number, last: SseEvent | undefined): boolean {
+    if (this.closed) return true;
+    if (events > 0) this.#streamed = { events: this.#streamed.events + events, last };
     return this.res.write(text);
   }
 

@@ -92,7 +92,7 @@ export function runsGrpcService(deps: RunsGrpcDeps): ServedService {
         );
       })().then(
         () => call.end(),
-        (error: unknown) => call.destroy(statusError(error, deps.log)),
+        (error: unknown) => refuse(call, error, deps.log),
       );
     },
     heartbeat: unary(async (request, call) => {
@@ -120,7 +120,7 @@ function workerSession(
   try {
     authorize(call.metadata, "change");
   } catch (error) {
-    call.destroy(statusError(error, deps.log));
+    refuse(call, error, deps.log);
     return;
   }
   let link: WorkerLink | undefined;
@@ -200,6 +200,19 @@ function accessError(error: unknown): unknown {
   return error.reason === "unauthenticated"
     ? new UnauthenticatedError(error.message)
     : new PermissionDeniedError(error.message);
+}
+
+/**
+ * Ends a stream with the error's status. grpc-js sends a stream's status from its 'error'
+ * event; destroying the stream instead sends none, and the client waits until its
+ * deadline (a worker's session has none) or its keepalive gives up.
+ */
+function refuse(
+  call: grpc.ServerWritableStream<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>,
+  error: unknown,
+  log: Logger,
+): void {
+  call.emit("error", statusError(error, log));
 }
 
 /** An error as a stream answers it (a status, not an exception). */

@@ -1,7 +1,7 @@
 import { type Access, AccessDeniedError, type AccessPolicy } from "@holdfast/access";
-import type { Actor } from "@holdfast/events";
+import { type Actor, agentViewJson, durableRunJson } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
-import { AgentView, DurableRun, DurableStatus, durableStatusFromJSON } from "@holdfast/proto";
+import { DurableStatus, durableStatusFromJSON } from "@holdfast/proto";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from "fastify";
 import {
   InvalidArgumentError,
@@ -81,12 +81,12 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
         },
         actor,
       );
-      return reply.code(created ? 201 : 200).send({ run: runJson(run), created });
+      return reply.code(created ? 201 : 200).send({ run: durableRunJson(run), created });
     },
   );
   app.get<{ Params: { id: string } }>("/v1/runs/:id", async (request) => {
     authorize(request, "read");
-    return { run: runJson(await operations.get(request.params.id)) };
+    return { run: durableRunJson(await operations.get(request.params.id)) };
   });
   app.get<{ Querystring: { agent?: string; status?: string; limit?: string } }>(
     "/v1/runs",
@@ -105,7 +105,7 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
         status: parsedStatus,
         limit: limit === "" ? 0 : Number(limit) || 0,
       });
-      return { runs: runs.map(runJson) };
+      return { runs: runs.map((run) => durableRunJson(run)) };
     },
   );
   for (const action of ["cancel", "redrive", "replay"] as const) {
@@ -114,13 +114,13 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
       async (request) => {
         const actor = authorize(request, "change");
         const reason = stringField(objectBody(request.body), "reason");
-        return { run: runJson(await operations[action](request.params.id, actor, reason)) };
+        return { run: durableRunJson(await operations[action](request.params.id, actor, reason)) };
       },
     );
   }
   app.get("/v1/agents", async (request) => {
     authorize(request, "read");
-    return { agents: operations.agents().map((a) => snake(AgentView.toJSON(a))) };
+    return { agents: operations.agents().map((a) => agentViewJson(a)) };
   });
   app.post<{ Params: { agent: string }; Body: Record<string, unknown> | undefined }>(
     "/v1/agents/:agent/deployments",
@@ -138,49 +138,13 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
         actor,
       );
       return {
-        agent: snake(AgentView.toJSON(result.agent)),
+        agent: agentViewJson(result.agent),
         changes: result.changes,
         previous_version: result.previousVersion,
       };
     },
   );
   return app;
-}
-
-function runJson(run: DurableRun): unknown {
-  const json = snake(DurableRun.toJSON(run)) as Record<string, unknown>;
-  // Input and output are JSON: shown as values, not as strings of JSON.
-  for (const [from, to] of [
-    ["input_json", "input"],
-    ["output_json", "output"],
-  ] as const) {
-    const text = json[from];
-    delete json[from];
-    if (typeof text === "string" && text !== "") {
-      try {
-        json[to] = JSON.parse(text);
-      } catch {
-        json[to] = text;
-      }
-    }
-  }
-  if (typeof json.status === "string")
-    json.status = json.status.replace(/^DURABLE_STATUS_/, "").toLowerCase();
-  if (typeof json.failure === "string")
-    json.failure = json.failure.replace(/^RUN_FAILURE_/, "").toLowerCase();
-  return json;
-}
-
-/** camelCase keys (ts-proto's JSON) as snake_case, all the way down. */
-function snake(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(snake);
-  if (value === null || typeof value !== "object") return value;
-  return Object.fromEntries(
-    Object.entries(value).map(([key, inner]) => [
-      key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`),
-      snake(inner),
-    ]),
-  );
 }
 
 function objectBody(body: unknown): Record<string, unknown> {

@@ -5,6 +5,7 @@ import {
   assertTag,
   type DecodedEnvelope,
   DurablePhase,
+  DurableRunError,
   decodeEnvelope,
   durableRunOf,
   durableStatusOf,
@@ -20,7 +21,12 @@ import {
 import { type AgentView, type DurableRun, DurableStatus, type SubmitRunRequest } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
 import { type AgentRegistry, checkAgentName, type DeployRequest, MAX_CEILING_S } from "../agents/registry.js";
-import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../errors.js";
+import {
+  FailedPreconditionError,
+  IdempotencyKeyReusedError,
+  InvalidArgumentError,
+  NotFoundError,
+} from "../errors.js";
 import type { Scheduler } from "../queue/scheduler.js";
 
 export interface OperationsDeps {
@@ -103,20 +109,28 @@ export class RunsOperations {
       ...deployment.caps,
       ceilingMs: timeout === 0 ? deployment.caps.ceilingMs : timeout * 1_000,
     };
-    const done = await this.deps.ledger.execute(
-      runId,
-      { tag: request.tag, tenant: request.tenant },
-      {
-        type: "SubmitRun",
-        agent,
-        version: deployment.version,
-        inputJson,
-        partitionKey: request.partitionKey,
-        idempotencyKey: request.idempotencyKey,
-        caps,
-        actor,
-      },
-    );
+    const done = await this.deps.ledger
+      .execute(
+        runId,
+        { tag: request.tag, tenant: request.tenant },
+        {
+          type: "SubmitRun",
+          agent,
+          version: deployment.version,
+          inputJson,
+          partitionKey: request.partitionKey,
+          idempotencyKey: request.idempotencyKey,
+          caps,
+          actor,
+        },
+      )
+      .catch((error: unknown) => {
+        if (!(error instanceof DurableRunError) || error.reason !== "idempotency_key_reused") throw error;
+        throw new IdempotencyKeyReusedError(
+          `${error.message} (run ${runId}): a new run needs a new key; the same input with it answers that run`,
+          { cause: error },
+        );
+      });
     const durable = done.state.durable;
     if (durable === null) throw new FailedPreconditionError(`run ${runId} exists and is not a durable run`);
     const created = done.events.length > 0;
