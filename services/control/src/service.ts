@@ -90,6 +90,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       operations,
       access,
       log,
+      limits: config.http,
       health: () => ({ nats: bus.connected ? "connected" : "disconnected", pid: process.pid }),
     });
     await app.listen({ host: config.control.host, port: config.control.port });

@@ -22,6 +22,13 @@ beforeAll(async () => {
   const deps: GatewayAppDeps = {
     log: createLogger({ name: "gateway-test", level: "silent" }),
     maxBodyBytes: 1_024,
+    limits: {
+      header_timeout_ms: 1_000,
+      request_timeout_ms: 2_000,
+      idle_timeout_ms: 3_000,
+      max_headers: 50,
+      max_json_depth: 16,
+    },
     ledger: tripwire("ledger"),
     upstreams: tripwire("upstreams"),
     pricer: tripwire("pricer"),
@@ -123,6 +130,33 @@ describe("requests the gateway refuses itself, in the client's own error shape",
       });
       expect(response.statusCode).toBe(413);
       expect(errorOf(family, response.body).message).toMatch(/max_body_bytes/);
+    },
+  );
+
+  it.each([OPENAI, RESPONSES, MESSAGES])(
+    "$path: more header fields than http.max_headers is a 431, whatever the run headers say",
+    async ({ path, family }) => {
+      const headers: Record<string, string> = { "x-holdfast-run": "first" };
+      for (let i = 0; i < 60; i++) headers[`x-filler-${i}`] = "v";
+      const response = await app.inject({ method: "POST", url: path, payload: {}, headers });
+      expect(response.statusCode).toBe(431);
+      expect(errorOf(family, response.body).message).toMatch(/more than 50 header fields/);
+    },
+  );
+
+  it.each([OPENAI, RESPONSES, MESSAGES])(
+    "$path: a body nested deeper than http.max_json_depth is a 400 naming the bound, before it is read",
+    async ({ path, family }) => {
+      const response = await app.inject({
+        method: "POST",
+        url: path,
+        payload: `{"model":"m","messages":[],"metadata":${"[".repeat(200)}${"]".repeat(200)}}`,
+        headers: { "content-type": "application/json" },
+      });
+      expect(response.statusCode).toBe(400);
+      const error = errorOf(family, response.body);
+      expect(error.type).toBe("invalid_request_error");
+      expect(error.message).toMatch(/more than 16 levels deep.*http\.max_json_depth/);
     },
   );
 

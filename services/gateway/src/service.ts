@@ -253,6 +253,7 @@ export async function startGateway(
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
+    limits: config.http,
     ledger,
     upstreams,
     pricer,

@@ -65,7 +65,12 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
   const ticker = setInterval(refresh, 1_000);
   ticker.unref();
 
-  const api = buildAnalyticsApi({ analytics, log, status: () => ({ ...projector.status, streamLastSeq }) });
+  const api = buildAnalyticsApi({
+    analytics,
+    log,
+    limits: config.http,
+    status: () => ({ ...projector.status, streamLastSeq }),
+  });
   await api.listen({ host: config.projector.host, port: config.projector.port });
   const address = api.server.address();
   const port = typeof address === "object" && address ? address.port : config.projector.port;
