@@ -2,7 +2,9 @@ export {
   type Access,
   AccessDeniedError,
   AccessPolicy,
+  ANALYTICS_API,
   bindingProblem,
   type ControlAccessConfig,
+  type GuardedListener,
   isLoopback,
 } from "./tokens.js";

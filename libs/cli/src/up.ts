@@ -28,7 +28,8 @@ built-in fake model provider as the upstream and sends a few calls through the g
 so everything works offline. Ctrl-C stops it all.
 
 The control API needs control.token (holdfast init writes one) unless control.host is
-loopback; --insecure (control.insecure) lets it listen elsewhere without one.`;
+loopback, and so does the projector's analytics API unless projector.host is; --insecure
+(control.insecure) lets them listen elsewhere without one.`;
 
 const START_TIMEOUT_MS = 90_000;
 
@@ -66,6 +67,10 @@ export async function up(argv: string[]): Promise<void> {
   const { bindingProblem, isLoopback } = await import("@holdfast/control");
   const unsafe = bindingProblem(config.control);
   if (unsafe !== undefined) throw new CliError(`The control API will not start: ${unsafe}`, 2);
+  const { ANALYTICS_API } = await import("@holdfast/access");
+  const unsafeAnalytics = bindingProblem({ ...config.control, host: config.projector.host }, ANALYTICS_API);
+  if (unsafeAnalytics !== undefined)
+    throw new CliError(`The projector will not start: ${unsafeAnalytics}`, 2);
   const running = readStack(config.data_dir);
   if (running) {
     throw new CliError(
@@ -282,7 +287,9 @@ export async function up(argv: string[]): Promise<void> {
     };
     writeStack(stack);
     console.log(banner(stack, config, budgetUrl, values.demo, notes, isLoopback(config.control.host)));
-    if (values.demo) console.log(await runDemo(gatewayUrl, analyticsUrl));
+    if (values.demo) {
+      console.log(await runDemo(gatewayUrl, analyticsUrl, config.control.read_token ?? config.control.token));
+    }
   } catch (error) {
     await stopAll();
     throw error;

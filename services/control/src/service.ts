@@ -79,7 +79,10 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       runs,
       fleet,
       log: new LogRuns(bus),
-      projection: analyticsUrl === undefined ? undefined : new Projection(analyticsUrl),
+      projection:
+        analyticsUrl === undefined
+          ? undefined
+          : new Projection(analyticsUrl, config.control.read_token ?? config.control.token),
     });
     const access = new AccessPolicy(config.control);
     if (!access.required) {

@@ -18,6 +18,7 @@ function tripwire<T extends object>(name: string): T {
 }
 
 let app: FastifyInstance;
+let live = true;
 beforeAll(async () => {
   const deps: GatewayAppDeps = {
     log: createLogger({ name: "gateway-test", level: "silent" }),
@@ -43,7 +44,11 @@ beforeAll(async () => {
     },
     logConnected: () => true,
     onRecordError: () => {},
-    health: () => ({}),
+    health: {
+      live: () => live,
+      details: () => ({ runs_held: 3, peer_gateways: false }),
+      mayRead: (authorization) => authorization === "Bearer read-token",
+    },
   };
   app = buildApp(deps);
   await app.ready();
@@ -164,5 +169,39 @@ describe("requests the gateway refuses itself, in the client's own error shape",
     const response = await app.inject({ method: "GET", url: "/nowhere" });
     expect(response.statusCode).toBe(404);
     expect(errorOf("openai", response.body).message).toContain("/nowhere");
+  });
+});
+
+describe("/holdfast/health", () => {
+  it("answers liveness to anyone, with no pid and no counts", async () => {
+    for (const authorization of [undefined, "Bearer sk-an-agents-provider-key"]) {
+      const response = await app.inject({
+        method: "GET",
+        url: "/holdfast/health",
+        headers: authorization === undefined ? {} : { authorization },
+      });
+      expect(response.statusCode).toBe(200);
+      expect(response.json()).toEqual({ status: "ok" });
+    }
+  });
+
+  it("shows its details to a reader", async () => {
+    const response = await app.inject({
+      method: "GET",
+      url: "/holdfast/health",
+      headers: { authorization: "Bearer read-token" },
+    });
+    expect(response.json()).toEqual({ status: "ok", pid: process.pid, runs_held: 3, peer_gateways: false });
+  });
+
+  it("is a 503 while the event log is unreachable", async () => {
+    live = false;
+    try {
+      const response = await app.inject({ method: "GET", url: "/holdfast/health" });
+      expect(response.statusCode).toBe(503);
+      expect(response.json()).toEqual({ status: "log_unreachable" });
+    } finally {
+      live = true;
+    }
   });
 });

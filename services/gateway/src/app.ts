@@ -25,10 +25,23 @@ export interface GatewayAppDeps extends Omit<PipelineDeps, "maxJsonDepth"> {
   /** Timeouts, header count and JSON depth (the `http` section). */
   limits: HttpLimitsConfig;
   upstreams: Upstreams;
-  /** Reports whether the event log is reachable, for /holdfast/health. */
-  health: () => Record<string, unknown>;
+  /** What /holdfast/health answers. */
+  health: GatewayHealth;
   /** Features that decide at the pipeline's hooks (limits, holds, the tool-call gate, …). */
   features?: readonly GatewayFeature[];
+}
+
+/**
+ * `/holdfast/health`: liveness for anyone (a load balancer's probe, an agent with its
+ * provider key), the process's details only for a caller allowed to read them.
+ */
+export interface GatewayHealth {
+  /** False while the event log is unreachable: calls are refused, so the gateway is not up. */
+  live(): boolean;
+  /** The pid, the runs cached and held, the fleet as this gateway sees it. */
+  details(): Record<string, unknown>;
+  /** Whether a request with this Authorization header may see the details. */
+  mayRead(authorization: string | undefined): boolean;
 }
 
 /**
@@ -144,7 +157,17 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
       },
     ),
   );
-  app.get("/holdfast/health", async () => ({ status: "ok", pid: process.pid, ...deps.health() }));
+  app.get("/holdfast/health", async (request, reply) => {
+    const live = deps.health.live();
+    const status = live ? "ok" : "log_unreachable";
+    return reply
+      .code(live ? 200 : 503)
+      .send(
+        deps.health.mayRead(request.headers.authorization)
+          ? { status, pid: process.pid, ...deps.health.details() }
+          : { status },
+      );
+  });
   app.register(pipelineRoutes({ ...deps, maxJsonDepth: deps.limits.max_json_depth }));
   for (const feature of deps.features ?? []) app.register(shared(feature));
   app.register(passthrough(deps.upstreams));

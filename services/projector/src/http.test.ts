@@ -1,3 +1,4 @@
+import { AccessPolicy } from "@holdfast/access";
 import type { Analytics } from "@holdfast/analytics";
 import { createLogger } from "@holdfast/log";
 import type { FastifyInstance } from "fastify";
@@ -6,6 +7,7 @@ import { buildAnalyticsApi } from "./http.js";
 
 // The analytics API's refusals (app.inject), each before the engine is touched; queries
 // that run are tested against embedded ClickHouse in projector.int and the e2e stacks.
+const READ = "read-token-for-analytics";
 
 let app: FastifyInstance;
 beforeAll(async () => {
@@ -15,6 +17,10 @@ beforeAll(async () => {
         throw new Error(`analytics.${String(property)} was touched: this request should have been refused`);
       },
     }),
+    access: new AccessPolicy(
+      { host: "127.0.0.1", read_token: READ, insecure: false },
+      { name: "analytics API", readOnly: "query" },
+    ),
     log: createLogger({ name: "projector-test", level: "silent" }),
     limits: {
       header_timeout_ms: 1_000,
@@ -44,10 +50,28 @@ const query = (payload: string, headers: Record<string, string> = {}) =>
     method: "POST",
     url: "/v1/query",
     payload,
-    headers: { "content-type": "application/json", ...headers },
+    headers: { authorization: `Bearer ${READ}`, "content-type": "application/json", ...headers },
   });
 
 describe("the analytics API", () => {
+  it("answers /v1/query and /v1/runs without a token, or with a wrong one, with a 401", async () => {
+    for (const [method, url] of [
+      ["POST", "/v1/query"],
+      ["GET", "/v1/runs"],
+    ] as const) {
+      for (const headers of [{}, { authorization: "Bearer not-the-token" }]) {
+        const response = await app.inject({
+          method,
+          url,
+          headers: { "content-type": "application/json", ...headers },
+          ...(method === "POST" ? { payload: JSON.stringify({ sql: "SELECT 1" }) } : {}),
+        });
+        expect(response.statusCode).toBe(401);
+        expect(response.json().error.code).toBe("unauthenticated");
+      }
+    }
+  });
+
   it("answers /health to anyone", async () => {
     const response = await app.inject({ method: "GET", url: "/health" });
     expect(response.statusCode).toBe(200);

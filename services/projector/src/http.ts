@@ -1,11 +1,19 @@
+import { AccessDeniedError, type AccessPolicy } from "@holdfast/access";
 import { type Analytics, listRuns, QueryError, RUN_STATUSES, runSql } from "@holdfast/analytics";
 import { guardListener, type HttpLimitsConfig, limitErrorOf, listenerOptions } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
 import type { ProjectorStatus } from "./projector.js";
 
 export interface AnalyticsApiDeps {
   analytics: Analytics;
+  /** Who may query: the control tokens (control.read_token or control.token), when set. */
+  access: AccessPolicy;
   log: Logger;
   /** Timeouts, header count and JSON depth (the `http` section). */
   limits: HttpLimitsConfig;
@@ -20,7 +28,8 @@ export const MAX_BODY_BYTES = 1_048_576;
 /**
  * The projector's HTTP API: operator SQL over the projection and the named read models.
  * With embedded ClickHouse the engine lives in this process, so every reader goes
- * through here. Errors are `{"error": {"code", "message"}}`.
+ * through here. /health is open (liveness and lag); the rest needs a control token
+ * (read-only or not) when one is configured. Errors are `{"error": {"code", "message"}}`.
  */
 export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   const logger: FastifyBaseLogger = deps.log;
@@ -33,11 +42,21 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
     logController: new LogController({ disableRequestLogging: true }),
   });
   guardListener(app, deps.limits, { json: true });
+  // Checked before the body is read: a caller without a token learns nothing else.
+  const reader = {
+    onRequest: async (request: FastifyRequest) => {
+      deps.access.authorize(request.headers.authorization, "read");
+    },
+  };
 
   app.setErrorHandler((error, request, reply) => {
     const limit = limitErrorOf(error, MAX_BODY_BYTES);
     if (limit !== undefined) {
       return reply.code(limit.status).send({ error: { code: limit.code, message: limit.message } });
+    }
+    if (error instanceof AccessDeniedError) {
+      const status = error.reason === "unauthenticated" ? 401 : 403;
+      return reply.code(status).send({ error: { code: error.reason, message: error.message } });
     }
     if (error instanceof QueryError)
       return reply.code(400).send({ error: { message: error.message, code: error.code } });
@@ -69,6 +88,7 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   app.post<{ Body: { sql?: unknown; max_rows?: unknown } }>(
     "/v1/query",
     {
+      ...reader,
       schema: {
         body: {
           type: "object",
@@ -89,6 +109,7 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   app.get<{ Querystring: { limit?: number; status?: (typeof RUN_STATUSES)[number] } }>(
     "/v1/runs",
     {
+      ...reader,
       schema: {
         querystring: {
           type: "object",
