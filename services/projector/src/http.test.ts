@@ -98,6 +98,12 @@ describe("the analytics API", () => {
     });
   });
 
+  it("answers a body of a type it does not read with fastify's 415, not a 500", async () => {
+    const response = await query("<sql>SELECT 1</sql>", { "content-type": "application/xml" });
+    expect(response.statusCode).toBe(415);
+    expect(response.json().error.code).toBe("bad_request");
+  });
+
   it("answers more header fields than http.max_headers with a 431", async () => {
     const many = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`x-filler-${i}`, "v"]));
     const response = await query(JSON.stringify({ sql: "SELECT 1" }), many);
