@@ -83,19 +83,46 @@ export class AccessPolicy {
   }
 }
 
+/** A listener the tokens guard, as bindingProblem names it. */
+export interface GuardedListener {
+  /** "control API", "analytics API", … */
+  readonly name: string;
+  /** The key of the interface it listens on: "control.host", "projector.host", … */
+  readonly hostKey: string;
+  /** What anyone who reaches it could do without a token. */
+  readonly exposes: string;
+}
+
+const CONTROL_API: GuardedListener = {
+  name: "control API",
+  hostKey: "control.host",
+  exposes: "hold, resume and stop runs",
+};
+
+/** The projector's analytics API: operator SQL over everything recorded, and the runs. */
+export const ANALYTICS_API: GuardedListener = {
+  name: "analytics API",
+  hostKey: "projector.host",
+  exposes: "read every run's recorded calls with SQL",
+};
+
 /**
- * Why the control API must not start with this configuration, or undefined when it may:
- * off loopback without a token anyone who reaches it could hold, resume and stop runs.
+ * Why a listener guarded by the control tokens (by default the control API) must not start
+ * with this configuration, or undefined when it may: off loopback without a token, anyone
+ * who reaches it could do what it `exposes`.
  */
-export function bindingProblem(config: ControlAccessConfig): string | undefined {
+export function bindingProblem(
+  config: ControlAccessConfig,
+  listener: GuardedListener = CONTROL_API,
+): string | undefined {
   if (config.token !== undefined && config.token === config.read_token) {
     return "control.read_token is the same as control.token: a read-only token must differ from the one that may change runs";
   }
   if (config.token !== undefined || config.read_token !== undefined) return undefined;
   if (isLoopback(config.host) || config.insecure) return undefined;
   return (
-    `the control API would listen on ${config.host} without a token, so anyone who can reach it could hold, resume and stop runs. ` +
-    "Set control.token (and control.read_token; `holdfast init` writes both), or keep control.host on loopback (127.0.0.1), " +
+    `the ${listener.name} would listen on ${config.host} without a token, so anyone who can reach it could ${listener.exposes}. ` +
+    `Set control.token (and control.read_token; \`holdfast init\` writes both), or keep ${listener.hostKey} on loopback (127.0.0.1), ` +
     "or allow it knowingly with control.insecure: true (`holdfast up --insecure`)."
   );
 }

@@ -31,6 +31,11 @@ export function controlEndpoint(values: {
   return { url, controlToken: tokens.control, readToken: tokens.read };
 }
 
+/** The token the projector's analytics API is called with: the least that may read. */
+export function readingToken(endpoint: ControlEndpoint): string | undefined {
+  return endpoint.readToken ?? endpoint.controlToken;
+}
+
 /**
  * Calls the control API and returns its JSON, or a CliError with its message (and, for a
  * refused token, where the token comes from).

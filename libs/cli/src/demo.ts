@@ -5,7 +5,12 @@ import { holdfastCommand } from "./invocation.js";
  * a streamed reply; Responses continued by previous_response_id; Anthropic Messages; and
  * an agent that Holdfast identifies by fingerprint alone.
  */
-export async function runDemo(gatewayUrl: string, analyticsUrl: string): Promise<string> {
+export async function runDemo(
+  gatewayUrl: string,
+  analyticsUrl: string,
+  /** A control token (read-only or not), when the analytics API needs one. */
+  token: string | undefined,
+): Promise<string> {
   const tools = [
     {
       type: "function",
@@ -77,7 +82,7 @@ export async function runDemo(gatewayUrl: string, analyticsUrl: string): Promise
       messages: [{ role: "user", content: "Write a haiku about the sea." }],
     });
   }
-  await projected(analyticsUrl, ["demo-agent", "demo-researcher", "demo-claude"]);
+  await projected(analyticsUrl, token, ["demo-agent", "demo-researcher", "demo-claude"]);
   const hf = holdfastCommand();
   return `
 Demo: three agents, one per API Holdfast meters.
@@ -91,11 +96,13 @@ and a fourth with no run id made 2 calls and was fingerprinted. Look:
 }
 
 /** Waits until ClickHouse has every call of these runs, so `ls` shows them at once. */
-async function projected(analyticsUrl: string, runIds: string[]): Promise<void> {
+async function projected(analyticsUrl: string, token: string | undefined, runIds: string[]): Promise<void> {
   const deadline = Date.now() + 15_000;
   while (Date.now() < deadline) {
     try {
-      const response = await fetch(`${analyticsUrl}/v1/runs?limit=1000`);
+      const response = await fetch(`${analyticsUrl}/v1/runs?limit=1000`, {
+        headers: token === undefined ? {} : { authorization: `Bearer ${token}` },
+      });
       const { runs } = (await response.json()) as { runs: { run_id: string; in_flight: number | string }[] };
       const settled = runIds.every((id) => runs.some((r) => r.run_id === id && Number(r.in_flight) === 0));
       if (settled) return;

@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import type { RunRow } from "@holdfast/analytics";
 import { analyticsCall, COMMON_OPTIONS, configFrom } from "./common.js";
+import { controlEndpoint, readingToken } from "./control.js";
 import { CliError } from "./errors.js";
 import { ago, fromClickHouseTime, table, usd } from "./format.js";
 import { requireStack } from "./stack.js";
@@ -27,7 +28,10 @@ export async function ls(argv: string[]): Promise<void> {
   const stack = requireStack(configFrom(values));
   const query = new URLSearchParams({ limit: values.limit });
   if (values.status !== undefined) query.set("status", values.status);
-  const { runs } = await analyticsCall<{ runs: RunRow[] }>(`${stack.analyticsUrl}/v1/runs?${query}`);
+  const { runs } = await analyticsCall<{ runs: RunRow[] }>(
+    `${stack.analyticsUrl}/v1/runs?${query}`,
+    readingToken(controlEndpoint(values)),
+  );
   if (values.json) return void console.log(JSON.stringify(runs, null, 2));
   if (runs.length === 0) {
     return void console.log(

@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import type { SqlResult } from "@holdfast/analytics";
 import { analyticsCall, COMMON_OPTIONS, configFrom } from "./common.js";
+import { controlEndpoint, readingToken } from "./control.js";
 import { CliError } from "./errors.js";
 import { table } from "./format.js";
 import { requireStack } from "./stack.js";
@@ -28,11 +29,15 @@ export async function query(argv: string[]): Promise<void> {
     throw new CliError(`--max-rows must be a positive integer, got "${values["max-rows"]}"`, 2);
   }
   const stack = requireStack(configFrom(values));
-  const result = await analyticsCall<SqlResult>(`${stack.analyticsUrl}/v1/query`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ sql, max_rows: maxRows }),
-  });
+  const result = await analyticsCall<SqlResult>(
+    `${stack.analyticsUrl}/v1/query`,
+    readingToken(controlEndpoint(values)),
+    {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ sql, max_rows: maxRows }),
+    },
+  );
   if (values.json) return void console.log(JSON.stringify(result.rows, null, 2));
   console.log(
     table(

@@ -30,7 +30,8 @@ built-in fake model provider as the upstream and sends a few calls through the g
 so everything works offline. Ctrl-C stops it all.
 
 The control API needs control.token (holdfast init writes one) unless control.host is
-loopback; --insecure (control.insecure) lets it listen elsewhere without one.`;
+loopback, and so does the projector's analytics API unless projector.host is; --insecure
+(control.insecure) lets them listen elsewhere without one.`;
 
 const START_TIMEOUT_MS = 90_000;
 
@@ -102,8 +103,13 @@ export async function up(argv: string[]): Promise<void> {
   // Refused here, before anything starts, with the control service's own words. (Loaded
   // here, not at the top: the other commands need none of the service's dependencies.)
   const { bindingProblem } = await import("@holdfast/control");
-  const unsafe = bindingProblem({ ...config.control, token: tokens.control, read_token: tokens.read });
+  const { ANALYTICS_API } = await import("@holdfast/access");
+  const access = { ...config.control, token: tokens.control, read_token: tokens.read };
+  const unsafe = bindingProblem(access);
   if (unsafe !== undefined) throw new CliError(`The control API will not start: ${unsafe}`, 2);
+  const unsafeAnalytics = bindingProblem({ ...access, host: config.projector.host }, ANALYTICS_API);
+  if (unsafeAnalytics !== undefined)
+    throw new CliError(`The projector will not start: ${unsafeAnalytics}`, 2);
   const operatorTokens = {
     HOLDFAST_CONTROL__TOKEN: tokens.control,
     HOLDFAST_CONTROL__READ_TOKEN: tokens.read,
@@ -325,7 +331,7 @@ export async function up(argv: string[]): Promise<void> {
     };
     writeStack(stack);
     console.log(banner(stack, config, budgetUrl, values.demo, notes, credentials));
-    if (values.demo) console.log(await runDemo(gatewayUrl, analyticsUrl));
+    if (values.demo) console.log(await runDemo(gatewayUrl, analyticsUrl, tokens.read));
   } catch (error) {
     await stopAll();
     throw error;

@@ -44,6 +44,13 @@ describe("loadConfig", () => {
       expect(config).toEqual({
         data_dir: `${HOME}/.holdfast`,
         log_level: "info",
+        http: {
+          header_timeout_ms: 20_000,
+          request_timeout_ms: 120_000,
+          idle_timeout_ms: 75_000,
+          max_headers: 500,
+          max_json_depth: 128,
+        },
         gateway: {
           host: "127.0.0.1",
           port: 4141,
@@ -346,6 +353,17 @@ describe("loadConfig", () => {
       expect(error.key).toBe("projector.linger_ms");
       expect(error.message).toBe(
         `${file}: projector.linger_ms: must be less than half of projector.ack_wait_ms, or batches are redelivered while they linger, got 1000`,
+      );
+    });
+
+    it("a header timeout longer than the whole request's", () => {
+      const file = givenFile("http:\n  header_timeout_ms: 5000\n  request_timeout_ms: 1000\n");
+
+      const error = loadError({ file });
+
+      expect(error.key).toBe("http.header_timeout_ms");
+      expect(error.message).toBe(
+        `${file}: http.header_timeout_ms: must be at most http.request_timeout_ms: the headers are part of the request, got 5000`,
       );
     });
 

@@ -393,6 +393,46 @@ export const configSchema = z
       .enum(LOG_LEVELS, { error: `expected one of ${LOG_LEVELS.join(", ")}` })
       .default("info")
       .describe("Least severe log level written by every service."),
+    http: z
+      .strictObject(
+        {
+          header_timeout_ms: integer(100, 3_600_000)
+            .default(20_000)
+            .describe(
+              "How long a client may take to send a request's headers, from its connection's opening, in milliseconds; later, a 408 and the connection is closed.",
+            ),
+          request_timeout_ms: integer(100, 86_400_000)
+            .default(120_000)
+            .describe(
+              "How long a client may take to send a whole request, headers and body, in milliseconds; later, a 408 and the connection is closed. Only receiving is timed: a held call or a long stream is answered for as long as it takes.",
+            ),
+          idle_timeout_ms: integer(100, 3_600_000)
+            .default(75_000)
+            .describe(
+              "How long a kept-alive connection may wait idle for its next request before it is closed, in milliseconds.",
+            ),
+          max_headers: integer(10, 10_000)
+            .default(500)
+            .describe(
+              "Most header fields a request may have; more gets a 431 (rather than the rest being dropped unread).",
+            ),
+          max_json_depth: integer(1, 1_000)
+            .default(128)
+            .describe(
+              "Deepest nesting of objects and arrays a JSON request body may have; deeper gets a 400 naming this bound.",
+            ),
+        },
+        mapping,
+      )
+      // Node refuses a server whose headers may take longer than the whole request.
+      .refine((h) => h.header_timeout_ms <= h.request_timeout_ms, {
+        path: ["header_timeout_ms"],
+        error: "must be at most http.request_timeout_ms: the headers are part of the request",
+      })
+      .prefault({})
+      .describe(
+        "Limits every HTTP listener (the gateway, control, projector and scheduler) holds its clients to.",
+      ),
     gateway: z
       .strictObject(
         {

@@ -77,7 +77,10 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       runs,
       fleet,
       log: new LogRuns(bus),
-      projection: analyticsUrl === undefined ? undefined : new Projection(analyticsUrl),
+      projection:
+        analyticsUrl === undefined
+          ? undefined
+          : new Projection(analyticsUrl, config.control.read_token ?? config.control.token),
     });
     const access = new AccessPolicy(config.control);
     if (!access.required) {
@@ -88,6 +91,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       operations,
       access,
       log,
+      limits: config.http,
       health: () => ({ nats: bus.connected ? "connected" : "disconnected", pid: process.pid }),
     });
     await app.listen({ host: config.control.host, port: config.control.port });

@@ -18,10 +18,18 @@ function tripwire<T extends object>(name: string): T {
 }
 
 let app: FastifyInstance;
+let live = true;
 beforeAll(async () => {
   const deps: GatewayAppDeps = {
     log: createLogger({ name: "gateway-test", level: "silent" }),
     maxBodyBytes: 1_024,
+    limits: {
+      header_timeout_ms: 1_000,
+      request_timeout_ms: 2_000,
+      idle_timeout_ms: 3_000,
+      max_headers: 50,
+      max_json_depth: 16,
+    },
     ledger: tripwire("ledger"),
     upstreams: tripwire("upstreams"),
     pricer: tripwire("pricer"),
@@ -36,7 +44,11 @@ beforeAll(async () => {
     },
     logConnected: () => true,
     onRecordError: () => {},
-    health: () => ({}),
+    health: {
+      live: () => live,
+      details: () => ({ runs_held: 3, peer_gateways: false }),
+      mayRead: (authorization) => authorization === "Bearer read-token",
+    },
   };
   app = buildApp(deps);
   await app.ready();
@@ -126,9 +138,70 @@ describe("requests the gateway refuses itself, in the client's own error shape",
     },
   );
 
+  it.each([OPENAI, RESPONSES, MESSAGES])(
+    "$path: more header fields than http.max_headers is a 431, whatever the run headers say",
+    async ({ path, family }) => {
+      const headers: Record<string, string> = { "x-holdfast-run": "first" };
+      for (let i = 0; i < 60; i++) headers[`x-filler-${i}`] = "v";
+      const response = await app.inject({ method: "POST", url: path, payload: {}, headers });
+      expect(response.statusCode).toBe(431);
+      expect(errorOf(family, response.body).message).toMatch(/more than 50 header fields/);
+    },
+  );
+
+  it.each([OPENAI, RESPONSES, MESSAGES])(
+    "$path: a body nested deeper than http.max_json_depth is a 400 naming the bound, before it is read",
+    async ({ path, family }) => {
+      const response = await app.inject({
+        method: "POST",
+        url: path,
+        payload: `{"model":"m","messages":[],"metadata":${"[".repeat(200)}${"]".repeat(200)}}`,
+        headers: { "content-type": "application/json" },
+      });
+      expect(response.statusCode).toBe(400);
+      const error = errorOf(family, response.body);
+      expect(error.type).toBe("invalid_request_error");
+      expect(error.message).toMatch(/more than 16 levels deep.*http\.max_json_depth/);
+    },
+  );
+
   it("answers a path it does not serve with a 404 in OpenAI's shape", async () => {
     const response = await app.inject({ method: "GET", url: "/nowhere" });
     expect(response.statusCode).toBe(404);
     expect(errorOf("openai", response.body).message).toContain("/nowhere");
+  });
+});
+
+describe("/holdfast/health", () => {
+  it("answers liveness to anyone, with no pid and no counts", async () => {
+    for (const authorization of [undefined, "Bearer sk-an-agents-provider-key"]) {
+      const response = await app.inject({
+        method: "GET",
+        url: "/holdfast/health",
+        headers: authorization === undefined ? {} : { authorization },
+      });
+      expect(response.statusCode).toBe(200);
+      expect(response.json()).toEqual({ status: "ok" });
+    }
+  });
+
+  it("shows its details to a reader", async () => {
+    const response = await app.inject({
+      method: "GET",
+      url: "/holdfast/health",
+      headers: { authorization: "Bearer read-token" },
+    });
+    expect(response.json()).toEqual({ status: "ok", pid: process.pid, runs_held: 3, peer_gateways: false });
+  });
+
+  it("is a 503 while the event log is unreachable", async () => {
+    live = false;
+    try {
+      const response = await app.inject({ method: "GET", url: "/holdfast/health" });
+      expect(response.statusCode).toBe(503);
+      expect(response.json()).toEqual({ status: "log_unreachable" });
+    } finally {
+      live = true;
+    }
   });
 });

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from "node:http";
+import { guardListener, HttpLimitError, type HttpLimitsConfig, listenerOptions } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import type { ApiShape, ErrorFields } from "@holdfast/providers";
 import Fastify, {
@@ -18,14 +19,29 @@ import { pipelineRoutes, shapeForPath } from "./pipeline/routes.js";
 import { passthrough } from "./proxy/passthrough.js";
 import type { Upstreams } from "./upstream/upstream.js";
 
-export interface GatewayAppDeps extends PipelineDeps {
+export interface GatewayAppDeps extends Omit<PipelineDeps, "maxJsonDepth"> {
   log: Logger;
   maxBodyBytes: number;
+  /** Timeouts, header count and JSON depth (the `http` section). */
+  limits: HttpLimitsConfig;
   upstreams: Upstreams;
-  /** Reports whether the event log is reachable, for /holdfast/health. */
-  health: () => Record<string, unknown>;
+  /** What /holdfast/health answers. */
+  health: GatewayHealth;
   /** Features that decide at the pipeline's hooks (limits, holds, the tool-call gate, …). */
   features?: readonly GatewayFeature[];
+}
+
+/**
+ * `/holdfast/health`: liveness for anyone (a load balancer's probe, an agent with its
+ * provider key), the process's details only for a caller allowed to read them.
+ */
+export interface GatewayHealth {
+  /** False while the event log is unreachable: calls are refused, so the gateway is not up. */
+  live(): boolean;
+  /** The pid, the runs cached and held, the fleet as this gateway sees it. */
+  details(): Record<string, unknown>;
+  /** Whether a request with this Authorization header may see the details. */
+  mayRead(authorization: string | undefined): boolean;
 }
 
 /**
@@ -39,6 +55,12 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
   const refusedTargets = new WeakMap<IncomingMessage, string>();
   let closing = false;
   const app = Fastify({
+    // Timeouts, the body limit, and requests Node's parser refuses (malformed header bytes,
+    // headers too large, too slow) answered in the provider's shape of the path they asked.
+    ...listenerOptions(deps.limits, {
+      bodyLimit: deps.maxBodyBytes,
+      errorBody: (answer, path) => shapeForPath(path).errorBody(answer.message, { code: answer.code }),
+    }),
     // One spelling per path before routing: every spelling of a metered endpoint is metered.
     rewriteUrl(req) {
       const target = normalizeTarget(req.url ?? "/");
@@ -46,27 +68,18 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
       refusedTargets.set(req, target.message);
       return REFUSED_TARGET;
     },
-    // A request Node's parser refuses (malformed header bytes, headers too large) still
-    // gets an error in the provider's shape.
-    clientErrorHandler(error, socket) {
-      if ((error as NodeJS.ErrnoException).code === "ECONNRESET" || socket.destroyed) return;
-      if (socket.writable)
-        socket.write(rawErrorResponse(error as unknown as NodeJS.ErrnoException & { rawPacket?: Buffer }));
-      socket.destroy();
-    },
     loggerInstance: logger,
     // One log line per model call would cost more than the proxying; errors are logged.
     // Nor does a call get a child logger of its own (a pino child per request is a
     // measurable share of the gateway's CPU): errors log with the call's run, not its req id.
     logController: new LogController({ disableRequestLogging: true }),
     childLoggerFactory: (parent) => parent,
-    bodyLimit: deps.maxBodyBytes,
-    // Agents hold connections open between calls.
-    keepAliveTimeout: 75_000,
     // Answered below, in the provider's shape.
     return503OnClosing: false,
   });
 
+  // More headers than http.max_headers is a 431, so the run headers are read among all of them.
+  guardListener(app, deps.limits, { json: false });
   app.addHook("preClose", async () => {
     closing = true;
   });
@@ -104,6 +117,7 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
       if (error.status >= 500) request.log.warn({ err: error }, "call not completed");
       return answer(request, reply, error.status, error.message, error);
     }
+    if (error instanceof HttpLimitError) return answer(request, reply, error.status, error.message, error);
     if (error instanceof UnsupportedContentEncodingError) {
       return answer(request, reply, 415, error.message, { code: "unsupported_content_encoding" });
     }
@@ -143,8 +157,18 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
       },
     ),
   );
-  app.get("/holdfast/health", async () => ({ status: "ok", pid: process.pid, ...deps.health() }));
-  app.register(pipelineRoutes(deps));
+  app.get("/holdfast/health", async (request, reply) => {
+    const live = deps.health.live();
+    const status = live ? "ok" : "log_unreachable";
+    return reply
+      .code(live ? 200 : 503)
+      .send(
+        deps.health.mayRead(request.headers.authorization)
+          ? { status, pid: process.pid, ...deps.health.details() }
+          : { status },
+      );
+  });
+  app.register(pipelineRoutes({ ...deps, maxJsonDepth: deps.limits.max_json_depth }));
   for (const feature of deps.features ?? []) app.register(shared(feature));
   app.register(passthrough(deps.upstreams));
   return app;
@@ -165,18 +189,4 @@ function answer(
   fields: ErrorFields,
 ) {
   return reply.code(status).send(shapeOf(request).errorBody(message, fields));
-}
-
-/** A whole HTTP response for a request the HTTP parser refused, in its API's error shape. */
-function rawErrorResponse(error: NodeJS.ErrnoException & { rawPacket?: Buffer }): string {
-  const [status, text, message] =
-    error.code === "HPE_HEADER_OVERFLOW"
-      ? [431, "Request Header Fields Too Large", "The request headers are larger than this gateway accepts."]
-      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
-        ? [408, "Request Timeout", "The request was not received in time."]
-        : [400, "Bad Request", `The request is not valid HTTP: ${error.message}.`];
-  // The request line, when the parser got that far, says which API the client speaks.
-  const path = /^[A-Z]+ (\S+)/.exec(error.rawPacket?.toString("latin1") ?? "")?.[1] ?? "/";
-  const body = JSON.stringify(shapeForPath(path).errorBody(message, { code: "invalid_http" }));
-  return `HTTP/1.1 ${status} ${text}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
 }

@@ -27,6 +27,7 @@ import { fleetAggregate, HeldRuns, Ledger, LogFollower, runAggregate } from "@ho
 import { buildApp } from "./app.js";
 import { budgetFeature } from "./budget/feature.js";
 import { gateFeature } from "./gate/feature.js";
+import { healthReaders } from "./health/access.js";
 import { Admission } from "./hold/admission.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
@@ -253,9 +254,21 @@ export async function startGateway(
           clock,
           ...(predict === undefined ? {} : { roomOf: predict.roomOf }),
         });
+  const mayReadHealth = healthReaders({ ...config.control, host: config.gateway.host });
+  if (
+    config.control.token === undefined &&
+    config.control.read_token === undefined &&
+    !mayReadHealth(undefined)
+  ) {
+    log.warn(
+      { host: config.gateway.host },
+      "the gateway listens off loopback with no token: /holdfast/health shows liveness only; set control.read_token to read its details",
+    );
+  }
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
+    limits: config.http,
     ledger,
     upstreams,
     pricer,
@@ -266,13 +279,17 @@ export async function startGateway(
     admission,
     logConnected: () => bus.connected,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
-    health: () => ({
-      nats: bus.connected ? "connected" : "disconnected",
-      runs_cached: ledger.cachedCount,
-      runs_held: held.count,
-      peer_gateways: liveness.peersAlive,
-      log_followed: follower.followingEverything ? "every_event" : "urgent_events",
-    }),
+    health: {
+      live: () => bus.connected,
+      details: () => ({
+        nats: bus.connected ? "connected" : "disconnected",
+        runs_cached: ledger.cachedCount,
+        runs_held: held.count,
+        peer_gateways: liveness.peersAlive,
+        log_followed: follower.followingEverything ? "every_event" : "urgent_events",
+      }),
+      mayRead: mayReadHealth,
+    },
     features: [
       // Routing first: prediction decides for the target it chose, and its model is priced.
       ...(routing === undefined ? [] : [routing]),

@@ -1,33 +1,69 @@
+import { AccessDeniedError, type AccessPolicy } from "@holdfast/access";
 import { type Analytics, listRuns, QueryError, RUN_STATUSES, runSql } from "@holdfast/analytics";
+import { guardListener, type HttpLimitsConfig, limitErrorOf, listenerOptions } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
 import type { ProjectorStatus } from "./projector.js";
 
 export interface AnalyticsApiDeps {
   analytics: Analytics;
+  /** Who may query: the control tokens (control.read_token or control.token), when set. */
+  access: AccessPolicy;
   log: Logger;
+  /** Timeouts, header count and JSON depth (the `http` section). */
+  limits: HttpLimitsConfig;
   status: () => ProjectorStatus & { streamLastSeq: number };
 }
 
 const MAX_LIST = 10_000;
 
+/** The largest body the API takes: one SQL statement. */
+export const MAX_BODY_BYTES = 1_048_576;
+
 /**
  * The projector's HTTP API: operator SQL over the projection and the named read models.
  * With embedded ClickHouse the engine lives in this process, so every reader goes
- * through here.
+ * through here. /health is open (liveness and lag); the rest needs a control token
+ * (read-only or not) when one is configured. Errors are `{"error": {"code", "message"}}`.
  */
 export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   const logger: FastifyBaseLogger = deps.log;
   const app = Fastify({
+    ...listenerOptions(deps.limits, {
+      bodyLimit: MAX_BODY_BYTES,
+      errorBody: ({ code, message }) => ({ error: { code, message } }),
+    }),
     loggerInstance: logger,
     logController: new LogController({ disableRequestLogging: true }),
   });
+  guardListener(app, deps.limits, { json: true });
+  // Checked before the body is read: a caller without a token learns nothing else.
+  const reader = {
+    onRequest: async (request: FastifyRequest) => {
+      deps.access.authorize(request.headers.authorization, "read");
+    },
+  };
 
   app.setErrorHandler((error, request, reply) => {
+    const limit = limitErrorOf(error, MAX_BODY_BYTES);
+    if (limit !== undefined) {
+      return reply.code(limit.status).send({ error: { code: limit.code, message: limit.message } });
+    }
+    if (error instanceof AccessDeniedError) {
+      const status = error.reason === "unauthenticated" ? 401 : 403;
+      return reply.code(status).send({ error: { code: error.reason, message: error.message } });
+    }
     if (error instanceof QueryError)
       return reply.code(400).send({ error: { message: error.message, code: error.code } });
-    if ((error as { statusCode?: number }).statusCode === 400) {
-      return reply.code(400).send({ error: { message: (error as Error).message, code: "bad_request" } });
+    // fastify's own refusals of the request (bad JSON, a wrong content type, a bad query).
+    const status = (error as { statusCode?: number }).statusCode;
+    if (status !== undefined && status >= 400 && status < 500) {
+      return reply.code(status).send({ error: { message: (error as Error).message, code: "bad_request" } });
     }
     request.log.error({ err: error }, "analytics request failed");
     return reply.code(500).send({ error: { message: (error as Error).message, code: "internal" } });
@@ -52,6 +88,7 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   app.post<{ Body: { sql?: unknown; max_rows?: unknown } }>(
     "/v1/query",
     {
+      ...reader,
       schema: {
         body: {
           type: "object",
@@ -72,6 +109,7 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   app.get<{ Querystring: { limit?: number; status?: (typeof RUN_STATUSES)[number] } }>(
     "/v1/runs",
     {
+      ...reader,
       schema: {
         querystring: {
           type: "object",

@@ -1,10 +1,20 @@
 import { loadConfig } from "@holdfast/config";
 import { createLogger } from "@holdfast/log";
+import { InsecureBindError } from "./errors.js";
 import { startProjector } from "./service.js";
 
 const config = loadConfig();
 const log = createLogger({ name: "projector", level: config.log_level });
-const running = await startProjector(config, log);
+let running: Awaited<ReturnType<typeof startProjector>>;
+try {
+  running = await startProjector(config, log);
+} catch (error) {
+  if (error instanceof InsecureBindError) {
+    console.error(error.message);
+    process.exit(2);
+  }
+  throw error;
+}
 
 let stopping = false;
 function stop(reason: string): void {

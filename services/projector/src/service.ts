@@ -1,8 +1,10 @@
 import { join } from "node:path";
+import { AccessPolicy, ANALYTICS_API, bindingProblem } from "@holdfast/access";
 import { migrate, openAnalytics } from "@holdfast/analytics";
 import { connectBus } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
 import type { Logger } from "@holdfast/log";
+import { InsecureBindError } from "./errors.js";
 import { buildAnalyticsApi } from "./http.js";
 import { Projector } from "./projector.js";
 
@@ -12,8 +14,15 @@ export interface RunningProjector {
   close(): Promise<void>;
 }
 
-/** Wires the projector from configuration. `main.ts` adds process signals around it. */
+/**
+ * Wires the projector from configuration. `main.ts` adds process signals around it.
+ * Refuses to start with its analytics API off loopback without a control token (read-only
+ * or not) unless control.insecure is set.
+ */
 export async function startProjector(config: Config, log: Logger): Promise<RunningProjector> {
+  const access = { ...config.control, host: config.projector.host };
+  const problem = bindingProblem(access, ANALYTICS_API);
+  if (problem !== undefined) throw new InsecureBindError(`The projector will not start: ${problem}`);
   if (!config.nats.url)
     throw new Error("nats.url is not set: the projector needs a NATS server (holdfast up sets it)");
   const analytics = await openAnalytics({
@@ -64,7 +73,13 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
   const ticker = setInterval(refresh, 1_000);
   ticker.unref();
 
-  const api = buildAnalyticsApi({ analytics, log, status: () => ({ ...projector.status, streamLastSeq }) });
+  const api = buildAnalyticsApi({
+    analytics,
+    access: new AccessPolicy(access, { name: "analytics API", readOnly: "query" }),
+    log,
+    limits: config.http,
+    status: () => ({ ...projector.status, streamLastSeq }),
+  });
   await api.listen({ host: config.projector.host, port: config.projector.port });
   const address = api.server.address();
   const port = typeof address === "object" && address ? address.port : config.projector.port;

@@ -122,7 +122,14 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
         }),
     });
     closers.push(async () => scheduler.close());
-    const operations = new RunsOperations({ bus, ledger, scheduler, agents, newId });
+    const operations = new RunsOperations({
+      bus,
+      ledger,
+      scheduler,
+      agents,
+      newId,
+      maxJsonDepth: config.http.max_json_depth,
+    });
 
     // Holds, resumes and stops of durable runs (an operator's, a limit's, a rate-limit checkpoint's).
     const follower = new LogFollower(bus, [
@@ -184,6 +191,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
       operations,
       access: policy,
       log,
+      limits: config.http,
       health: () => ({
         nats: bus.connected ? "connected" : "disconnected",
         pid: process.pid,

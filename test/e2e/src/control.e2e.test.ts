@@ -116,6 +116,26 @@ describe("holdfast up", () => {
     expect(result.stderr).toMatch(/would listen on 0\.0\.0\.0 without a token/);
     expect(result.stderr).toMatch(/--insecure/);
   });
+
+  it("refuses to put the projector's analytics API on 0.0.0.0 without a token", async () => {
+    const open = join(dir.path, "open-analytics.yaml");
+    writeFileSync(open, "projector:\n  host: 0.0.0.0\n");
+    const result = await holdfast(["up", "--config", open]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(
+      /The projector will not start: the analytics API would listen on 0\.0\.0\.0 without a token/,
+    );
+  });
+
+  it("lists runs from the projector with the stack's token, and says where the token comes from without it", async () => {
+    expect((await holdfast(["ls"])).code).toBe(0);
+    const tokenless = join(dir.path, "tokenless.yaml");
+    writeFileSync(tokenless, "log_level: info\n");
+    const refused = await holdfast(["ls", "--config", tokenless]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/needs a token/);
+    expect(refused.stderr).toMatch(/control\.read_token or control\.token in the config file/);
+  });
 });
 
 describe("hold, resume, stop from the CLI", () => {

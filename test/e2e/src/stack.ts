@@ -163,9 +163,13 @@ export async function startStack(
         { timeoutMs: 10_000, message: `run ${runId} did not record ${steps} finished steps` },
       ),
     sql: async <T>(query: string) => {
+      const token = config.control.read_token ?? config.control.token;
       const response = await fetch(`${projector.url}/v1/query`, {
         method: "POST",
-        headers: { "content-type": "application/json" },
+        headers: {
+          "content-type": "application/json",
+          ...(token === undefined ? {} : { authorization: `Bearer ${token}` }),
+        },
         body: JSON.stringify({ sql: query }),
       });
       const body = (await response.json()) as { rows: T[]; error?: { message: string } };

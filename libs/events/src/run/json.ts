@@ -26,7 +26,11 @@ export function runViewJson(view: RunView, durable?: DurableRun): Record<string,
  * every field, its input and output as JSON values (not strings of JSON; `output` null
  * until it has one), its status and failure as lowercase names.
  */
-export function durableRunJson(run: DurableRun): Record<string, unknown> {
+export function durableRunJson(
+  run: DurableRun,
+  /** Whether a parsed input or output is to be shown as its text instead (nested too deep to serialize, say). */
+  asText: (value: unknown) => boolean = () => false,
+): Record<string, unknown> {
   const { inputJson, outputJson, status, failure, ...rest } = run;
   return {
     ...(snakeCaseKeys(rest) as Record<string, unknown>),
@@ -39,8 +43,8 @@ export function durableRunJson(run: DurableRun): Record<string, unknown> {
         : runFailureToJSON(failure)
             .replace(/^RUN_FAILURE_/, "")
             .toLowerCase(),
-    input: jsonValue(inputJson),
-    output: jsonValue(outputJson),
+    input: jsonValue(inputJson, asText),
+    output: jsonValue(outputJson, asText),
   };
 }
 
@@ -71,10 +75,11 @@ function snakeCase(key: string): string {
 }
 
 /** The value a JSON text holds; the text itself when it is not JSON; null for none. */
-function jsonValue(text: string): unknown {
+function jsonValue(text: string, asText: (value: unknown) => boolean): unknown {
   if (text === "") return null;
   try {
-    return JSON.parse(text);
+    const value: unknown = JSON.parse(text);
+    return asText(value) ? text : value;
   } catch {
     return text;
   }

@@ -1,4 +1,5 @@
 import { type Actor, runViewJson, type Selector } from "@holdfast/events";
+import { guardListener, type HttpLimitsConfig, limitErrorOf, listenerOptions } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import Fastify, {
   type FastifyBaseLogger,
@@ -15,11 +16,16 @@ export interface ControlAppDeps {
   operations: ControlOperations;
   access: AccessPolicy;
   log: Logger;
+  /** Timeouts, header count and JSON depth (the `http` section). */
+  limits: HttpLimitsConfig;
   /** What `GET /holdfast/v1/health` reports besides "ok". */
   health: () => Record<string, unknown>;
 }
 
 export const API_PREFIX = "/holdfast/v1";
+
+/** The largest body a control request has: a selector and a reason. */
+export const MAX_BODY_BYTES = 64 * 1024;
 
 /**
  * The control REST API under /holdfast/v1/. Every route but health needs a token when
@@ -29,10 +35,14 @@ export const API_PREFIX = "/holdfast/v1";
 export function buildApp(deps: ControlAppDeps): FastifyInstance {
   const logger: FastifyBaseLogger = deps.log;
   const app = Fastify({
+    ...listenerOptions(deps.limits, {
+      bodyLimit: MAX_BODY_BYTES,
+      errorBody: ({ code, message }) => ({ error: { code, message } }),
+    }),
     loggerInstance: logger,
     logController: new LogController({ disableRequestLogging: true }),
-    bodyLimit: 64 * 1024,
   });
+  guardListener(app, deps.limits, { json: true });
   const { operations } = deps;
   const actors = new WeakMap<FastifyRequest, Actor>();
   // Checked before the body is read: a caller without the right token learns nothing else.
@@ -44,6 +54,11 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
   const actorOf = (request: FastifyRequest): Actor => actors.get(request)!;
 
   app.setErrorHandler((error, request, reply) => {
+    // Past a limit of the listener (headers, body size, JSON depth): its own status and code.
+    const limit = limitErrorOf(error, MAX_BODY_BYTES);
+    if (limit !== undefined) {
+      return reply.code(limit.status).send({ error: { code: limit.code, message: limit.message } });
+    }
     const status = (error as { statusCode?: number }).statusCode;
     // fastify's own refusals of the request (bad JSON, a wrong content type, too large).
     if (!(error instanceof ControlError) && status !== undefined && status >= 400 && status < 500) {

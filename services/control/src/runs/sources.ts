@@ -15,6 +15,8 @@ export type ProjectedRun = RunRow;
 export class Projection {
   constructor(
     private readonly url: string,
+    /** A control token (read-only or not), for an analytics API that needs one. */
+    private readonly token: string | undefined,
     private readonly timeoutMs = 10_000,
   ) {}
 
@@ -24,7 +26,10 @@ export class Projection {
     const target = `${this.url}/v1/runs?${query}`;
     let response: Response;
     try {
-      response = await fetch(target, { signal: AbortSignal.timeout(this.timeoutMs) });
+      response = await fetch(target, {
+        headers: this.token === undefined ? {} : { authorization: `Bearer ${this.token}` },
+        signal: AbortSignal.timeout(this.timeoutMs),
+      });
     } catch (error) {
       throw new AnalyticsUnavailableError(
         `cannot reach the projector at ${this.url}: ${(error as Error).message}`,

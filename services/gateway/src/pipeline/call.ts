@@ -12,6 +12,7 @@ import {
   type StartStep,
 } from "@holdfast/events";
 import { toolCallsSignature } from "@holdfast/gate";
+import { JsonTooDeepError, jsonDepthExceeds } from "@holdfast/http";
 import type { RouteChoice } from "@holdfast/proto";
 import {
   type AnswerSummary,
@@ -71,6 +72,8 @@ export interface PipelineDeps {
   /** False while the event log is unreachable: a call that cannot be recorded is not forwarded. */
   logConnected: () => boolean;
   onRecordError: (error: unknown, runId: string) => void;
+  /** How deep a request body may nest (http.max_json_depth): deeper is refused before anything walks it. */
+  maxJsonDepth: number;
 }
 
 /**
@@ -123,7 +126,7 @@ export async function handleCall(
     gone?.abort();
   });
   const raw = request.body as Buffer;
-  const body = parseJson(raw);
+  const body = parseJson(raw, deps.maxJsonDepth);
   const read = shape.readRequest(body);
   if (!read.ok) throw new InvalidRequestError(read.error.message, { param: read.error.param });
   const view = read.request;
@@ -986,17 +989,21 @@ function upstreamBodyOf(shape: ApiShape, body: unknown, view: RequestView, raw: 
   return shape.upstreamBody(body as Record<string, unknown>, view, raw) ?? raw;
 }
 
-function parseJson(raw: Buffer | undefined): unknown {
+function parseJson(raw: Buffer | undefined, maxDepth: number): unknown {
   if (raw === undefined || raw.length === 0) {
     throw new InvalidRequestError("The request body is empty; expected a JSON object.");
   }
+  let body: unknown;
   try {
-    return JSON.parse(raw.toString("utf8"));
+    body = JSON.parse(raw.toString("utf8"));
   } catch (error) {
     throw new InvalidRequestError(
       `We could not parse the JSON body of your request: ${(error as Error).message}`,
     );
   }
+  // Refused here, before the request is read, identified, recorded or forwarded.
+  if (jsonDepthExceeds(body, maxDepth)) throw new JsonTooDeepError(maxDepth);
+  return body;
 }
 
 function safeJson(text: string): unknown {

@@ -1,7 +1,14 @@
 import { type Access, AccessDeniedError, type AccessPolicy } from "@holdfast/access";
 import { type Actor, agentViewJson, durableRunJson } from "@holdfast/events";
+import {
+  guardListener,
+  type HttpLimitsConfig,
+  jsonDepthExceeds,
+  limitErrorOf,
+  listenerOptions,
+} from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
-import { DurableStatus, durableStatusFromJSON } from "@holdfast/proto";
+import { type DurableRun, DurableStatus, durableStatusFromJSON } from "@holdfast/proto";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from "fastify";
 import {
   InvalidArgumentError,
@@ -15,8 +22,13 @@ export interface RunsHttpDeps {
   operations: RunsOperations;
   access: AccessPolicy;
   log: Logger;
+  /** Timeouts, header count and JSON depth (the `http` section). */
+  limits: HttpLimitsConfig;
   health: () => Record<string, unknown>;
 }
+
+/** The largest body the REST API takes: a run's input (at most 1 MB of JSON) with room to spare. */
+export const MAX_BODY_BYTES = 2_000_000;
 
 /**
  * The durable-run API over REST, beside gRPC's holdfast.v1.Runs:
@@ -33,10 +45,14 @@ export interface RunsHttpDeps {
 export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
   const { operations } = deps;
   const app = Fastify({
+    ...listenerOptions(deps.limits, {
+      bodyLimit: MAX_BODY_BYTES,
+      errorBody: ({ code, message }) => ({ error: { code, message } }),
+    }),
     loggerInstance: deps.log as FastifyBaseLogger,
     disableRequestLogging: true,
-    bodyLimit: 2_000_000,
   });
+  guardListener(app, deps.limits, { json: true });
   const authorize = (request: FastifyRequest, need: Access): Actor => {
     try {
       return deps.access.authorize(request.headers.authorization, need);
@@ -48,6 +64,11 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
     }
   };
   app.setErrorHandler((error, request, reply) => {
+    // Past a limit of the listener (headers, body size, JSON depth): its own status and code.
+    const limit = limitErrorOf(error, MAX_BODY_BYTES);
+    if (limit !== undefined) {
+      return reply.code(limit.status).send({ error: { code: limit.code, message: limit.message } });
+    }
     const fastifyCode = (error as { code?: string }).code;
     if (fastifyCode === "FST_ERR_CTP_INVALID_JSON_BODY" || fastifyCode === "FST_ERR_CTP_EMPTY_JSON_BODY") {
       return reply.code(400).send({ error: { code: "invalid_argument", message: (error as Error).message } });
@@ -63,6 +84,10 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
   );
   app.get("/holdfast/health", async () => ({ status: "ok", ...deps.health() }));
 
+  // A stored input or output nested deeper than a request may be (a worker's output, over
+  // gRPC, could be) is shown as its text: serializing it would overflow the stack.
+  const show = (run: DurableRun) =>
+    durableRunJson(run, (value) => jsonDepthExceeds(value, deps.limits.max_json_depth));
   app.post<{ Params: { agent: string }; Body: Record<string, unknown> | undefined }>(
     "/v1/agents/:agent/runs",
     async (request, reply) => {
@@ -81,12 +106,12 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
         },
         actor,
       );
-      return reply.code(created ? 201 : 200).send({ run: durableRunJson(run), created });
+      return reply.code(created ? 201 : 200).send({ run: show(run), created });
     },
   );
   app.get<{ Params: { id: string } }>("/v1/runs/:id", async (request) => {
     authorize(request, "read");
-    return { run: durableRunJson(await operations.get(request.params.id)) };
+    return { run: show(await operations.get(request.params.id)) };
   });
   app.get<{ Querystring: { agent?: string; status?: string; limit?: string } }>(
     "/v1/runs",
@@ -105,7 +130,7 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
         status: parsedStatus,
         limit: limit === "" ? 0 : Number(limit) || 0,
       });
-      return { runs: runs.map((run) => durableRunJson(run)) };
+      return { runs: runs.map(show) };
     },
   );
   for (const action of ["cancel", "redrive", "replay"] as const) {
@@ -114,7 +139,7 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
       async (request) => {
         const actor = authorize(request, "change");
         const reason = stringField(objectBody(request.body), "reason");
-        return { run: durableRunJson(await operations[action](request.params.id, actor, reason)) };
+        return { run: show(await operations[action](request.params.id, actor, reason)) };
       },
     );
   }

@@ -18,6 +18,7 @@ import {
   durableSummaryOf as summaryOf,
   tagDefect,
 } from "@holdfast/events";
+import { jsonDepthExceeds } from "@holdfast/http";
 import { type AgentView, type DurableRun, DurableStatus, type SubmitRunRequest } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
 import { type AgentRegistry, checkAgentName, type DeployRequest, MAX_CEILING_S } from "../agents/registry.js";
@@ -35,6 +36,8 @@ export interface OperationsDeps {
   scheduler: Scheduler;
   agents: AgentRegistry;
   newId: () => string;
+  /** How deep a run's input may nest (http.max_json_depth), over gRPC as over REST. */
+  maxJsonDepth: number;
 }
 
 /** The most input a run may be submitted with (it is in the run's first event). */
@@ -70,10 +73,16 @@ export class RunsOperations {
     if (Buffer.byteLength(inputJson) > MAX_INPUT_BYTES) {
       throw new InvalidArgumentError(`input_json is larger than ${MAX_INPUT_BYTES} bytes`);
     }
+    let input: unknown;
     try {
-      JSON.parse(inputJson);
+      input = JSON.parse(inputJson);
     } catch (error) {
       throw new InvalidArgumentError(`input_json is not JSON: ${(error as Error).message}`);
+    }
+    if (jsonDepthExceeds(input, this.deps.maxJsonDepth)) {
+      throw new InvalidArgumentError(
+        `input_json nests objects and arrays more than ${this.deps.maxJsonDepth} levels deep (http.max_json_depth)`,
+      );
     }
     if (request.partitionKey.length > MAX_PARTITION_KEY) {
       throw new InvalidArgumentError(`partition_key is longer than ${MAX_PARTITION_KEY} characters`);
