@@ -69,9 +69,18 @@ function stack(): { gatewayUrl: string; analyticsUrl: string; natsUrl: string; c
   return JSON.parse(readFileSync(join(dir.path, "holdfast.json"), "utf8"));
 }
 
+/** A token `holdfast up` made for this stack (credentials/control.token, read.token, …). */
+function token(name: "control" | "read"): string {
+  return readFileSync(join(dir.path, "credentials", `${name}.token`), "utf8").trim();
+}
+
+/** A service's health with its details (pid, lag), as the read token sees it. */
 async function health(url: string): Promise<{ pid: number; lag_events?: number } | undefined> {
   try {
-    const response = await fetch(url, { signal: AbortSignal.timeout(2_000) });
+    const response = await fetch(url, {
+      headers: { authorization: `Bearer ${token("read")}` },
+      signal: AbortSignal.timeout(2_000),
+    });
     return response.ok ? ((await response.json()) as { pid: number; lag_events?: number }) : undefined;
   } catch {
     return undefined;
@@ -154,7 +163,9 @@ describe("holdfast CLI", () => {
     expect(shown.steps[0]?.tool_calls).toEqual(["get_weather"]);
     expect(shown.steps[2]?.stream).toBe(true);
     // `show --json` is the control API's answer for the run, key for key.
-    const answer = await fetch(`${stack().controlUrl}/holdfast/v1/runs/demo-agent`);
+    const answer = await fetch(`${stack().controlUrl}/holdfast/v1/runs/demo-agent`, {
+      headers: { authorization: `Bearer ${token("read")}` },
+    });
     expect(((await answer.json()) as { run: unknown }).run).toEqual(shown);
 
     const table = await holdfast("ls");

@@ -34,6 +34,7 @@ async function startVictim(): Promise<string> {
       HOLDFAST_DATA_DIR: stack.config.data_dir,
       HOLDFAST_NATS__URL: stack.config.nats.url,
       HOLDFAST_NATS__PREFIX: stack.config.nats.prefix,
+      HOLDFAST_NATS__CREDENTIALS: stack.configFor("gateway").nats.credentials,
       HOLDFAST_GATEWAY__PORT: "0",
       HOLDFAST_GATEWAY__UPSTREAM: `${stack.provider.url}/v1`,
       HOLDFAST_GATEWAY__HEARTBEAT_MS: String(HEARTBEAT_MS),
