@@ -71,6 +71,7 @@ export {
   type UnknownEvent,
 } from "./envelope.js";
 export {
+  type DecodeFailure,
   DurableRunError,
   EventDecodeError,
   EventsError,
@@ -113,6 +114,16 @@ export {
   runSourceName,
   unparkName,
 } from "./names.js";
+export {
+  decodeStored,
+  outOfSequence,
+  QUARANTINE_REASONS,
+  type QuarantinedEvent,
+  type QuarantineReason,
+  quarantinePreview,
+  type StoredBytes,
+  type StoredOrQuarantined,
+} from "./quarantine.js";
 export {
   type AbandonAnswer,
   type ApproveAnswer,
@@ -183,6 +194,8 @@ export {
   describeRun,
   type GateView,
   type PredictionView,
+  type QuarantineView,
+  type RunLog,
   type RunView,
   type StepStatus,
   type StepView,
@@ -197,6 +210,7 @@ export {
   runIdDefect,
   runIdFromToken,
   runToken,
+  type SubjectPlace,
   type Subjects,
   subjects,
   tagDefect,

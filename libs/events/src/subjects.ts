@@ -124,6 +124,17 @@ export interface Subjects {
   agentEvent(agent: string, type: EventType): string;
   /** Matches every agent's events of one type. */
   ofAgentType(type: EventType): string;
+  /** What an event's subject names (undefined for a subject of no event under this prefix). */
+  placeOf(subject: string): SubjectPlace | undefined;
+}
+
+/** Where an event was stored, as its subject says: whose event it is, and its type. */
+export interface SubjectPlace {
+  /** A run's (or the fleet's, token "_"), a provider key's, or an agent's. */
+  readonly kind: "run" | "key" | "agent";
+  /** The subject's token for it: a run token, a key id, an agent's token. */
+  readonly token: string;
+  readonly type: string;
 }
 
 // A key id is Holdfast's own hex hash of an upstream and an API key: never user text.
@@ -156,5 +167,14 @@ export function subjects(prefix: string): Subjects {
     allAgents: `${prefix}.agent.>`,
     agentEvent: (agent, type) => `${prefix}.agent.${runToken(agent)}.${type}`,
     ofAgentType: (type) => `${prefix}.agent.*.${type}`,
+    placeOf: (subject) => {
+      // <prefix>.<run|key|agent>.<token>.<Type>: no token holds a ".".
+      const parts = subject.split(".");
+      if (parts.length !== 4 || parts[0] !== prefix) return undefined;
+      const [, kind, token, type] = parts as [string, string, string, string];
+      if ((kind !== "run" && kind !== "key" && kind !== "agent") || token === "" || type === "")
+        return undefined;
+      return { kind, token, type };
+    },
   };
 }
