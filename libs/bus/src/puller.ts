@@ -6,6 +6,8 @@ export interface PulledMessage {
   readonly seq: number;
   readonly subject: string;
   readonly data: Uint8Array;
+  /** When the stream stored it (epoch ms). */
+  readonly storedMs: number;
   /** Delivered before and not acknowledged in time. */
   readonly redelivered: boolean;
   /** The ack subject JetStream gave it. */
@@ -115,6 +117,7 @@ export class Puller {
         seq: info.streamSequence,
         subject: msg.subject,
         data: msg.data,
+        storedMs: info.storedMs,
         redelivered: info.deliveries > 1,
         reply,
       } satisfies PulledMessage);
@@ -140,11 +143,15 @@ export class Puller {
 
 const ACK = new TextEncoder().encode("+ACK");
 
-/** Stream sequence and delivery count from a JetStream ack subject (both of its forms). */
-function ackInfo(reply: string): { streamSequence: number; deliveries: number } {
+/** Stream sequence, delivery count and store time from a JetStream ack subject (both of its forms). */
+function ackInfo(reply: string): { streamSequence: number; deliveries: number; storedMs: number } {
   const tokens = reply.split(".");
-  // $JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<ts>.<pending>, or
+  // $JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<ts ns>.<pending>, or
   // with <domain>.<account hash> after ACK (and a random token at the end).
   const at = tokens.length === 9 ? 4 : 6;
-  return { deliveries: Number(tokens[at]), streamSequence: Number(tokens[at + 1]) };
+  return {
+    deliveries: Number(tokens[at]),
+    streamSequence: Number(tokens[at + 1]),
+    storedMs: Math.floor(Number(tokens[at + 3]) / 1e6),
+  };
 }
