@@ -38,6 +38,7 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
     prefix: config.nats.prefix,
     name: "holdfast-projector",
     replicas: config.nats.replicas,
+    log,
   });
   await bus.provision();
   const projector = new Projector({
