@@ -48,6 +48,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
     name: `holdfast-control ${hostname()}-${process.pid}`,
     replicas: config.nats.replicas,
     watchLingerMs: config.nats.watch_linger_ms,
+    log,
   });
   const closers: (() => Promise<void>)[] = [() => bus.close()];
   const closeAll = async () => {
@@ -90,7 +91,12 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       operations,
       access,
       log,
-      health: () => ({ nats: bus.connected ? "connected" : "disconnected", pid: process.pid }),
+      health: () => ({
+        nats: bus.connected ? "connected" : "disconnected",
+        pid: process.pid,
+        // Events of the log this process set aside (and went on past) since it started.
+        quarantined: bus.quarantineCounts,
+      }),
     });
     await app.listen({ host: config.control.host, port: config.control.port });
     closers.push(() => app.close());

@@ -70,6 +70,7 @@ export async function startGateway(
     replicas: config.nats.replicas,
     watchLingerMs: config.nats.watch_linger_ms,
     deferMs: config.gateway.outcome_defer_ms,
+    log,
   });
   await bus.provision();
   const newId = createIdGenerator(clock);
@@ -269,6 +270,8 @@ export async function startGateway(
       runs_held: held.count,
       peer_gateways: liveness.peersAlive,
       log_followed: follower.followingEverything ? "every_event" : "urgent_events",
+      // Events of the log this process set aside (and went on past) since it started.
+      quarantined: bus.quarantineCounts,
     }),
     features: [
       // Routing first: prediction decides for the target it chose.

@@ -132,9 +132,10 @@ export class ControlOperations {
   /** One run folded from its events in the log, as `holdfast show` sees it. */
   async getRun(runId: string): Promise<RunView> {
     checkRunId(runId);
-    const events = await this.deps.log.events(runId);
-    if (events.length === 0) throw new NotFoundError(`no run named ${JSON.stringify(runId)}`);
-    return describeRun(runId, events);
+    const history = await this.deps.log.history(runId);
+    if (history.events.length === 0 && history.quarantined.length === 0)
+      throw new NotFoundError(`no run named ${JSON.stringify(runId)}`);
+    return describeRun(runId, history);
   }
 
   /**
