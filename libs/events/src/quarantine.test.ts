@@ -104,6 +104,13 @@ describe("decodeStored", () => {
     expect(at("hf.run.abc.StepStarted", aliased).envelope).toBeDefined();
   });
 
+  it("reads an event of a run whose id no run may have today (stored before the rule), on that id's subject", () => {
+    const id = "before\u0007rules";
+    const token = `_${Buffer.from(id, "utf8").toString("base64url")}`;
+    const bytes = encodeEnvelope(event(started, { runId: id }));
+    expect(at(`hf.run.${token}.StepStarted`, bytes).envelope).toMatchObject({ runId: id });
+  });
+
   it("sets aside a message on a subject that is no event's", () => {
     const bytes = encodeEnvelope(event(started));
     expect(at("hf.run.run-1.extra.StepStarted", bytes).quarantined).toMatchObject({

@@ -1,7 +1,7 @@
 import { Envelope } from "@holdfast/proto";
 import { decodeEnvelope, isKnown, type StoredEnvelope } from "./envelope.js";
 import { EventDecodeError } from "./errors.js";
-import { runIdFromToken, runToken, type Subjects } from "./subjects.js";
+import { runIdFromToken, type Subjects, tokenOf } from "./subjects.js";
 
 /**
  * Why a reader set an event aside instead of using it. A fixed set, so it can label a
@@ -135,14 +135,6 @@ export function outOfSequence(
 export function quarantinePreview(data: Uint8Array, bytes = 24): string {
   const hex = Buffer.from(data.subarray(0, bytes)).toString("hex");
   return data.length > bytes ? `${hex}…` : hex;
-}
-
-function tokenOf(runId: string): string | undefined {
-  try {
-    return runToken(runId);
-  } catch {
-    return undefined;
-  }
 }
 
 // What an event claims is quoted, never more than this much of it: a line per event, not a page.

@@ -80,10 +80,18 @@ export function assertTag(tag: string): void {
  * token never contains ".", "*", ">", whitespace or non-ASCII, whatever the id holds.
  */
 export function runToken(runId: string): string {
+  if (runId !== "") assertRunId(runId);
+  return tokenOf(runId);
+}
+
+/**
+ * The token an id is stored under, without asking whether the id may name a run today:
+ * for checking where an event was stored (it may predate a rule on ids).
+ */
+export function tokenOf(runId: string): string {
   // The fleet's own aggregate (standing rules) has the empty id, which no run may have:
   // its token "_" is one no run id encodes to (a base64 form always follows the "_").
   if (runId === "") return "_";
-  assertRunId(runId);
   if (PLAIN.test(runId)) return runId;
   return `_${Buffer.from(runId, "utf8").toString("base64url")}`;
 }
