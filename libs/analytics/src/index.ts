@@ -14,12 +14,16 @@ export { assertReadStatement, canonicalStatement } from "./statement.js";
 export {
   bindProjection,
   type CheckpointKey,
+  insertQuarantined,
   insertRows,
   nanoUsdToDecimal,
   type ProjectedTable,
   type ProjectionSource,
+  type QuarantinedRow,
   type RawEventRow,
   readCheckpoint,
+  readLastRunSequences,
+  readQuarantined,
   type StepRow,
   writeCheckpoint,
 } from "./tables.js";

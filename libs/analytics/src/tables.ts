@@ -84,7 +84,82 @@ export async function insertRows(
     values: rows as unknown[],
     // Timestamps go in as epoch milliseconds.
     format: "JSONEachRow",
+    // Events carry their own timestamps: a batch spanning more than ClickHouse's default
+    // of 100 months (one part each) is still one insert, never one refused for ever.
+    clickhouse_settings: { max_partitions_per_insert_block: "0" },
   });
+}
+
+/** A row of quarantined_events_v1: an event the projector could not use, as stored. */
+export interface QuarantinedRow {
+  stream: string;
+  stream_seq: number;
+  subject: string;
+  run_id: string;
+  type: string;
+  reason: string;
+  detail: string;
+  data_base64: string;
+  bytes: number;
+  /** When the log stored it, epoch milliseconds. */
+  stored_at: number;
+}
+
+/**
+ * The last run sequence projected for each of `runIds` from events stored before stream
+ * sequence `before` (a run with none is left out): where each run's fold stands when the
+ * events from `before` on come to be projected.
+ */
+export async function readLastRunSequences(
+  analytics: Analytics,
+  runIds: readonly string[],
+  before: number,
+): Promise<Map<string, number>> {
+  const last = new Map<string, number>();
+  if (runIds.length === 0) return last;
+  const result = await analytics.client.query({
+    query:
+      "SELECT run_id, max(run_seq) AS seq FROM raw_events_v2 WHERE run_id IN {runs:Array(String)} AND stream_seq < {before:UInt64} GROUP BY run_id",
+    query_params: { runs: runIds, before },
+    format: "JSONEachRow",
+  });
+  for (const row of await result.json<{ run_id: string; seq: number | string }>()) {
+    last.set(row.run_id, Number(row.seq));
+  }
+  return last;
+}
+
+/** Records events set aside; recording one again is a no-op by key (stream, stream_seq). */
+export async function insertQuarantined(
+  analytics: Analytics,
+  rows: readonly QuarantinedRow[],
+): Promise<void> {
+  if (rows.length === 0) return;
+  await analytics.client.insert({
+    table: "quarantined_events_v1",
+    values: rows as unknown[],
+    format: "JSONEachRow",
+  });
+}
+
+/** How many events of `stream` the projection set aside, by reason, and the last one's stream sequence. */
+export async function readQuarantined(
+  analytics: Analytics,
+  stream: string,
+): Promise<{ byReason: Map<string, number>; lastSeq: number }> {
+  const result = await analytics.client.query({
+    query:
+      "SELECT reason, count() AS n, max(stream_seq) AS last FROM quarantined_events_v1 FINAL WHERE stream = {stream:String} GROUP BY reason",
+    query_params: { stream },
+    format: "JSONEachRow",
+  });
+  const byReason = new Map<string, number>();
+  let lastSeq = 0;
+  for (const row of await result.json<{ reason: string; n: number | string; last: number | string }>()) {
+    byReason.set(row.reason, Number(row.n));
+    lastSeq = Math.max(lastSeq, Number(row.last));
+  }
+  return { byReason, lastSeq };
 }
 
 /** One partition of the log: a stream and the subjects its consumer reads. */

@@ -266,6 +266,7 @@ describe("event bus", () => {
     expect(await bus.readRun("never-seen")).toEqual({
       runId: "never-seen",
       events: [],
+      quarantined: [],
       lastStreamSequence: 0,
     });
   });

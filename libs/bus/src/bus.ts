@@ -1,9 +1,11 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import {
-  decodeEnvelope,
+  decodeStored,
   type Envelope,
   type EventType,
   encodeEnvelope,
+  type QuarantinedEvent,
+  type StoredBytes,
   type StoredEnvelope,
   type Subjects,
   subjects as subjectsFor,
@@ -47,6 +49,7 @@ import {
 } from "./errors.js";
 import { AsyncPublisher, PERMISSION_DENIED, type PubAck } from "./publisher.js";
 import { type PulledMessage, Puller } from "./puller.js";
+import { QuarantineBook, type QuarantineCounts, type QuarantineLog } from "./quarantine.js";
 
 export interface BusOptions {
   /** One URL or a comma-separated list, e.g. nats://127.0.0.1:4222. */
@@ -74,6 +77,8 @@ export interface BusOptions {
   watchLingerMs?: number;
   /** How long a watch of a quiet stream may wait between reads (default 250 ms). */
   watchIdleMs?: number;
+  /** Where each event this process quarantines is told, once (the service's logger). */
+  log?: QuarantineLog;
 }
 
 /** TLS for the connection to NATS (nats.tls). */
@@ -97,12 +102,16 @@ export interface StoredEvent {
   streamSequence: number;
 }
 
-/** An event as the watch delivers it: its run, type and place, its bytes not yet decoded. */
+/**
+ * An event as the watch delivers it: its run, type and place, its bytes not yet decoded
+ * (Bus.decode reads them, quarantining what cannot be used).
+ */
 export interface WatchedEvent {
   runId: string;
   /** The event type, from the subject (a type this version may not know). */
   type: string;
   streamSequence: number;
+  subject: string;
   data: Uint8Array;
 }
 
@@ -132,13 +141,19 @@ export interface StoredMessage {
 /** A message of the event stream as stored, not yet decoded. */
 export interface RawMessage {
   seq: number;
+  subject: string;
   data: Uint8Array;
+  /** When the stream stored it (epoch ms). */
+  storedMs: number;
 }
 
 export interface RunHistory {
   runId: string;
+  /** The events a reader can fold (this version's, and those it counts as unknown), in order. */
   events: StoredEvent[];
-  /** Stream sequence of the run's last event; 0 for a run with no events. */
+  /** The run's messages that are no event a reader can use, in order: set aside, not folded. */
+  quarantined: QuarantinedEvent[];
+  /** Stream sequence of the run's last message (a quarantined one too); 0 for a run with none. */
   lastStreamSequence: number;
 }
 
@@ -207,6 +222,7 @@ export class Bus {
   private readonly publisher: AsyncPublisher;
   /** The inbox prefix this connection's replies come to (its principal's own). */
   private readonly inbox: string | undefined;
+  private readonly quarantine: QuarantineBook;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -223,7 +239,40 @@ export class Bus {
       options.deferMs ?? 2,
       this.inbox,
     );
+    this.quarantine = new QuarantineBook(options.log);
     void this.followStatus();
+  }
+
+  /**
+   * Reads a message of the log as an event: the event, or undefined when it is none a
+   * reader can use (not an envelope, a type its payload or subject disagrees with, an
+   * integer out of range), which is quarantined: counted and told once, and passed over.
+   * Every read of this bus goes through here; a watch's handler calls it itself.
+   */
+  decode(event: WatchedEvent): StoredEnvelope | undefined {
+    return this.readStored({ seq: event.streamSequence, subject: event.subject, data: event.data });
+  }
+
+  /**
+   * Sets aside an event a reader found it cannot use after decoding it (a run's event that
+   * is not its next): counted and told once, like those the bus quarantines itself.
+   */
+  quarantined(event: QuarantinedEvent): void {
+    this.quarantine.add(event);
+  }
+
+  /** The events this process has set aside since it started, in all and by reason. */
+  get quarantineCounts(): QuarantineCounts {
+    return this.quarantine.counts;
+  }
+
+  private readStored(message: StoredBytes): StoredEnvelope | undefined {
+    const read = decodeStored(this.subjects, message);
+    if (read.quarantined !== undefined) {
+      this.quarantine.add(read.quarantined);
+      return undefined;
+    }
+    return read.envelope;
   }
 
   private reconnecting = false;
@@ -460,8 +509,20 @@ export class Bus {
     );
     // Each subject read up to its last sequence as the index had it: what was appended
     // meanwhile is left out whole, so the history has no gap.
-    const events = parts.flat().sort((a, b) => a.streamSequence - b.streamSequence);
-    return { runId, events, lastStreamSequence: events.at(-1)?.streamSequence ?? after };
+    const events: StoredEvent[] = [];
+    const quarantined: QuarantinedEvent[] = [];
+    let lastStreamSequence = after;
+    for (const message of parts.flat().sort((a, b) => a.seq - b.seq)) {
+      lastStreamSequence = message.seq;
+      const read = decodeStored(this.subjects, message);
+      if (read.quarantined === undefined) {
+        events.push({ envelope: read.envelope, streamSequence: message.seq });
+      } else {
+        this.quarantine.add(read.quarantined);
+        quarantined.push(read.quarantined);
+      }
+    }
+    return { runId, events, quarantined, lastStreamSequence };
   }
 
   /**
@@ -469,8 +530,8 @@ export class Bus {
    * direct get may be answered by a replica that is behind the one that named `last`:
    * the read goes on until it reaches `last`, so the run's history has no hole.
    */
-  private async readSubject(subject: string, after: number, last: number): Promise<StoredEvent[]> {
-    const events: StoredEvent[] = [];
+  private async readSubject(subject: string, after: number, last: number): Promise<StoredBytes[]> {
+    const messages: StoredBytes[] = [];
     let from = after + 1;
     for (let attempt = 0; from <= last; attempt++) {
       if (attempt > 0) {
@@ -491,7 +552,7 @@ export class Bus {
             received += 1;
             if (message.seq > last) break;
             from = message.seq + 1;
-            events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+            messages.push({ seq: message.seq, subject: message.subject, data: message.data });
           }
         } catch (error) {
           if (!isNotFound(error)) throw error;
@@ -499,7 +560,7 @@ export class Bus {
         if (received < READ_BATCH || from > last) break;
       }
     }
-    return events;
+    return messages;
   }
 
   /**
@@ -578,6 +639,7 @@ export class Bus {
             runId: keys ? "" : this.subjects.runIdOf(subject),
             type: subject.slice(subject.lastIndexOf(".") + 1),
             streamSequence: message.seq,
+            subject,
             data: message.data,
           });
         }
@@ -646,6 +708,7 @@ export class Bus {
             runId: keys ? "" : this.subjects.runIdOf(subject),
             type: subject.slice(subject.lastIndexOf(".") + 1),
             streamSequence: message.seq,
+            subject,
             data: message.data,
           });
         },
@@ -710,6 +773,7 @@ export class Bus {
           runId,
           type: subject.slice(subject.lastIndexOf(".") + 1),
           streamSequence: sequence,
+          subject,
           data: msg.data,
         });
       },
@@ -720,7 +784,8 @@ export class Bus {
   /**
    * Every event from `startTimeMs` through stream sequence `toSeq`, in order, read directly
    * from the stream a batch at a time (no consumer): for state rebuilt from a period of the
-   * log at start, before a watch takes over after `toSeq`.
+   * log at start, before a watch takes over after `toSeq`. What is no event a reader can
+   * use is quarantined and passed over. Resolves with the number of events handed on.
    */
   async readSince(
     startTimeMs: number,
@@ -742,7 +807,9 @@ export class Bus {
           received += 1;
           last = message.seq;
           if (message.seq > toSeq) break;
-          handler({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+          const envelope = this.readStored(message);
+          if (envelope === undefined) continue;
+          handler({ envelope, streamSequence: message.seq });
           read += 1;
         }
       } catch (error) {
@@ -807,7 +874,12 @@ export class Bus {
           received += 1;
           from = message.seq + 1;
           if (message.seq <= toSeq && messages.length < max)
-            messages.push({ seq: message.seq, data: message.data });
+            messages.push({
+              seq: message.seq,
+              subject: message.subject,
+              data: message.data,
+              storedMs: message.time.getTime(),
+            });
         }
       } catch (error) {
         if (!isNotFound(error)) throw error;
@@ -821,7 +893,8 @@ export class Bus {
    * The last event on each subject matching any of `filters` (wildcards allowed): e.g. each
    * run's last RunHeld. For state rebuilt at start. Read through a short-lived consumer
    * that delivers the last message per subject, so it is not bounded by the 1,024 subjects
-   * a direct multi-last get may match.
+   * a direct multi-last get may match. A last message that is no event a reader can use is
+   * quarantined and left out.
    */
   async lastOnSubjects(filters: string[]): Promise<StoredEvent[]> {
     const created = await this.jsm.consumers.add(this.eventsStream, {
@@ -843,7 +916,8 @@ export class Bus {
         for await (const message of batch) {
           received += 1;
           left -= 1;
-          events.push({ envelope: decodeEnvelope(message.data), streamSequence: message.seq });
+          const envelope = this.readStored(message);
+          if (envelope !== undefined) events.push({ envelope, streamSequence: message.seq });
         }
         if (received === 0) {
           throw new BusUnavailableError(`reading the last events of ${filters.join(", ")} stalled`);

@@ -36,4 +36,5 @@ export {
 } from "./errors.js";
 export { Lease, type LeaseHandlers, type LeaseOptions } from "./lease.js";
 export type { PulledMessage, Puller } from "./puller.js";
+export type { QuarantineCounts, QuarantineLog } from "./quarantine.js";
 export { type Start, type SwitchError, Switched } from "./switched.js";

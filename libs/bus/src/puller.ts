@@ -11,6 +11,8 @@ export interface PulledMessage {
   readonly delivery: number;
   readonly subject: string;
   readonly data: Uint8Array;
+  /** When the stream stored it (epoch ms). */
+  readonly storedMs: number;
   /** Delivered before and not acknowledged in time. */
   readonly redelivered: boolean;
   /** The ack subject JetStream gave it. */
@@ -123,6 +125,7 @@ export class Puller {
         delivery: info.consumerSequence,
         subject: msg.subject,
         data: msg.data,
+        storedMs: info.storedMs,
         redelivered: info.deliveries > 1,
         reply,
       } satisfies PulledMessage);
@@ -148,15 +151,21 @@ export class Puller {
 
 const ACK = new TextEncoder().encode("+ACK");
 
-/** Stream sequence, consumer sequence and delivery count from a JetStream ack subject (both of its forms). */
-function ackInfo(reply: string): { streamSequence: number; consumerSequence: number; deliveries: number } {
+/** Stream and consumer sequences, delivery count and store time from a JetStream ack subject (both of its forms). */
+function ackInfo(reply: string): {
+  streamSequence: number;
+  consumerSequence: number;
+  deliveries: number;
+  storedMs: number;
+} {
   const tokens = reply.split(".");
-  // $JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<ts>.<pending>, or
+  // $JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<ts ns>.<pending>, or
   // with <domain>.<account hash> after ACK (and a random token at the end).
   const at = tokens.length === 9 ? 4 : 6;
   return {
     deliveries: Number(tokens[at]),
     streamSequence: Number(tokens[at + 1]),
     consumerSequence: Number(tokens[at + 2]),
+    storedMs: Math.floor(Number(tokens[at + 3]) / 1e6),
   };
 }

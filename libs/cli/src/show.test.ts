@@ -20,20 +20,21 @@ import { renderRun, tripFigures } from "./show.js";
 const T0 = Date.parse("2026-12-03T10:00:00Z");
 const operator = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "control token" };
 
-function run(payloads: EventPayload[]) {
-  return describeRun(
-    "r1",
-    payloads.map((payload, i) =>
-      makeEnvelope({
-        id: `e${i}`,
-        runId: "r1",
-        sequence: i + 1,
-        timestampMs: T0 + i * 1_000,
-        tag: "prod",
-        payload,
-      }),
-    ),
+function payloadsAsEvents(payloads: EventPayload[]) {
+  return payloads.map((payload, i) =>
+    makeEnvelope({
+      id: `e${i}`,
+      runId: "r1",
+      sequence: i + 1,
+      timestampMs: T0 + i * 1_000,
+      tag: "prod",
+      payload,
+    }),
   );
+}
+
+function run(payloads: EventPayload[]) {
+  return describeRun("r1", payloadsAsEvents(payloads));
 }
 
 const started: EventPayload = {
@@ -209,6 +210,56 @@ describe("holdfast show: routing", () => {
     // A fallback is no rate-limit retry in place (its input sent again is waste all the same).
     expect(text).not.toContain("retry 2 after 503");
     expect(text).toContain("waste: 0 input tokens re-sent over 1 retry");
+  });
+});
+
+describe("holdfast show, on a run with events set aside", () => {
+  it("lists each with where the log keeps it, why, its first bytes, and what it claims with control characters escaped", () => {
+    const [first] = payloadsAsEvents([started]);
+    const view = describeRun("r1", {
+      events: [{ envelope: first!, streamSequence: 7 }],
+      quarantined: [
+        {
+          streamSequence: 8,
+          subject: "hf.run.r1.Step\u001b[31mStarted",
+          runId: "r1",
+          type: "Step\u001b[31mStarted",
+          reason: "undecodable",
+          detail: "event is not a valid protobuf Envelope:\nindex out of range",
+          data: new Uint8Array([0xff, 0x00, 0x13]),
+        },
+      ],
+    });
+    const text = renderRun(view, T0 + 60_000);
+    expect(text).toMatch(/^quarantined 1 event set aside, not folded \(listed below\)$/m);
+    expect(text).toContain(
+      "quarantined events (set aside, not folded; each stays in the log at its stream sequence)",
+    );
+    expect(text).toMatch(
+      /^ {9}8 {2}- {8}Step\\u001b\[31mStarted {2}undecodable {6}3 {2}event is not a valid protobuf Envelope:\\nindex out of range$/m,
+    );
+    expect(text).toContain("  8: ff0013");
+    expect(text).not.toContain("\u001b");
+  });
+
+  it("shows a time an event gave that no date holds as the number it is, instead of failing", () => {
+    const cooling: EventPayload = {
+      $case: "stepStarted",
+      value: StepStarted.fromPartial({
+        stepId: "s1",
+        step: 1,
+        model: "fast",
+        route: {
+          alias: "fast",
+          target: 0,
+          upstream: "https://api.groq.com",
+          model: "llama-3.1-8b-instant",
+          reason: RouteReason.ROUTE_REASON_HEADROOM,
+          candidates: [{ target: 1, standing: RouteStanding.ROUTE_STANDING_TRIED, untilMs: 9e15 }],
+        },
+      }),
+    };
+    expect(renderRun(run([cooling]), T0)).toContain("#1 tried until 9000000000000000 ms (no date)");
   });
 });
 

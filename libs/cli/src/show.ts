@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { connectBus } from "@holdfast/bus";
 import {
+  CONTROL_CHARACTER,
   type ControlView,
   describeRun,
   durableRunOf,
@@ -23,7 +24,8 @@ export const SHOW_USAGE = `holdfast show <run> [--json] [--data-dir DIR] [--conf
 Shows one run as folded from its events in JetStream (the projector need not be running):
 its steps, why it is held or stopped (the limit and the figures, or who and why), its
 calls parked now, the answers the tool-call gate held (what the model asked for: tool,
-arguments, the rule that matched), and its trips, holds, resumes and stops in order.`;
+arguments, the rule that matched), its trips, holds, resumes and stops in order, and any
+of its events that were quarantined (set aside, not folded: why, and their first bytes).`;
 
 export async function show(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON_OPTIONS });
@@ -38,10 +40,13 @@ export async function show(argv: string[]): Promise<void> {
   let durable: DurableRun | undefined;
   try {
     const history = await bus.readRun(runId);
-    if (history.events.length === 0) throw new CliError(`no run named ${JSON.stringify(runId)}`);
-    const events = history.events.map((e) => e.envelope);
-    state = describeRun(runId, events);
-    durable = durableRunOf(runId, events);
+    if (history.events.length === 0 && history.quarantined.length === 0)
+      throw new CliError(`no run named ${JSON.stringify(runId)}`);
+    state = describeRun(runId, history);
+    durable = durableRunOf(
+      runId,
+      history.events.map((e) => e.envelope),
+    );
   } finally {
     await bus.close();
   }
@@ -76,6 +81,11 @@ export function renderRun(s: RunView, now = Date.now()): string {
     `first seen  ${s.firstSeenMs ? new Date(s.firstSeenMs).toISOString() : "-"}`,
     `last seen   ${s.lastSeenMs ? `${new Date(s.lastSeenMs).toISOString()} (${ago(s.lastSeenMs, now)})` : "-"}`,
     ...windowLines(s),
+    ...(s.quarantined.length === 0
+      ? []
+      : [
+          `quarantined ${s.quarantined.length} event${s.quarantined.length === 1 ? "" : "s"} set aside, not folded (listed below)`,
+        ]),
   ];
   const steps = table(
     [
@@ -123,7 +133,38 @@ export function renderRun(s: RunView, now = Date.now()): string {
   const routes = routed.length === 0 ? "" : `\n\n${routed.join("\n")}`;
   const gates = s.gates.length === 0 ? "" : `\n\n${gateLines(s).join("\n")}`;
   const control = s.control.length === 0 ? "" : `\n\n${controlTable(s)}`;
-  return `${head.join("\n")}\n\n${steps}${estimates}${predictions}${routes}${gates}${control}`;
+  const quarantined = s.quarantined.length === 0 ? "" : `\n\n${quarantineLines(s).join("\n")}`;
+  return `${head.join("\n")}\n\n${steps}${estimates}${predictions}${routes}${gates}${control}${quarantined}`;
+}
+
+/**
+ * The run's events that readers set aside: where the log keeps each (its stream
+ * sequence), why, and its first bytes. What they claim is shown with control characters
+ * escaped: it is whatever someone wrote into the log.
+ */
+function quarantineLines(s: RunView): string[] {
+  const rows = table(
+    ["STREAM SEQ", "RUN SEQ", "TYPE", "REASON", "BYTES", "DETAIL"],
+    s.quarantined.map((q) => [
+      q.streamSequence ?? "-",
+      q.sequence > 0 ? q.sequence : "-",
+      printable(q.type) || "-",
+      q.reason,
+      q.bytes,
+      printable(q.detail).slice(0, 100),
+    ]),
+  );
+  const previews = s.quarantined.map((q) => `  ${q.streamSequence ?? "-"}: ${q.preview || "(empty)"}`);
+  return [
+    "quarantined events (set aside, not folded; each stays in the log at its stream sequence)",
+    rows,
+    "first bytes (hex)",
+    ...previews,
+  ];
+}
+
+function printable(text: string): string {
+  return CONTROL_CHARACTER.test(text) ? JSON.stringify(text).slice(1, -1) : text;
 }
 
 function holdLines(s: RunView, now: number): string[] {
@@ -272,7 +313,7 @@ export function tripFigures(trip: TripView, s?: RunView): string {
     default:
       if (trip.limit === "rate_limit" && trip.prediction !== null) {
         const p = trip.prediction;
-        return `${figuresText(p)}; resumes at ${p.resumeAtMs > 0 ? new Date(p.resumeAtMs).toISOString() : "-"}`;
+        return `${figuresText(p)}; resumes at ${p.resumeAtMs > 0 ? isoTime(p.resumeAtMs) : "-"}`;
       }
       return `${trip.limit}: ${trip.spentValue} of ${trip.limitValue}`;
   }
@@ -352,7 +393,7 @@ function routeText(route: NonNullable<StepView["route"]>): string {
         : c.standing === "wait"
           ? ` ${seconds(c.waitMs)}`
           : c.untilMs > 0
-            ? ` until ${new Date(c.untilMs).toISOString()}`
+            ? ` until ${isoTime(c.untilMs)}`
             : "";
     return `#${c.target} ${c.standing}${figure}`;
   });
@@ -389,6 +430,12 @@ export function figuresText(p: PredictionView): string {
       ? "the key cooling down after a 429"
       : `${p.remaining} ${p.dimension.replace("_", " ")} left of ${p.limit}`;
   return `key ${p.keyId}: ${window}, needed ${p.needed} (estimate ${p.estimatedTotalTokens} = ${p.estimatedInputTokens} in${p.exactInput ? " (tokenizer)" : ""} + ${p.estimatedOutputTokens} out, σ ${p.sigma}, k ${p.k})`;
+}
+
+/** A time a payload gave, as RFC 3339; what is no date at all is shown as the number it is. */
+function isoTime(ms: number): string {
+  const date = new Date(ms);
+  return Number.isNaN(date.getTime()) ? `${ms} ms (no date)` : date.toISOString();
 }
 
 function seconds(ms: number): string {

@@ -122,6 +122,9 @@ export function encodeEnvelope(envelope: Envelope): Uint8Array {
   return Envelope.encode(envelope).finish();
 }
 
+/** The furthest a JavaScript Date reaches from the epoch, either way (about 275,000 years). */
+const MAX_DATE_MS = 8.64e15;
+
 /** A decoded event this version knows, upcast to the version it writes. */
 export type DecodedEnvelope = Envelope & { payload: EventPayload };
 
@@ -151,8 +154,10 @@ export function isKnown(event: StoredEnvelope): event is DecodedEnvelope {
 }
 
 /**
- * Decodes and checks an event. Bytes that are not an envelope, or whose type disagrees
- * with its payload, are refused; an event of a type or version this code does not know
+ * Decodes and checks an event. Bytes that are not an envelope, whose type disagrees with
+ * its payload, or that hold a number no reader can use (an integer past 2^53 - 1, a
+ * timestamp no Date holds) are refused (EventDecodeError, with the reason; readers
+ * quarantine them: see decodeStored); an event of a type or version this code does not know
  * comes back as an UnknownEvent, so adding an event type never requires upgrading every
  * reader first. Older versions are upcast to the current one.
  */
@@ -161,25 +166,47 @@ export function decodeEnvelope(bytes: Uint8Array): StoredEnvelope {
   try {
     envelope = Envelope.decode(bytes);
   } catch (cause) {
-    throw new EventDecodeError("event is not a valid protobuf Envelope", { cause });
+    // ts-proto reads 64-bit integers as numbers and refuses one a number cannot hold exactly.
+    const message = (cause as Error).message;
+    if (/SAFE_INTEGER/.test(message)) {
+      throw new EventDecodeError("out_of_range", `event holds an integer beyond 2^53 - 1: ${message}`, {
+        cause,
+      });
+    }
+    throw new EventDecodeError("undecodable", `event is not a valid protobuf Envelope: ${message}`, {
+      cause,
+    });
   }
   // A provider key's or an agent's event (on its own subject) stands alone: it has no sequence.
   const standsAlone =
     envelope.runId === "" && (KEY_EVENT_TYPES.has(envelope.type) || AGENT_EVENT_TYPES.has(envelope.type));
   if (envelope.id === "" || envelope.type === "" || (envelope.sequence < 1 && !standsAlone)) {
-    throw new EventDecodeError("event has no id, type or sequence: it is not a Holdfast envelope");
+    throw new EventDecodeError(
+      "invalid_envelope",
+      "event has no id, type or sequence: it is not a Holdfast envelope",
+    );
+  }
+  if (Math.abs(envelope.timestampMs) > MAX_DATE_MS) {
+    throw new EventDecodeError(
+      "out_of_range",
+      `event ${JSON.stringify(envelope.id)} has timestamp_ms ${envelope.timestampMs}, no date a reader can hold`,
+    );
   }
   const { payload } = envelope;
   const known = SCHEMA_VERSIONS[envelope.type as EventType];
   if (payload === undefined || known === undefined) return unknownEvent(envelope, "type");
   if (eventTypeOf(payload) !== envelope.type) {
     throw new EventDecodeError(
-      `event ${envelope.id} says type "${envelope.type}" but carries ${eventTypeOf(payload)}`,
+      "type_mismatch",
+      `event ${JSON.stringify(envelope.id)} says type ${JSON.stringify(envelope.type)} but carries ${eventTypeOf(payload)}`,
     );
   }
   if (envelope.schemaVersion > known) return unknownEvent(envelope, "version");
   if (envelope.schemaVersion < 1) {
-    throw new EventDecodeError(`event ${envelope.id} has schema version ${envelope.schemaVersion}`);
+    throw new EventDecodeError(
+      "invalid_envelope",
+      `event ${JSON.stringify(envelope.id)} has schema version ${envelope.schemaVersion}`,
+    );
   }
   return upcast(envelope as DecodedEnvelope);
 }

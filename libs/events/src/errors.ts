@@ -14,11 +14,26 @@ export class InvalidRunIdError extends EventsError {
   readonly retryable = false;
 }
 
+/**
+ * Why bytes are not an event a reader can use: `undecodable`, not a protobuf Envelope;
+ * `invalid_envelope`, an Envelope without an id, type, sequence or schema version;
+ * `type_mismatch`, a type that disagrees with the payload it carries; `out_of_range`, an
+ * integer past what a JavaScript number holds exactly (2^53 - 1).
+ */
+export type DecodeFailure = "undecodable" | "invalid_envelope" | "type_mismatch" | "out_of_range";
+
 /** Bytes that are not a Holdfast event this version understands. */
 export class EventDecodeError extends EventsError {
   override readonly name = "EventDecodeError";
   readonly code = "HOLDFAST_EVENT_UNDECODABLE";
   readonly retryable = false;
+  constructor(
+    readonly reason: DecodeFailure,
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
 }
 
 /**

@@ -73,6 +73,7 @@ export {
   type UnknownEvent,
 } from "./envelope.js";
 export {
+  type DecodeFailure,
   DurableRunError,
   EventDecodeError,
   EventsError,
@@ -116,6 +117,16 @@ export {
   unparkName,
   usageEstimateName,
 } from "./names.js";
+export {
+  decodeStored,
+  outOfSequence,
+  QUARANTINE_REASONS,
+  type QuarantinedEvent,
+  type QuarantineReason,
+  quarantinePreview,
+  type StoredBytes,
+  type StoredOrQuarantined,
+} from "./quarantine.js";
 export {
   type AbandonAnswer,
   type ApproveAnswer,
@@ -188,6 +199,8 @@ export {
   describeRun,
   type GateView,
   type PredictionView,
+  type QuarantineView,
+  type RunLog,
   type RunView,
   type StepStatus,
   type StepView,
@@ -202,6 +215,7 @@ export {
   runIdDefect,
   runIdFromToken,
   runToken,
+  type SubjectPlace,
   type Subjects,
   subjects,
   tagDefect,

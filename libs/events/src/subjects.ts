@@ -80,10 +80,18 @@ export function assertTag(tag: string): void {
  * token never contains ".", "*", ">", whitespace or non-ASCII, whatever the id holds.
  */
 export function runToken(runId: string): string {
+  if (runId !== "") assertRunId(runId);
+  return tokenOf(runId);
+}
+
+/**
+ * The token an id is stored under, without asking whether the id may name a run today:
+ * for checking where an event was stored (it may predate a rule on ids).
+ */
+export function tokenOf(runId: string): string {
   // The fleet's own aggregate (standing rules) has the empty id, which no run may have:
   // its token "_" is one no run id encodes to (a base64 form always follows the "_").
   if (runId === "") return "_";
-  assertRunId(runId);
   if (PLAIN.test(runId)) return runId;
   return `_${Buffer.from(runId, "utf8").toString("base64url")}`;
 }
@@ -124,6 +132,17 @@ export interface Subjects {
   agentEvent(agent: string, type: EventType): string;
   /** Matches every agent's events of one type. */
   ofAgentType(type: EventType): string;
+  /** What an event's subject names (undefined for a subject of no event under this prefix). */
+  placeOf(subject: string): SubjectPlace | undefined;
+}
+
+/** Where an event was stored, as its subject says: whose event it is, and its type. */
+export interface SubjectPlace {
+  /** A run's (or the fleet's, token "_"), a provider key's, or an agent's. */
+  readonly kind: "run" | "key" | "agent";
+  /** The subject's token for it: a run token, a key id, an agent's token. */
+  readonly token: string;
+  readonly type: string;
 }
 
 // A key id is Holdfast's own hex hash of an upstream and an API key: never user text.
@@ -156,5 +175,14 @@ export function subjects(prefix: string): Subjects {
     allAgents: `${prefix}.agent.>`,
     agentEvent: (agent, type) => `${prefix}.agent.${runToken(agent)}.${type}`,
     ofAgentType: (type) => `${prefix}.agent.*.${type}`,
+    placeOf: (subject) => {
+      // <prefix>.<run|key|agent>.<token>.<Type>: no token holds a ".".
+      const parts = subject.split(".");
+      if (parts.length !== 4 || parts[0] !== prefix) return undefined;
+      const [, kind, token, type] = parts as [string, string, string, string];
+      if ((kind !== "run" && kind !== "key" && kind !== "agent") || token === "" || type === "")
+        return undefined;
+      return { kind, token, type };
+    },
   };
 }

@@ -1,5 +1,5 @@
 import type { Bus, WatchedEvent } from "@holdfast/bus";
-import { decodeEnvelope, isKnown, RunAction, type StoredEnvelope } from "@holdfast/events";
+import { isKnown, RunAction, type StoredEnvelope } from "@holdfast/events";
 import type { LogSink } from "./follower.js";
 
 /** The events that hold, stop or release a run. */
@@ -87,11 +87,9 @@ export class HeldRuns implements LogSink {
 
   heard(event: WatchedEvent): void {
     if (!(CONTROL_TYPES as readonly string[]).includes(event.type)) return;
-    try {
-      this.apply(event.runId, decodeEnvelope(event.data), event.streamSequence);
-    } catch {
-      // An event this version cannot read holds nobody here; the run's own fold decides.
-    }
+    // An event the bus quarantines holds nobody here; the run's own fold decides.
+    const envelope = this.bus.decode(event);
+    if (envelope !== undefined) this.apply(event.runId, envelope, event.streamSequence);
   }
 
   private apply(runId: string, envelope: StoredEnvelope, seq: number): void {

@@ -1,8 +1,16 @@
 import { type Bus, connectBus } from "@holdfast/bus";
-import { ActorKind, createIdGenerator, RunStatus, RunStoppedError } from "@holdfast/events";
+import {
+  ActorKind,
+  createIdGenerator,
+  type Envelope,
+  encodeEnvelope,
+  makeEnvelope,
+  RunStatus,
+  RunStoppedError,
+} from "@holdfast/events";
 import { start as startStep } from "@holdfast/events/fixtures";
 import { createLogger } from "@holdfast/log";
-import { natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
+import { natsUrl, publishRaw, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAggregate } from "./aggregates.js";
 import { Ledger } from "./ledger.js";
@@ -209,5 +217,63 @@ describe("ledger", () => {
       "RunSubmitted",
       "RunLeased",
     ]);
+  });
+});
+
+describe("ledger on a log holding what it cannot use", () => {
+  const garbage = new Uint8Array([0xff, 0xff, 0xff, 0x00, 0x13]);
+
+  it("goes on past an event it cannot decode: the run's next command appends after it", async () => {
+    const here = runLedger();
+    await here.execute("poison-bytes", labels, startStep("s1"));
+    await publishRaw(natsUrl(), bus.subjects.runEvent("poison-bytes", "StepCompleted"), garbage);
+    // The append meets the poison's place in the log, reads the run, and passes over it.
+    const { events } = await here.execute("poison-bytes", labels, startStep("s2"));
+    expect(events.map((e) => [e.type, e.sequence])).toEqual([["StepStarted", 2]]);
+    expect((await here.current("poison-bytes")).started).toBe(2);
+  });
+
+  it("sets aside an event past the run's next sequence, and numbers the run's next event after its own last", async () => {
+    const here = runLedger();
+    await here.execute("poison-jump", labels, startStep("s1"));
+    const forged = makeEnvelope({
+      id: "forged",
+      runId: "poison-jump",
+      sequence: 1_000,
+      timestampMs: Date.now(),
+      tag: "",
+      payload: { $case: "runStopped", value: { actor: operator, reason: "forged", selector: undefined } },
+    });
+    await publishRaw(natsUrl(), bus.subjects.runEvent("poison-jump", "RunStopped"), encodeEnvelope(forged));
+    const { events, state } = await here.execute("poison-jump", labels, startStep("s2"));
+    expect(events.map((e) => [e.type, e.sequence])).toEqual([["StepStarted", 2]]);
+    expect(state).toMatchObject({ lastSequence: 2, status: RunStatus.Running });
+    expect(bus.quarantineCounts.by_reason.out_of_sequence).toBe(1);
+    // And again from the start: a reader of the whole run agrees, and the event, read twice
+    // by this process, is counted once.
+    expect(await runLedger().current("poison-jump")).toMatchObject({ lastSequence: 2, started: 2 });
+    expect(bus.quarantineCounts.by_reason.out_of_sequence).toBe(1);
+  });
+
+  it("reads the run, setting nothing aside, when a feed brings only some of its events (a gap in the feed, not the log)", async () => {
+    const here = runLedger();
+    const other = runLedger();
+    await here.execute("partial-feed", labels, startStep("s1"));
+    await other.execute("partial-feed", labels, startStep("s2"));
+    await other.execute("partial-feed", labels, startStep("s3"));
+    const history = await bus.readRun("partial-feed");
+    const last = history.events.at(-1)!;
+    const before = bus.quarantineCounts.total;
+    // Only the last event reaches this process (the urgent feed pushes only some types).
+    here.heard({
+      runId: "partial-feed",
+      type: "StepStarted",
+      streamSequence: last.streamSequence,
+      subject: bus.subjects.runEvent("partial-feed", "StepStarted"),
+      data: encodeEnvelope(last.envelope as Envelope),
+    });
+    expect(here.cached("partial-feed")).toBeUndefined();
+    expect((await here.current("partial-feed")).lastSequence).toBe(3);
+    expect(bus.quarantineCounts.total).toBe(before);
   });
 });

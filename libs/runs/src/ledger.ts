@@ -1,9 +1,10 @@
 import { type Bus, BusError, ConcurrencyError, type WatchedEvent } from "@holdfast/bus";
 import {
   type DecodedEnvelope,
-  decodeEnvelope,
   type EventPayload,
+  type EventType,
   makeEnvelope,
+  outOfSequence,
   type StoredEnvelope,
 } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
@@ -366,15 +367,29 @@ export class Ledger<State, Command> {
     }
   }
 
-  /** Folds in what the log holds after the last event this process knew of the aggregate. */
+  /**
+   * Folds in what the log holds after the last event this process knew of the aggregate.
+   * Read from the log itself, an event past the aggregate's next sequence is no gap in a
+   * feed but in the log: quarantined, not folded, and the aggregate's next event still
+   * is. What the read could not decode it set aside already (the bus quarantines it); its
+   * place still counts for the next append's expected sequence.
+   */
   private async catchUp(id: string, entry: Entry<State>): Promise<void> {
     entry.stale = false;
     // What the watch brings during the read waits, and is folded after it.
     entry.appending += 1;
     try {
-      const missing = await this.options.bus.readRun(id, entry.lastStreamSequence);
-      for (const { envelope } of missing.events)
-        entry.state = this.options.aggregate.evolve(entry.state, envelope);
+      const { aggregate, bus } = this.options;
+      const missing = await bus.readRun(id, entry.lastStreamSequence);
+      for (const { envelope, streamSequence } of missing.events) {
+        const last = aggregate.lastSequence(entry.state);
+        if (envelope.sequence > last + 1) {
+          const subject = bus.subjects.runEvent(id, envelope.type as EventType);
+          bus.quarantined(outOfSequence(envelope, { streamSequence, subject }, last));
+          continue;
+        }
+        entry.state = aggregate.evolve(entry.state, envelope);
+      }
       // Events this process did not append: another writer's. Read at first sight, they
       // mean the same when the last is recent (another gateway serves the run now); older
       // ones are a run taken up again.
@@ -404,23 +419,27 @@ export class Ledger<State, Command> {
     for (const event of heard) if (event.streamSequence > entry.lastStreamSequence) this.fold(entry, event);
   }
 
-  /** Folds one watched event when it is the aggregate's next; anything else means the state is behind. */
+  /**
+   * Folds one watched event when it is the aggregate's next; anything else means the state
+   * is behind (a watch may bring only some of the aggregate's events), and the aggregate is
+   * read from the log before it is next decided on. One the bus quarantined is no event of
+   * the aggregate: the read passes over it too.
+   */
   private fold(entry: Entry<State>, event: WatchedEvent): void {
     if (!entry.stale) {
-      try {
-        const envelope = decodeEnvelope(event.data);
-        if (envelope.sequence !== this.options.aggregate.lastSequence(entry.state) + 1) {
-          entry.stale = true;
-        } else {
-          // This process's own appends are folded when their ack arrives: whatever the
-          // watch brings first is another writer's.
-          entry.state = this.options.aggregate.evolve(entry.state, envelope);
-          entry.lastStreamSequence = event.streamSequence;
-          this.foreign(entry);
-          this.changed(entry);
-        }
-      } catch {
+      const envelope = this.options.bus.decode(event);
+      if (
+        envelope === undefined ||
+        envelope.sequence !== this.options.aggregate.lastSequence(entry.state) + 1
+      ) {
         entry.stale = true;
+      } else {
+        // This process's own appends are folded when their ack arrives: whatever the
+        // watch brings first is another writer's.
+        entry.state = this.options.aggregate.evolve(entry.state, envelope);
+        entry.lastStreamSequence = event.streamSequence;
+        this.foreign(entry);
+        this.changed(entry);
       }
     }
     // A listener waiting on a state the watch could not follow reads the log itself.

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { listenerProblem, ServiceToken } from "@holdfast/access";
 import { connectBus, type Watch } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
-import { decodeEnvelope, isKnown, type StoredEnvelope } from "@holdfast/events";
+import { isKnown, type StoredEnvelope } from "@holdfast/events";
 import { GrpcStatus, serve, unary } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
 import { readingOfRecorded, type SliceRecord } from "@holdfast/predict";
@@ -70,6 +70,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     ...natsConnection(config.nats),
     name: "holdfast-budget",
     principal: "budget",
+    log,
   });
   await bus.provision();
   const book = new BudgetBook(budgetLimits(config));
@@ -81,7 +82,9 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
 
   // This month's spend so far (from a day before it began: a call started then may finish in it),
   // then everything after, as it comes. With no budget configured there is no spend to
-  // count (budgets are read at start): the log is neither read nor followed.
+  // count (budgets are read at start): the log is neither read nor followed. An event the
+  // bus cannot read is quarantined (counted, logged) and passed over: it spent nothing
+  // the book can know of, and the service must start whatever the log holds.
   let ready = true;
   let watch: Watch | undefined;
   if (book.counts) {
@@ -92,15 +95,12 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     watch = await bus.watch(
       (event) => {
         if (!BudgetBook.folds(event.type)) return;
-        try {
-          book.fold(decodeEnvelope(event.data));
-        } catch (error) {
-          log.error({ err: error, seq: event.streamSequence }, "an event the budget service cannot read");
-        }
+        const envelope = bus.decode(event);
+        if (envelope !== undefined) book.fold(envelope);
       },
       { afterSeq: upTo },
     );
-    log.info({ folded, upTo }, "budgets folded from the log");
+    log.info({ folded, upTo, quarantined: bus.quarantineCounts.total }, "budgets folded from the log");
   }
 
   // Slices granted are kept here before gateways spend them, so a restarted coordinator
@@ -137,14 +137,8 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
   const readings = await bus.follow(
     ["RateLimitObserved"],
     (event) => {
-      try {
-        observe(decodeEnvelope(event.data));
-      } catch (error) {
-        log.error(
-          { err: error, seq: event.streamSequence },
-          "a rate-limit reading the coordinator cannot read",
-        );
-      }
+      const envelope = bus.decode(event);
+      if (envelope !== undefined) observe(envelope);
     },
     { keys: true },
   );

@@ -3,10 +3,12 @@ import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
 import {
   ActorKind,
   createIdGenerator,
+  type Envelope,
   type EventPayload,
   evolve,
   FLEET,
   initialState,
+  makeEnvelope,
   type RunState,
   StepCompleted,
   StepStarted,
@@ -15,9 +17,9 @@ import {
 import { checkHealth, connect, GrpcStatus, listServices, type ServiceError } from "@holdfast/grpc";
 import { createLogger } from "@holdfast/log";
 import { startProjector } from "@holdfast/projector";
-import { ControlClient, ControlService, RunAction } from "@holdfast/proto";
+import { ControlClient, ControlService, RateLimitObserved, RunAction } from "@holdfast/proto";
 import { Ledger } from "@holdfast/runs";
-import { makeTempDir, natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
+import { makeTempDir, natsUrl, publishRaw, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InsecureBindError } from "./errors.js";
 import { type RunningControl, startControl } from "./service.js";
@@ -741,5 +743,57 @@ describe("without a projector", () => {
     } finally {
       await local.close();
     }
+  });
+});
+
+describe("on a log holding what no reader can use", () => {
+  it("shows a run with an event it cannot decode, listing that event, and counts it in its health", async () => {
+    await call("poisoned-run");
+    const garbage = new Uint8Array([0xff, 0xff, 0xff, 0x00]);
+    const seq = await publishRaw(natsUrl(), bus.subjects.runEvent("poisoned-run", "StepCompleted"), garbage);
+    await call("poisoned-run");
+    const shown = await rest("GET", "/runs/poisoned-run");
+    expect(shown.status).toBe(200);
+    expect(shown.body.run).toMatchObject({
+      completed: 2,
+      quarantined: [{ streamSequence: seq, reason: "undecodable", bytes: 4, preview: "ffffff00" }],
+    });
+    const health = await rest("GET", "/health", undefined, null);
+    expect(health.body.quarantined).toMatchObject({ by_reason: { undecodable: 1 } });
+  });
+
+  it("lists every key's window though one reading holds a time no date can hold", async () => {
+    const reading = (keyId: string, resetAtMs: number): Envelope =>
+      makeEnvelope({
+        id: createIdGenerator()(),
+        runId: "",
+        sequence: 0,
+        timestampMs: Date.now(),
+        tag: "",
+        payload: {
+          $case: "rateLimitObserved",
+          value: RateLimitObserved.fromPartial({
+            keyId,
+            upstream: "https://api.example.com",
+            gateway: "gw#1",
+            requests: { reported: true, limit: 100, remaining: 50, resetAtMs },
+            retryAfterMs: 2 ** 53 - 1,
+          }),
+        },
+      });
+    await bus.appendKeyEvent("00000000000000aa", reading("00000000000000aa", 2 ** 53 - 1));
+    await bus.appendKeyEvent("00000000000000bb", reading("00000000000000bb", Date.now() + 60_000));
+    const listed = await rest("GET", "/windows");
+    expect(listed.status).toBe(200);
+    const windows = listed.body.windows as {
+      key_id: string;
+      cooldown_until: string | null;
+      dimensions: { reset_at: string | null }[];
+    }[];
+    expect(windows.map((w) => [w.key_id, w.dimensions[0]?.reset_at === null])).toEqual([
+      ["00000000000000aa", true],
+      ["00000000000000bb", false],
+    ]);
+    expect(windows[0]?.cooldown_until).toBeNull();
   });
 });

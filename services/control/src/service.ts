@@ -46,6 +46,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
     ...natsConnection(config.nats),
     name: `holdfast-control ${hostname()}-${process.pid}`,
     principal: "control",
+    log,
   });
   const closers: (() => Promise<void>)[] = [() => bus.close()];
   const closeAll = async () => {
@@ -92,7 +93,12 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       access,
       log,
       limits: config.http,
-      health: () => ({ nats: bus.connected ? "connected" : "disconnected", pid: process.pid }),
+      health: () => ({
+        nats: bus.connected ? "connected" : "disconnected",
+        pid: process.pid,
+        // Events of the log this process set aside (and went on past) since it started.
+        quarantined: bus.quarantineCounts,
+      }),
     });
     await app.listen({ host: config.control.host, port: config.control.port });
     closers.push(() => app.close());

@@ -70,6 +70,7 @@ export async function startGateway(
     name: `holdfast-gateway ${instanceId}`,
     principal: "gateway",
     deferMs: config.gateway.outcome_defer_ms,
+    log,
   });
   await bus.provision();
   const newId = createIdGenerator(clock);
@@ -287,6 +288,8 @@ export async function startGateway(
         runs_held: held.count,
         peer_gateways: liveness.peersAlive,
         log_followed: follower.followingEverything ? "every_event" : "urgent_events",
+        // Events of the log this process set aside (and went on past) since it started.
+        quarantined: bus.quarantineCounts,
       }),
       mayRead: mayReadHealth,
     },

@@ -4,6 +4,7 @@ import { createLogger } from "@holdfast/log";
 import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildAnalyticsApi } from "./http.js";
+import type { ProjectorStatus } from "./projector.js";
 
 // The analytics API's refusals (app.inject), each before the engine is touched; queries
 // that run are tested against embedded ClickHouse in projector.int and the e2e stacks.
@@ -36,6 +37,7 @@ beforeAll(async () => {
       leaseHolder: "p",
       projectedSeq: 5,
       eventsProjected: 5,
+      quarantined: { total: 0, by_reason: {} } as ProjectorStatus["quarantined"],
       streamLastSeq: 5,
     }),
   });

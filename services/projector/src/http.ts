@@ -81,6 +81,9 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
       stream_last_seq: s.streamLastSeq,
       lag_events: Math.max(0, s.streamLastSeq - s.projectedSeq),
       events_projected: s.eventsProjected,
+      // Events set aside instead of projected (see the quarantined_events view): the
+      // projection went on past them.
+      quarantined: s.quarantined,
       last_error: s.lastError,
     };
   });

@@ -4,12 +4,23 @@ import {
   type Analytics,
   bindProjection,
   type CheckpointKey,
+  insertQuarantined,
   insertRows,
+  type QuarantinedRow,
   readCheckpoint,
+  readLastRunSequences,
+  readQuarantined,
   writeCheckpoint,
 } from "@holdfast/analytics";
-import { type Bus, Lease, type PulledMessage, type Puller, type RawMessage } from "@holdfast/bus";
-import { decodeEnvelope, EventDecodeError } from "@holdfast/events";
+import {
+  type Bus,
+  Lease,
+  type PulledMessage,
+  type Puller,
+  type QuarantineCounts,
+  type RawMessage,
+} from "@holdfast/bus";
+import { decodeStored, outOfSequence, QUARANTINE_REASONS, type QuarantinedEvent } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
 import { type ProjectedRows, project } from "./projection.js";
 
@@ -53,6 +64,11 @@ export interface ProjectorStatus {
   /** Highest stream sequence projected into every table: the checkpoint. */
   projectedSeq: number;
   eventsProjected: number;
+  /**
+   * Events of the stream the projection set aside (kept in `quarantined_events`), each
+   * counted once: all it holds, by reason, across restarts.
+   */
+  quarantined: QuarantineCounts;
   lastError: string | null;
 }
 
@@ -108,8 +124,14 @@ export class Projector {
     leaseHolder: null,
     projectedSeq: 0,
     eventsProjected: 0,
+    quarantined: {
+      total: 0,
+      by_reason: Object.fromEntries(QUARANTINE_REASONS.map((r) => [r, 0])),
+    } as QuarantineCounts,
     lastError: null,
   };
+  /** Stream sequence of the last event the projection set aside: one at or below it is counted already. */
+  private lastQuarantinedSeq = 0;
 
   constructor(private readonly options: ProjectorOptions) {}
 
@@ -120,6 +142,7 @@ export class Projector {
     await bindProjection(analytics, { stream: bus.eventsStream, created: stream.created });
     this.key = { stream: bus.eventsStream, subjects: bus.subjects.allRuns };
     this.status.projectedSeq = await readCheckpoint(analytics, this.key);
+    await this.countQuarantined();
     await bus.ensureDurable({
       name: consumer,
       filterSubject: bus.subjects.allRuns,
@@ -164,6 +187,22 @@ export class Projector {
     if (this.key === undefined || this.status.role === "active") return;
     this.status.leaseHolder = this.lease?.holderSeen ?? null;
     this.status.projectedSeq = await readCheckpoint(this.options.analytics, this.key);
+    await this.countQuarantined();
+  }
+
+  /** What the projection holds set aside, as the database says (another projector's too). */
+  private async countQuarantined(): Promise<void> {
+    const { byReason, lastSeq } = await readQuarantined(
+      this.options.analytics,
+      this.options.bus.eventsStream,
+    );
+    const counts = this.status.quarantined;
+    counts.total = 0;
+    for (const reason of QUARANTINE_REASONS) {
+      counts.by_reason[reason] = byReason.get(reason) ?? 0;
+      counts.total += counts.by_reason[reason];
+    }
+    this.lastQuarantinedSeq = lastSeq;
   }
 
   private activate(): void {
@@ -346,23 +385,46 @@ export class Projector {
     }
   }
 
-  /** Inserts the rows of events that follow the checkpoint with no gap, then moves it past them. */
+  /**
+   * Inserts the rows of events that follow the checkpoint with no gap, then moves it past
+   * them. A message that is no event this projector can use is set aside in
+   * `quarantined_events` with its bytes instead: retried, it would stop the projection for
+   * good, since nothing can remove it from the log. That is one decodeStored refuses, or
+   * a run's event that is not its run's next (as the run's own fold sets it aside: its
+   * rows would disagree with the fold, and take the key of the run's real event at that
+   * sequence). An event of a type or version this projector does not know keeps its place.
+   */
   private async projectEvents(stint: Stint, events: readonly RawMessage[]): Promise<void> {
-    const { analytics } = this.options;
+    const { analytics, bus } = this.options;
     const rows: ProjectedRows[] = [];
-    for (const event of events) {
-      try {
-        rows.push(project({ envelope: decodeEnvelope(event.data), streamSequence: event.seq }));
-      } catch (error) {
-        if (!(error instanceof EventDecodeError)) throw error;
-        // Skipping would lose the event from every projection: the batch is retried until
-        // a projector that can read it takes over (e.g. after a rolling upgrade).
-        throw new Error(
-          `stream sequence ${event.seq} is not an event this projector can read: ${error.message}`,
-        );
+    const setAside: { event: QuarantinedEvent; row: QuarantinedRow }[] = [];
+    const decoded = events.map((event) => ({ event, read: decodeStored(bus.subjects, event) }));
+    // Where each run's fold stands before these events (so a replay of them finds the same).
+    const runIds = new Set(decoded.flatMap(({ read }) => (read.envelope ? [read.envelope.runId] : [])));
+    const lastSequence = await readLastRunSequences(analytics, [...runIds], events[0]!.seq);
+    for (const { event, read } of decoded) {
+      let quarantined = read.quarantined;
+      if (read.envelope !== undefined) {
+        const { envelope } = read;
+        const last = lastSequence.get(envelope.runId) ?? 0;
+        if (envelope.sequence === last + 1) {
+          lastSequence.set(envelope.runId, envelope.sequence);
+          rows.push(project({ envelope, streamSequence: event.seq }));
+          continue;
+        }
+        const where = { streamSequence: event.seq, subject: event.subject };
+        quarantined = { ...outOfSequence(envelope, where, last), data: event.data };
       }
+      setAside.push({ event: quarantined!, row: quarantinedRow(bus.eventsStream, quarantined!, event) });
     }
     const lastSeq = events.at(-1)!.seq;
+    // What was set aside first: once the events after one are in the tables, it is on record.
+    this.assertActive(stint);
+    await insertQuarantined(
+      analytics,
+      setAside.map((q) => q.row),
+    );
+    for (const { event } of setAside) this.setAside(event);
     this.assertActive(stint);
     await insertRows(
       analytics,
@@ -380,6 +442,30 @@ export class Projector {
     stint.checkpoint = lastSeq;
     this.status.projectedSeq = lastSeq;
   }
+
+  /** Counts an event the projection set aside, once (a batch projected again holds it again), and tells it. */
+  private setAside(event: QuarantinedEvent): void {
+    this.options.bus.quarantined(event);
+    if (event.streamSequence <= this.lastQuarantinedSeq) return;
+    this.lastQuarantinedSeq = event.streamSequence;
+    this.status.quarantined.total += 1;
+    this.status.quarantined.by_reason[event.reason] += 1;
+  }
+}
+
+function quarantinedRow(stream: string, event: QuarantinedEvent, stored: RawMessage): QuarantinedRow {
+  return {
+    stream,
+    stream_seq: event.streamSequence,
+    subject: event.subject,
+    run_id: event.runId,
+    type: event.type,
+    reason: event.reason,
+    detail: event.detail,
+    data_base64: Buffer.from(event.data).toString("base64"),
+    bytes: event.data.length,
+    stored_at: stored.storedMs,
+  };
 }
 
 /**

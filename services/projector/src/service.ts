@@ -46,6 +46,7 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
     ...natsConnection(config.nats),
     name: "holdfast-projector",
     principal: "projector",
+    log,
   });
   await bus.provision();
   const projector = new Projector({

@@ -6,7 +6,6 @@ import {
   createIdGenerator,
   DURABLE_TYPES,
   type DurablePhase,
-  decodeEnvelope,
   isKnown,
   type RunCommand,
   type RunState,
@@ -63,6 +62,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
     ...natsConnection(config.nats),
     name: `holdfast-scheduler ${hostname()}-${process.pid}`,
     principal: "scheduler",
+    log,
   });
   const closers: (() => Promise<void>)[] = [() => bus.close()];
   const closeAll = async () => {
@@ -82,20 +82,18 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
     const readings = await bus.follow(
       ["RateLimitObserved"],
       (event) => {
-        try {
-          const envelope = decodeEnvelope(event.data);
-          if (!isKnown(envelope) || envelope.payload.$case !== "rateLimitObserved") return;
-          const observed = envelope.payload.value;
-          windows
-            .of(observed.keyId, observed.upstream)
-            .learn(
-              readingOfRecorded(observed),
-              observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
-              envelope.timestampMs,
-            );
-        } catch {
-          // A reading this version cannot read informs no decision.
-        }
+        // A reading the bus quarantines informs no decision.
+        const envelope = bus.decode(event);
+        if (envelope === undefined || !isKnown(envelope) || envelope.payload.$case !== "rateLimitObserved")
+          return;
+        const observed = envelope.payload.value;
+        windows
+          .of(observed.keyId, observed.upstream)
+          .learn(
+            readingOfRecorded(observed),
+            observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
+            envelope.timestampMs,
+          );
       },
       { keys: true },
     );
@@ -113,12 +111,9 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
       tail: (runId) =>
         bus.tail(runId, (event) => {
           ledger.heard(event);
-          try {
-            const envelope = decodeEnvelope(event.data);
-            if (isKnown(envelope)) scheduler.heard(runId, envelope);
-          } catch {
-            // Not one this version reads: nothing to act on.
-          }
+          // Not one this version reads (or one the bus quarantines): nothing to act on.
+          const envelope = bus.decode(event);
+          if (envelope !== undefined && isKnown(envelope)) scheduler.heard(runId, envelope);
         }),
     });
     closers.push(async () => scheduler.close());
@@ -196,6 +191,8 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
         nats: bus.connected ? "connected" : "disconnected",
         pid: process.pid,
         ...scheduler.counts(),
+        // Events of the log this process set aside (and went on past) since it started.
+        quarantined: bus.quarantineCounts,
       }),
     });
     await app.listen({ host: config.scheduler.host, port: config.scheduler.port });

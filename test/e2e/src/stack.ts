@@ -149,11 +149,7 @@ export async function startStack(
         timeout: 20_000,
         defaultHeaders: o.headers,
       }),
-    run: async (runId) =>
-      describeRun(
-        runId,
-        (await bus.readRun(runId)).events.map((e) => e.envelope),
-      ),
+    run: async (runId) => describeRun(runId, await bus.readRun(runId)),
     settled: (runId, steps) =>
       waitFor(
         async () => {

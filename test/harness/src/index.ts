@@ -27,5 +27,6 @@ export {
   pythonEnv,
   resolvePythonPackages,
 } from "./python.js";
+export { publishRaw } from "./raw.js";
 export { makeTempDir, type TempDir } from "./temp.js";
 export { type WaitForOptions, waitFor } from "./wait.js";

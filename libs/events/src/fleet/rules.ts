@@ -28,8 +28,9 @@ export function initialFleet(): FleetState {
   return { lastSequence: 0, rules: new Map(), unknownEvents: 0 };
 }
 
+/** Folds one event into the fleet, as `evolve` folds a run's: only its next event applies. */
 export function evolveFleet(state: FleetState, event: StoredEnvelope): FleetState {
-  if (event.sequence <= state.lastSequence) return state;
+  if (event.sequence !== state.lastSequence + 1) return state;
   const seen = { ...state, lastSequence: event.sequence };
   if (!isKnown(event)) return { ...seen, unknownEvents: state.unknownEvents + 1 };
   const { payload } = event;

@@ -49,13 +49,20 @@ export function summaryOf(runId: string, state: RunState, durable: DurableState)
   };
 }
 
-/** A durable run with every step it recorded (attempts, outcome, lease), from its events. */
+/**
+ * A durable run with every step it recorded (attempts, outcome, lease), from its events:
+ * as its fold takes them, each next one only (one past a gap in its sequence is none of
+ * its steps).
+ */
 export function durableRunOf(runId: string, events: readonly StoredEnvelope[]): DurableRun | undefined {
   const state = foldRun(runId, events);
   if (state.durable === null) return undefined;
   const steps = new Map<string, DurableStep>();
   let epoch = 0;
+  let lastSequence = 0;
   for (const event of events) {
+    if (event.sequence !== lastSequence + 1) continue;
+    lastSequence = event.sequence;
     if (!isKnown(event)) continue;
     const payload = event.payload;
     if (payload.$case === "runRedriven" && payload.value.replay) {

@@ -4,6 +4,7 @@ import type { EventPayload } from "../envelope.js";
 import { DurableRunError } from "../errors.js";
 import { decide } from "./decide.js";
 import { DurablePhase, type RecordStep, ranMsAt } from "./durable.js";
+import { durableRunOf } from "./durable-view.js";
 import { given, history, NOW, operator, RUN } from "./spec.fixture.js";
 import { foldRun } from "./state.js";
 
@@ -175,6 +176,14 @@ describe("a durable run", () => {
     given(submitted, leased(1), recorded(1, "model", 1))
       .when(record(1, "model", 2))
       .then(recorded(1, "model", 2));
+  });
+
+  it("shows only the steps its fold took: one recorded past a gap in the run's sequence is none of its steps", () => {
+    const [s1, l1, r1, r2] = history(submitted, leased(1), recorded(1, "model", 1), recorded(1, "search", 1));
+    const forged = { ...history(recorded(1, "forged", 1))[0]!, sequence: 1_000 };
+    const run = durableRunOf(RUN, [s1!, l1!, r1!, forged, r2!]);
+    expect(run?.steps.map((step) => step.label)).toEqual(["model", "search"]);
+    expect(run?.stepsRecorded).toBe(2);
   });
 
   it("recognises steps of one turn recorded out of order (parallel tool calls)", () => {

@@ -145,6 +145,17 @@ describe("evolve", () => {
     expect(evolve(once, events[0]!)).toBe(once);
   });
 
+  it("given an event whose sequence jumps past the next (a gap in the log), then it is not applied and the run's next event still is", () => {
+    const { events } = apply(initialState(RUN), start("s1"), complete("s1"));
+    const [first, second] = history(...events);
+    const jumped = { ...history(started("s2"))[0]!, id: "forged", sequence: 1_000 };
+    const state = foldRun(RUN, [first!, jumped, second!]);
+    expect(state).toMatchObject({ lastSequence: 2, started: 1, completed: 1 });
+    expect(state.open.size).toBe(0);
+    // Its next decision numbers the run's own next event, not one after the forged sequence.
+    expect(decide(start("s2"), state, NOW)).toMatchObject([{ value: { step: 2 } }]);
+  });
+
   it("costs the same per event whatever the run's length: only calls in flight are kept", () => {
     let state = initialState(RUN);
     for (let i = 0; i < 20_000; i++) ({ state } = apply(state, start(`s${i}`), complete(`s${i}`)));
@@ -238,6 +249,63 @@ describe("schema versions", () => {
 });
 
 describe("describeRun", () => {
+  it("lists what the read set aside and each event that is not the run's next, and folds the rest", () => {
+    const { events } = apply(initialState(RUN), start("s1"), complete("s1"), start("s2"));
+    const [a, b, c] = history(...events);
+    const jumped = { ...a!, id: "forged", sequence: 1_000 };
+    const repeated = { ...a!, id: "again", sequence: 1 };
+    const garbage = new Uint8Array([0xff, 0xff, 0xff]);
+    const view = describeRun(RUN, {
+      events: [
+        { envelope: a!, streamSequence: 10 },
+        { envelope: jumped, streamSequence: 12 },
+        { envelope: b!, streamSequence: 13 },
+        { envelope: repeated, streamSequence: 14 },
+        { envelope: c!, streamSequence: 15 },
+      ],
+      quarantined: [
+        {
+          streamSequence: 11,
+          subject: `hf.run.${RUN}.StepCompleted`,
+          runId: RUN,
+          type: "StepCompleted",
+          reason: "undecodable",
+          detail: "event is not a valid protobuf Envelope: index out of range",
+          data: garbage,
+        },
+      ],
+    });
+    expect(view).toMatchObject({ lastSequence: 3, completed: 1, inFlight: 1 });
+    expect(view.steps.map((step) => [step.step, step.status])).toEqual([
+      [1, "completed"],
+      [2, "in_flight"],
+    ]);
+    expect(view.quarantined).toEqual([
+      {
+        streamSequence: 11,
+        sequence: 0,
+        type: "StepCompleted",
+        reason: "undecodable",
+        detail: "event is not a valid protobuf Envelope: index out of range",
+        bytes: 3,
+        preview: "ffffff",
+      },
+      expect.objectContaining({
+        streamSequence: 12,
+        sequence: 1_000,
+        type: "StepStarted",
+        reason: "out_of_sequence",
+        detail: "run sequence 1000 where 2 was next",
+      }),
+      expect.objectContaining({
+        streamSequence: 14,
+        sequence: 1,
+        reason: "out_of_sequence",
+        detail: "run sequence 1 repeats one the run already has (its last is 2)",
+      }),
+    ]);
+  });
+
   it("lists every step in order with names for people", () => {
     const events: StoredEnvelope[] = [];
     let state = initialState(RUN);

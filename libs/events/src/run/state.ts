@@ -292,11 +292,14 @@ export function initialState(runId: string): RunState {
 
 /**
  * Folds one event into a run. Pure. An event at or below `lastSequence` was already
- * folded (a redelivery) and changes nothing, so folding is idempotent. An event this code
- * does not know still takes its place in the run's sequence.
+ * folded (a redelivery) and changes nothing, so folding is idempotent. One past
+ * `lastSequence + 1` is not the run's next event and is not applied either: in a history
+ * read from the log that is a gap nothing fills, and its readers quarantine it (a feed
+ * that brings only some of the run's events reads the run instead). The run's next event
+ * still applies. An event this code does not know still takes its place in the sequence.
  */
 export function evolve(state: RunState, event: StoredEnvelope): RunState {
-  if (event.sequence <= state.lastSequence) return state;
+  if (event.sequence !== state.lastSequence + 1) return state;
   const at = event.timestampMs;
   const seen: RunState = {
     ...state,

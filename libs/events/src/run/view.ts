@@ -24,6 +24,12 @@ import {
   unparkName,
   usageEstimateName,
 } from "../names.js";
+import {
+  outOfSequence,
+  type QuarantinedEvent,
+  type QuarantineReason,
+  quarantinePreview,
+} from "../quarantine.js";
 import { evolve, initialState, type RunState, type RunTotals, STOPPED_RUN } from "./state.js";
 
 export type StepStatus = "in_flight" | "completed" | "failed";
@@ -264,24 +270,66 @@ export interface RunView {
   failed: number;
   totals: RunTotals;
   unknownEvents: number;
+  /** Events of the run that were set aside, not folded (none in a healthy log), in log order. */
+  quarantined: QuarantineView[];
+}
+
+/** An event of the run that was set aside: where the log keeps it and why it was not used. */
+export interface QuarantineView {
+  /** Its place in the stream, where it stays for ever; null when only its envelope was given. */
+  streamSequence: number | null;
+  /** The run sequence it claims (0 when it did not decode that far). */
+  sequence: number;
+  /** Its type as its subject (or, out of sequence, its envelope) names it. */
+  type: string;
+  reason: QuarantineReason;
+  detail: string;
+  bytes: number;
+  /** Its first bytes in hex. */
+  preview: string;
+}
+
+/**
+ * A run's history as read from the log: its events at their places in the stream, and
+ * the ones the read set aside (Bus.readRun's answer).
+ */
+export interface RunLog {
+  readonly events: readonly { readonly envelope: StoredEnvelope; readonly streamSequence: number }[];
+  readonly quarantined: readonly QuarantinedEvent[];
 }
 
 /**
  * The whole history of a run, for display. Built in one pass over its events (the steps
  * are accumulated in place, so a long run costs O(n), not O(n²)); deciders use the
- * O(1)-per-event RunState instead.
+ * O(1)-per-event RunState instead. Given the run's log, it lists what the read set aside,
+ * and sets aside itself each event that is not the run's next (a history read whole from
+ * the log has no redeliveries): both stay visible and neither is folded.
  */
-export function describeRun(runId: string, events: Iterable<StoredEnvelope>): RunView {
+export function describeRun(runId: string, history: Iterable<StoredEnvelope> | RunLog): RunView {
   let state: RunState = initialState(runId);
   const steps: StepView[] = [];
   const control: ControlView[] = [];
   const gates: GateView[] = [];
   const gateById = new Map<string, GateView>();
   const byId = new Map<string, StepView>();
-  for (const event of events) {
-    const before = state.lastSequence;
+  const quarantined: QuarantineView[] = isRunLog(history) ? history.quarantined.map(quarantineView) : [];
+  for (const { envelope: event, streamSequence } of placed(history)) {
+    if (event.sequence !== state.lastSequence + 1) {
+      const set = outOfSequence(
+        event,
+        { streamSequence: streamSequence ?? 0, subject: "" },
+        state.lastSequence,
+      );
+      quarantined.push({
+        ...quarantineView(set),
+        streamSequence,
+        sequence: event.sequence,
+        type: event.type,
+      });
+      continue;
+    }
     state = evolve(state, event);
-    if (state.lastSequence === before || !isKnown(event)) continue;
+    if (!isKnown(event)) continue;
     const { payload } = event;
     const entry = (what: ControlView["what"], fields: Partial<ControlView>): void => {
       control.push({
@@ -591,6 +639,35 @@ export function describeRun(runId: string, events: Iterable<StoredEnvelope>): Ru
     failed: state.failed,
     totals: state.totals,
     unknownEvents: state.unknownEvents,
+    quarantined: quarantined.sort(
+      (a, b) => (a.streamSequence ?? Number.MAX_SAFE_INTEGER) - (b.streamSequence ?? Number.MAX_SAFE_INTEGER),
+    ),
+  };
+}
+
+function isRunLog(history: Iterable<StoredEnvelope> | RunLog): history is RunLog {
+  return !(Symbol.iterator in history);
+}
+
+function* placed(
+  history: Iterable<StoredEnvelope> | RunLog,
+): Iterable<{ envelope: StoredEnvelope; streamSequence: number | null }> {
+  if (isRunLog(history)) {
+    yield* history.events;
+    return;
+  }
+  for (const envelope of history) yield { envelope, streamSequence: null };
+}
+
+function quarantineView(event: QuarantinedEvent): QuarantineView {
+  return {
+    streamSequence: event.streamSequence,
+    sequence: 0,
+    type: event.type,
+    reason: event.reason,
+    detail: event.detail,
+    bytes: event.data.length,
+    preview: quarantinePreview(event.data),
   };
 }
 

@@ -117,14 +117,14 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
       key_id: window.keyId,
       upstream: window.upstream,
       gateway: window.gateway,
-      observed_at: new Date(window.observedAtMs).toISOString(),
-      cooldown_until: window.cooldownUntilMs > 0 ? new Date(window.cooldownUntilMs).toISOString() : null,
+      observed_at: isoTime(window.observedAtMs),
+      cooldown_until: window.cooldownUntilMs > 0 ? isoTime(window.cooldownUntilMs) : null,
       dimensions: window.dimensions.map((d) => ({
         dimension: d.dimension,
         limit: d.limit,
         remaining_read: d.remainingRead,
         remaining_now: d.remainingNow,
-        reset_at: d.resetAtMs > 0 ? new Date(d.resetAtMs).toISOString() : null,
+        reset_at: d.resetAtMs > 0 ? isoTime(d.resetAtMs) : null,
       })),
     })),
   }));
@@ -202,4 +202,10 @@ function gateBody(result: Awaited<ReturnType<ControlOperations["approve"]>>) {
 
 function stopBody(result: Awaited<ReturnType<ControlOperations["stop"]>>) {
   return { runs: runsBody(result.runs) };
+}
+
+/** A time as RFC 3339, or null for a figure a reading held that is no date at all. */
+function isoTime(ms: number): string | null {
+  const date = new Date(ms);
+  return Number.isNaN(date.getTime()) ? null : date.toISOString();
 }

@@ -134,9 +134,16 @@ export class ControlOperations {
   /** One run folded from its events in the log, as `holdfast show` sees it, with its durable part if it is a durable run. */
   async getRun(runId: string): Promise<{ view: RunView; durable: DurableRun | undefined }> {
     checkRunId(runId);
-    const events = await this.deps.log.events(runId);
-    if (events.length === 0) throw new NotFoundError(`no run named ${JSON.stringify(runId)}`);
-    return { view: describeRun(runId, events), durable: durableRunOf(runId, events) };
+    const history = await this.deps.log.history(runId);
+    if (history.events.length === 0 && history.quarantined.length === 0)
+      throw new NotFoundError(`no run named ${JSON.stringify(runId)}`);
+    return {
+      view: describeRun(runId, history),
+      durable: durableRunOf(
+        runId,
+        history.events.map((e) => e.envelope),
+      ),
+    };
   }
 
   /**

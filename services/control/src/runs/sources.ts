@@ -1,6 +1,6 @@
 import type { RunRow } from "@holdfast/analytics";
 import type { Bus } from "@holdfast/bus";
-import { isKnown, type StoredEnvelope } from "@holdfast/events";
+import { isKnown, type RunLog, type StoredEnvelope } from "@holdfast/events";
 import type { RateLimitObserved } from "@holdfast/proto";
 import { CONTROL_TYPES } from "@holdfast/runs";
 import { AnalyticsUnavailableError, InvalidArgumentError } from "../errors.js";
@@ -54,9 +54,9 @@ export class Projection {
 export class LogRuns {
   constructor(private readonly bus: Bus) {}
 
-  /** A run's events in order (none for a run that never was). */
-  async events(runId: string): Promise<StoredEnvelope[]> {
-    return (await this.bus.readRun(runId)).events.map((e) => e.envelope);
+  /** A run's events in order, and those the read set aside (none of either for a run that never was). */
+  history(runId: string): Promise<RunLog> {
+    return this.bus.readRun(runId);
   }
 
   /**

@@ -3,7 +3,6 @@ import type { Watch, WatchedEvent } from "@holdfast/bus";
 import type { Config } from "@holdfast/config";
 import {
   type ConfiguredLimits,
-  decodeEnvelope,
   heldByCheckpoint,
   isKnown,
   makeEnvelope,
@@ -72,6 +71,8 @@ type PredictConfig = Config["predict"];
 export interface KeyEventLog {
   appendKeyEvent(keyId: string, envelope: Envelope): Promise<void>;
   lastOnSubjects(filters: string[]): Promise<{ envelope: StoredEnvelope }[]>;
+  /** A followed event read, or undefined when it is none a reader can use (quarantined). */
+  decode(event: WatchedEvent): StoredEnvelope | undefined;
   follow(
     types: readonly ["RateLimitObserved"],
     handler: (event: WatchedEvent) => void,
@@ -787,11 +788,8 @@ export function predictFeature(options: PredictFeatureOptions): {
       watch = await options.keyEvents.follow(
         ["RateLimitObserved"],
         (event) => {
-          try {
-            learn(decodeEnvelope(event.data));
-          } catch (error) {
-            options.log.warn({ err: error }, "could not read a rate-limit reading from the log");
-          }
+          const envelope = options.keyEvents.decode(event);
+          if (envelope !== undefined) learn(envelope);
         },
         { keys: true },
       );

@@ -1,12 +1,5 @@
-import type { Bus, Watch } from "@holdfast/bus";
-import {
-  type Actor,
-  type DurableCaps,
-  decodeEnvelope,
-  isKnown,
-  makeEnvelope,
-  type StoredEnvelope,
-} from "@holdfast/events";
+import type { Bus, Watch, WatchedEvent } from "@holdfast/bus";
+import { type Actor, type DurableCaps, isKnown, makeEnvelope, type StoredEnvelope } from "@holdfast/events";
 import { InvalidArgumentError } from "../errors.js";
 import { parseRateLimit } from "../queue/caps.js";
 
@@ -48,7 +41,7 @@ export class AgentRegistry {
 
   async start(): Promise<void> {
     const afterSeq = (await this.bus.streamState()).lastSeq;
-    this.watch = await this.bus.follow(["AgentDeployed"], (event) => this.heard(event.data), {
+    this.watch = await this.bus.follow(["AgentDeployed"], (event) => this.heard(event), {
       agents: true,
       afterSeq,
     });
@@ -113,12 +106,10 @@ export class AgentRegistry {
     return { deployment: this.latest.get(agent)!, changes, previous };
   }
 
-  private heard(data: Uint8Array): void {
-    try {
-      this.take(decodeEnvelope(data));
-    } catch {
-      // An event this version cannot read changes no deployment it knows.
-    }
+  private heard(event: WatchedEvent): void {
+    // An event the bus quarantines changes no deployment.
+    const envelope = this.bus.decode(event);
+    if (envelope !== undefined) this.take(envelope);
   }
 
   private take(envelope: StoredEnvelope): void {

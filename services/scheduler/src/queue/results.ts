@@ -73,10 +73,18 @@ export class StepResults {
   }
 }
 
-/** The current epoch's recorded steps, from the run's events. */
+/**
+ * The current epoch's recorded steps, from the run's events (its whole history, in
+ * order). As the run's fold does, it takes only each next event: a recorded step whose
+ * sequence is not the run's next (past a gap in the log) is no step of the run, and is
+ * never handed to a worker to reuse.
+ */
 export function fromEvents(events: readonly StoredEnvelope[]): RunResults {
   let results: RunResults = { epoch: 0, failedAttempts: 0, steps: new Map(), attempts: new Map() };
+  let lastSequence = 0;
   for (const event of events) {
+    if (event.sequence !== lastSequence + 1) continue;
+    lastSequence = event.sequence;
     if (!isKnown(event)) continue;
     const payload = event.payload;
     if (payload.$case === "runRedriven" && payload.value.replay) {

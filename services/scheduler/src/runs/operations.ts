@@ -1,20 +1,22 @@
 import { createHash } from "node:crypto";
-import type { Bus } from "@holdfast/bus";
+import type { Bus, WatchedEvent } from "@holdfast/bus";
 import {
   type Actor,
   assertTag,
   type DecodedEnvelope,
   DurablePhase,
   DurableRunError,
-  decodeEnvelope,
   durableRunOf,
   durableStatusOf,
+  type EventType,
   foldRun,
   isKnown,
   MAX_RUN_ID_LENGTH,
+  outOfSequence,
   type RunCommand,
   type RunState,
   runIdDefect,
+  type StoredEnvelope,
   durableSummaryOf as summaryOf,
   tagDefect,
 } from "@holdfast/events";
@@ -223,15 +225,18 @@ export class RunsOperations {
     let lastSequence = 0;
     let ended = false;
     let live = false;
-    const waiting: { streamSequence: number; data: Uint8Array }[] = [];
+    const waiting: WatchedEvent[] = [];
     let finish: () => void = () => undefined;
     const over = new Promise<void>((resolve) => {
       finish = resolve;
     });
-    const deliver = (envelope: DecodedEnvelope, streamSequence: number) => {
-      if (streamSequence <= lastStreamSequence) return;
+    // Each of the run's events in its order, once: one this version does not know keeps
+    // its place but is not sent.
+    const deliver = (envelope: StoredEnvelope, streamSequence: number) => {
+      if (streamSequence <= lastStreamSequence || envelope.sequence !== lastSequence + 1) return;
       lastStreamSequence = streamSequence;
       lastSequence = envelope.sequence;
+      if (!isKnown(envelope)) return;
       send(envelope);
       // The run's history may hold an end it was re-driven past: only a live one ends the watch.
       if (!live) return;
@@ -239,28 +244,33 @@ export class RunsOperations {
       ended = $case === "runFinished" || $case === "runFailed";
       if (ended) finish();
     };
-    const catchUp = async () => {
-      const missing = await this.deps.bus.readRun(runId, lastStreamSequence);
-      for (const { envelope, streamSequence } of missing.events) {
-        if (isKnown(envelope)) deliver(envelope, streamSequence);
+    // Read from the log itself: an event past the run's next is a gap in the log, not in
+    // what the tail heard: quarantined, and the run's next event still delivered.
+    const fromLog = (events: readonly { envelope: StoredEnvelope; streamSequence: number }[]) => {
+      for (const { envelope, streamSequence } of events) {
+        if (streamSequence > lastStreamSequence && envelope.sequence > lastSequence + 1) {
+          const subject = this.deps.bus.subjects.runEvent(runId, envelope.type as EventType);
+          this.deps.bus.quarantined(outOfSequence(envelope, { streamSequence, subject }, lastSequence));
+        }
+        deliver(envelope, streamSequence);
       }
     };
-    const heard = (streamSequence: number, data: Uint8Array) => {
+    const catchUp = async () => {
+      fromLog((await this.deps.bus.readRun(runId, lastStreamSequence)).events);
+    };
+    const heard = (event: WatchedEvent) => {
       if (!live) {
-        waiting.push({ streamSequence, data });
+        waiting.push(event);
         return;
       }
-      try {
-        const envelope = decodeEnvelope(data);
-        if (!isKnown(envelope)) return;
-        // A gap (an event missed across a reconnect): read what is missing from the log.
-        if (envelope.sequence > lastSequence + 1) void catchUp().catch(() => undefined);
-        else deliver(envelope, streamSequence);
-      } catch {
-        // Undecodable: the run's own fold skips it too.
-      }
+      // One the bus quarantines is no event of the run: the log's read passes over it too.
+      const envelope = this.deps.bus.decode(event);
+      if (envelope === undefined) return;
+      // A gap (an event missed across a reconnect): read what is missing from the log.
+      if (envelope.sequence > lastSequence + 1) void catchUp().catch(() => undefined);
+      else deliver(envelope, event.streamSequence);
     };
-    const untail = this.deps.bus.tail(runId, (event) => heard(event.streamSequence, event.data));
+    const untail = this.deps.bus.tail(runId, heard);
     const abort = () => finish();
     signal.addEventListener("abort", abort, { once: true });
     try {
@@ -269,9 +279,7 @@ export class RunsOperations {
       if (first === undefined || !history.events.some((e) => e.envelope.type === "RunSubmitted")) {
         throw new NotFoundError(`no durable run ${JSON.stringify(runId)}`);
       }
-      for (const { envelope, streamSequence } of history.events) {
-        if (isKnown(envelope)) deliver(envelope, streamSequence);
-      }
+      fromLog(history.events);
       // Ended, and not re-driven since (as the run folds: a model call's outcome may come
       // after its end): nothing more will come.
       const phase = foldRun(
@@ -281,7 +289,7 @@ export class RunsOperations {
       ended = phase === DurablePhase.Finished || phase === DurablePhase.Failed;
       if (ended) return;
       live = true;
-      for (const { streamSequence, data } of waiting.splice(0)) heard(streamSequence, data);
+      for (const event of waiting.splice(0)) heard(event);
       if (!ended) await over;
     } finally {
       signal.removeEventListener("abort", abort);
