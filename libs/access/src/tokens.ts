@@ -118,12 +118,35 @@ export function bindingProblem(
   if (config.token !== undefined && config.token === config.read_token) {
     return "control.read_token is the same as control.token: a read-only token must differ from the one that may change runs";
   }
-  if (config.token !== undefined || config.read_token !== undefined) return undefined;
-  if (isLoopback(config.host) || config.insecure) return undefined;
+  return listenerProblem({
+    ...listener,
+    host: config.host,
+    authenticated: config.token !== undefined || config.read_token !== undefined,
+    insecure: config.insecure,
+    setting: "control.token (and control.read_token; `holdfast up` makes both)",
+    insecureSetting: "control.insecure: true (`holdfast up --insecure`)",
+  });
+}
+
+/**
+ * Why a listener must not start, or undefined when it may: off loopback without its
+ * credential, anyone who reaches it could do what it `exposes`. `insecure` allows it knowingly.
+ */
+export function listenerProblem(
+  listener: GuardedListener & {
+    readonly host: string;
+    /** A credential is required of every caller. */
+    readonly authenticated: boolean;
+    readonly insecure: boolean;
+    /** What to set, and what allows it anyway ("budget.token", "budget.insecure: true"). */
+    readonly setting: string;
+    readonly insecureSetting: string;
+  },
+): string | undefined {
+  if (listener.authenticated || listener.insecure || isLoopback(listener.host)) return undefined;
   return (
-    `the ${listener.name} would listen on ${config.host} without a token, so anyone who can reach it could ${listener.exposes}. ` +
-    `Set control.token (and control.read_token; \`holdfast init\` writes both), or keep ${listener.hostKey} on loopback (127.0.0.1), ` +
-    "or allow it knowingly with control.insecure: true (`holdfast up --insecure`)."
+    `the ${listener.name} would listen on ${listener.host} without a token, so anyone who can reach it could ${listener.exposes}. ` +
+    `Set ${listener.setting}, or keep ${listener.hostKey} on loopback (127.0.0.1), or allow it knowingly with ${listener.insecureSetting}.`
   );
 }
 
@@ -180,26 +203,4 @@ export class ServiceToken {
       throw new AccessDeniedError("unauthenticated", `the bearer token is not one ${this.what.api} knows`);
     }
   }
-}
-
-/**
- * Why a listener must not start, or undefined when it may: off loopback without its
- * credential, anyone who reaches it could use it. `insecure` allows it knowingly.
- */
-export function listenerProblem(listener: {
-  /** What listens, as a sentence's subject ("the budget service"). */
-  what: string;
-  host: string;
-  /** A credential is required of every caller. */
-  authenticated: boolean;
-  insecure: boolean;
-  /** What to set, and what allows it anyway ("budget.token", "budget.insecure"). */
-  setting: string;
-  insecureSetting: string;
-}): string | undefined {
-  if (listener.authenticated || listener.insecure || isLoopback(listener.host)) return undefined;
-  return (
-    `${listener.what} would listen on ${listener.host} without a credential, so anyone who can reach it could use it. ` +
-    `Set ${listener.setting} (holdfast up makes one), keep it on loopback (127.0.0.1), or allow it knowingly with ${listener.insecureSetting}: true.`
-  );
 }

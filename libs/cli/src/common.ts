@@ -1,4 +1,6 @@
-import { resolve } from "node:path";
+import { existsSync } from "node:fs";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
 import { type Config, loadConfig } from "@holdfast/config";
 import { CliError } from "./errors.js";
 import { readStack, type StackFile } from "./stack.js";
@@ -12,11 +14,33 @@ export const COMMON_OPTIONS = {
 } as const;
 
 export function configFrom(values: { "data-dir"?: string | undefined; config?: string | undefined }): Config {
-  return loadConfig({
-    file: values.config ? resolve(values.config) : undefined,
-    overrides: { data_dir: values["data-dir"] },
-  });
+  return loadConfig({ file: configFileOf(values), overrides: { data_dir: values["data-dir"] } });
 }
+
+/** Where a data dir is when no configuration names one: --data-dir, HOLDFAST_DATA_DIR, else ~/.holdfast. */
+export function dataDirOf(values: { "data-dir"?: string | undefined }): string {
+  const named = values["data-dir"] ?? process.env.HOLDFAST_DATA_DIR;
+  if (named !== undefined && named !== "") return resolve(named.replace(/^~(?=\/|$)/, homedir()));
+  return join(homedir(), ".holdfast");
+}
+
+/**
+ * The configuration file a command reads: --config, else HOLDFAST_CONFIG (which
+ * loadConfig reads itself), else `<data_dir>/holdfast.yaml` when there is one (where
+ * `holdfast init` writes it: out of any checkout, readable by its owner alone).
+ */
+export function configFileOf(values: {
+  "data-dir"?: string | undefined;
+  config?: string | undefined;
+}): string | undefined {
+  if (values.config) return resolve(values.config);
+  if ((process.env.HOLDFAST_CONFIG ?? "") !== "") return undefined;
+  const beside = join(dataDirOf(values), CONFIG_FILE);
+  return existsSync(beside) ? beside : undefined;
+}
+
+/** The file `holdfast init` writes in the data dir, and every command reads from there. */
+export const CONFIG_FILE = "holdfast.yaml";
 
 /**
  * The configuration a command that talks to the running stack acts with, and that stack
@@ -31,7 +55,7 @@ export function stackConfig(values: { "data-dir"?: string | undefined; config?: 
 } {
   const config = configFrom(values);
   const stack = readStack(config.data_dir);
-  const named = values.config !== undefined || (process.env.HOLDFAST_CONFIG ?? "") !== "";
+  const named = configFileOf(values) !== undefined || (process.env.HOLDFAST_CONFIG ?? "") !== "";
   if (named || stack?.configFile === undefined) return { config, stack };
   return {
     config: loadConfig({ file: resolve(stack.configFile), overrides: { data_dir: values["data-dir"] } }),

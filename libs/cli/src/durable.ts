@@ -58,12 +58,18 @@ export const RUNS_USAGE = `holdfast runs <ls|show|submit|watch|redrive|replay|ca
 Durable runs (holdfast.v1.Runs on the scheduler; every command also takes --scheduler
 HOST:PORT, --data-dir DIR and --config FILE).`;
 
-/** Where the scheduler's gRPC API is and the token to call it with. */
+/** Where a refused worker's token came from, for the operator to check. */
+const WORKER_TOKEN_SOURCES =
+  "A worker's token comes from scheduler.worker_token in the config file (--config FILE, HOLDFAST_CONFIG, or the file `holdfast up` was started with), HOLDFAST_SCHEDULER__WORKER_TOKEN, or else the one `holdfast up` made in <data_dir>/credentials/worker.token.";
+
+/** Where the scheduler's gRPC API is and the tokens to call it with. */
 export interface SchedulerEndpoint {
   /** host:port. */
   address: string;
   /** The control token (else the read-only one); undefined when the stack has none. */
   token: string | undefined;
+  /** What a worker presents: the worker token (else, a stack without one, the control token). */
+  workerToken: string | undefined;
 }
 
 /**
@@ -83,7 +89,7 @@ export function schedulerEndpoint(values: {
     stack?.schedulerGrpc ??
     `${reachable(config.scheduler.host)}:${config.scheduler.grpc_port}`;
   const tokens = localTokens(config);
-  return { address, token: tokens.control ?? tokens.read };
+  return { address, token: tokens.control ?? tokens.read, workerToken: tokens.worker ?? tokens.control };
 }
 
 /** holdfast.v1.Runs as this command should reach it (see schedulerEndpoint). */
@@ -165,7 +171,7 @@ export async function workerCommand(argv: string[]): Promise<void> {
   if (!Number.isInteger(slots) || slots < 1)
     throw new CliError("--slots must be a whole number, 1 or more", 2);
   const agents = await agentsOf(positionals[0]!);
-  const { address: scheduler, token } = schedulerEndpoint(values);
+  const { address: scheduler, workerToken: token } = schedulerEndpoint(values);
   let served: Awaited<ReturnType<typeof worker>>;
   try {
     served = await worker({
@@ -202,7 +208,7 @@ export async function workerCommand(argv: string[]): Promise<void> {
   } catch (error) {
     const code = (error as { code?: number }).code;
     if (code === GrpcStatus.UNAUTHENTICATED || code === GrpcStatus.PERMISSION_DENIED) {
-      throw new CliError(`${(error as Error).message}\n${TOKEN_SOURCES}`);
+      throw new CliError(`${(error as Error).message}\n${WORKER_TOKEN_SOURCES}`);
     }
     throw new CliError(`${(error as Error).message}. Is Holdfast up (holdfast up), or --scheduler set?`);
   }

@@ -32,8 +32,16 @@ export class Service {
   private restarts = 0;
   private stdout = "";
 
+  private env: NodeJS.ProcessEnv;
+
   constructor(private readonly spec: ServiceSpec) {
     this.logFile = join(spec.logsDir, `${spec.name}.log`);
+    this.env = spec.env;
+  }
+
+  /** Variables a restart starts it with, over its own (where it turned out to listen, say). */
+  pin(extra: NodeJS.ProcessEnv): void {
+    this.env = { ...this.env, ...extra };
   }
 
   get pid(): number | undefined {
@@ -43,8 +51,12 @@ export class Service {
   start(): void {
     this.log ??= createWriteStream(this.logFile, { flags: "a" });
     const child = spawn(process.execPath, [this.spec.entry, ...(this.spec.args ?? [])], {
-      env: this.spec.env,
+      env: this.env,
       stdio: ["ignore", "pipe", "pipe", "ipc"],
+      // A group of its own: Ctrl-C in the terminal reaches the supervisor alone, which stops
+      // its services in order (a service that saw the SIGINT too would exit under it and
+      // be taken for one that died).
+      detached: true,
     });
     this.stdout = "";
     child.stdout?.on("data", (chunk: Buffer) => {

@@ -1,7 +1,6 @@
 import { mkdirSync } from "node:fs";
-import { createServer } from "node:net";
 import { availableParallelism } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { connectBus, type Principal } from "@holdfast/bus";
@@ -12,6 +11,7 @@ import {
   type RunningNatsServer,
   startNatsServer,
 } from "@holdfast/natsd";
+import { configFileOf } from "./common.js";
 import { ensureCredentials, type LocalCredentials, natsUsers } from "./credentials.js";
 import { runDemo } from "./demo.js";
 import { CliError } from "./errors.js";
@@ -52,7 +52,7 @@ export async function up(argv: string[]): Promise<void> {
     console.log(UP_USAGE);
     return;
   }
-  const configFile = values.config ? resolve(values.config) : undefined;
+  const configFile = configFileOf(values);
   const config = loadConfig({
     file: configFile,
     overrides: {
@@ -156,6 +156,8 @@ export async function up(argv: string[]): Promise<void> {
           // A nats-server left running by an `up` that was killed (kill -9, no setpriv to
           // take it down too) is stopped, so this one is the only server on the store.
           takeOverOrphan: true,
+          // Stopped by this process after the services, not by the terminal's Ctrl-C before them.
+          ownProcessGroup: true,
           log: (line) => console.error(line),
         });
       // Like the services, a nats-server that dies is started again, on the same port and
@@ -181,157 +183,134 @@ export async function up(argv: string[]): Promise<void> {
     }
     await provision(natsUrl, config, config.nats.url === undefined ? credentials : undefined);
 
-    const projectorPort = config.projector.port || (await freePort(config.projector.host));
-    const projector = new Service({
-      name: "projector",
-      entry: entryOf("@holdfast/projector/main"),
-      env: {
-        ...env,
+    // Each service listens where it is told; a port another process holds (another stack
+    // starting at the same moment, say) is replaced by a free one in the service itself, with
+    // no gap between a look and the bind, and each says in its startup line where it is.
+    env.HOLDFAST_FREE_PORT_IF_TAKEN = "true";
+    const notes: string[] = [];
+    const start = async (
+      name: string,
+      own: NodeJS.ProcessEnv,
+      line: RegExp,
+      ports: { key: string; wanted: number; found: (match: RegExpExecArray) => number }[],
+    ): Promise<RegExpExecArray> => {
+      const service = new Service({
+        name,
+        entry: entryOf(`@holdfast/${name}/main`),
+        env: { ...env, ...own },
+        logsDir,
+        restart: true,
+      });
+      service.onRestart = (code, signal) => console.error(`${name} exited (${code ?? signal}); restarting`);
+      service.start();
+      started.push(service);
+      const match = await service.waitForLine(line, START_TIMEOUT_MS);
+      for (const { key, wanted, found } of ports) {
+        const port = found(match);
+        if (wanted !== 0 && port !== wanted)
+          notes.push(`${key} ${wanted} is in use; ${name} took ${port} instead.`);
+      }
+      // Restarted, it comes back where agents and the other services were told it is.
+      service.pin(Object.fromEntries(ports.map(({ key, found }) => [envName(key), String(found(match))])));
+      return match;
+    };
+    const portOf = (url: string) => Number(new URL(url.includes("://") ? url : `tcp://${url}`).port);
+
+    const [, analyticsUrl] = await start(
+      "projector",
+      {
         ...natsEnv("projector", natsUrl),
         ...operatorTokens,
-        HOLDFAST_PROJECTOR__PORT: String(projectorPort),
+        HOLDFAST_PROJECTOR__PORT: String(config.projector.port),
       },
-      logsDir,
-      restart: true,
-    });
-    projector.onRestart = (code, signal) => console.error(`projector exited (${code ?? signal}); restarting`);
-    projector.start();
-    started.push(projector);
-    const analyticsUrl = `http://${loopback(config.projector.host)}:${projectorPort}`;
-    await projector.waitHealthy(`${analyticsUrl}/health`, START_TIMEOUT_MS);
+      /projector listening on (http:\/\/\S+)/,
+      [{ key: "projector.port", wanted: config.projector.port, found: (m) => portOf(m[1]!) }],
+    );
 
     // The budget service leases slices of the daily and monthly budgets to gateways; it
     // starts with the stack whether or not budgets are configured, so adding one is a
     // config change and a restart, not a new service to run.
-    const budgetPort = config.budget.port || (await freePort(config.budget.host));
-    const budget = new Service({
-      name: "budget",
-      entry: entryOf("@holdfast/budget/main"),
-      env: {
-        ...env,
+    const [, budgetUrl] = await start(
+      "budget",
+      {
         ...natsEnv("budget", natsUrl),
-        HOLDFAST_BUDGET__PORT: String(budgetPort),
+        HOLDFAST_BUDGET__PORT: String(config.budget.port),
         HOLDFAST_BUDGET__TOKEN: tokens.budget,
       },
-      logsDir,
-      restart: true,
-    });
-    budget.onRestart = (code, signal) => console.error(`budget exited (${code ?? signal}); restarting`);
-    budget.start();
-    started.push(budget);
-    await budget.waitForLine(/budget listening on \S+/, START_TIMEOUT_MS);
-    const budgetUrl = `${loopback(config.budget.host)}:${budgetPort}`;
+      /budget listening on (\S+)/,
+      [{ key: "budget.port", wanted: config.budget.port, found: (m) => portOf(m[1]!) }],
+    );
 
-    const gatewayPort = config.gateway.port || (await freePort(config.gateway.host));
-    const gateway = new Service({
-      name: "gateway",
-      entry: entryOf("@holdfast/gateway/main"),
-      env: {
-        ...env,
+    const [, gatewayUrl] = await start(
+      "gateway",
+      {
         ...natsEnv("gateway", natsUrl),
         ...operatorTokens,
-        HOLDFAST_GATEWAY__PORT: String(gatewayPort),
+        HOLDFAST_GATEWAY__PORT: String(config.gateway.port),
         HOLDFAST_GATEWAY__UPSTREAM: upstream,
         HOLDFAST_BUDGET__URL: budgetUrl,
         HOLDFAST_BUDGET__TOKEN: tokens.budget,
       },
-      logsDir,
-      restart: true,
-    });
-    gateway.onRestart = (code, signal) => console.error(`gateway exited (${code ?? signal}); restarting`);
-    gateway.start();
-    started.push(gateway);
-    const gatewayUrl = `http://${loopback(config.gateway.host)}:${gatewayPort}/v1`;
-    await gateway.waitHealthy(
-      `http://${loopback(config.gateway.host)}:${gatewayPort}/holdfast/health`,
-      START_TIMEOUT_MS,
+      /gateway listening on (http:\/\/\S+\/v1)/,
+      [{ key: "gateway.port", wanted: config.gateway.port, found: (m) => portOf(m[1]!) }],
     );
 
-    const notes: string[] = [];
-    const controlPorts = await Promise.all(
-      (["port", "grpc_port"] as const).map(async (key) => {
-        const wanted = config.control[key];
-        if (wanted === 0 || (await portFree(config.control.host, wanted))) return wanted;
-        notes.push(`control.${key} ${wanted} is in use; the control API took a free port instead.`);
-        return 0;
-      }),
-    );
-    const control = new Service({
-      name: "control",
-      entry: entryOf("@holdfast/control/main"),
-      env: {
-        ...env,
+    const [, controlApi, controlGrpc] = await start(
+      "control",
+      {
         ...natsEnv("control", natsUrl),
         ...operatorTokens,
-        HOLDFAST_CONTROL__PORT: String(controlPorts[0]),
-        HOLDFAST_CONTROL__GRPC_PORT: String(controlPorts[1]),
+        HOLDFAST_CONTROL__PORT: String(config.control.port),
+        HOLDFAST_CONTROL__GRPC_PORT: String(config.control.grpc_port),
         HOLDFAST_CONTROL__ANALYTICS_URL: analyticsUrl,
         ...(values.insecure ? { HOLDFAST_CONTROL__INSECURE: "true" } : {}),
       },
-      logsDir,
-      restart: true,
-    });
-    control.onRestart = (code, signal) => console.error(`control exited (${code ?? signal}); restarting`);
-    control.start();
-    started.push(control);
-    const [, controlApi, controlGrpc] = await control.waitForLine(
       /control listening on (http:\/\/\S+)\/holdfast\/v1 grpc (\S+)/,
-      START_TIMEOUT_MS,
+      [
+        { key: "control.port", wanted: config.control.port, found: (m) => portOf(m[1]!) },
+        { key: "control.grpc_port", wanted: config.control.grpc_port, found: (m) => portOf(m[2]!) },
+      ],
     );
 
     // Durable runs: submitted over gRPC (or REST), run on workers that connect to it.
-    const schedulerPorts = await Promise.all(
-      (["grpc_port", "port"] as const).map(async (key) => {
-        const wanted = config.scheduler[key];
-        if (wanted === 0 || (await portFree(config.scheduler.host, wanted))) return wanted;
-        notes.push(`scheduler.${key} ${wanted} is in use; the scheduler took a free port instead.`);
-        return 0;
-      }),
-    );
-    const scheduler = new Service({
-      name: "scheduler",
-      entry: entryOf("@holdfast/scheduler/main"),
-      env: {
-        ...env,
+    const [, schedulerGrpc, schedulerUrl] = await start(
+      "scheduler",
+      {
         ...natsEnv("scheduler", natsUrl),
         ...operatorTokens,
         HOLDFAST_SCHEDULER__WORKER_TOKEN: tokens.worker,
-        HOLDFAST_SCHEDULER__GRPC_PORT: String(schedulerPorts[0]),
-        HOLDFAST_SCHEDULER__PORT: String(schedulerPorts[1]),
-        HOLDFAST_SCHEDULER__GATEWAY_URL: config.scheduler.gateway_url ?? gatewayUrl.replace(/\/v1$/, ""),
+        HOLDFAST_SCHEDULER__GRPC_PORT: String(config.scheduler.grpc_port),
+        HOLDFAST_SCHEDULER__PORT: String(config.scheduler.port),
+        HOLDFAST_SCHEDULER__GATEWAY_URL: config.scheduler.gateway_url ?? gatewayUrl!.replace(/\/v1$/, ""),
         ...(values.insecure ? { HOLDFAST_CONTROL__INSECURE: "true" } : {}),
       },
-      logsDir,
-      restart: true,
-    });
-    scheduler.onRestart = (code, signal) => console.error(`scheduler exited (${code ?? signal}); restarting`);
-    scheduler.start();
-    started.push(scheduler);
-    const [, schedulerGrpc, schedulerUrl] = await scheduler.waitForLine(
       /scheduler listening on grpc (\S+) rest (http:\/\/\S+)/,
-      START_TIMEOUT_MS,
+      [
+        { key: "scheduler.grpc_port", wanted: config.scheduler.grpc_port, found: (m) => portOf(m[1]!) },
+        { key: "scheduler.port", wanted: config.scheduler.port, found: (m) => portOf(m[2]!) },
+      ],
     );
 
     const stack: StackFile = {
       pid: process.pid,
       startedAt: new Date().toISOString(),
       dataDir: config.data_dir,
-      gatewayUrl,
+      gatewayUrl: gatewayUrl!,
       natsUrl,
-      analyticsUrl,
+      analyticsUrl: analyticsUrl!,
       upstream,
       logsDir,
       controlUrl: controlApi!,
       controlGrpc: controlGrpc!,
-      budgetUrl,
+      budgetUrl: budgetUrl!,
       schedulerGrpc: schedulerGrpc!,
       schedulerUrl: schedulerUrl!,
       credentialsDir: credentials.dir,
       ...(configFile === undefined ? {} : { configFile }),
     };
     writeStack(stack);
-    console.log(banner(stack, config, budgetUrl, values.demo, notes, credentials));
-    if (values.demo) console.log(await runDemo(gatewayUrl, analyticsUrl, tokens.read));
+    console.log(banner(stack, config, stack.budgetUrl!, values.demo, notes, credentials));
+    if (values.demo) console.log(await runDemo(stack.gatewayUrl, stack.analyticsUrl, tokens.read));
   } catch (error) {
     await stopAll();
     throw error;
@@ -410,32 +389,9 @@ function portFlag(text: string): number {
   return port;
 }
 
-function loopback(host: string): string {
-  return host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host;
-}
-
 /** The compiled entry point of a workspace service, e.g. @holdfast/gateway/main. */
 function entryOf(specifier: string): string {
   return fileURLToPath(import.meta.resolve(specifier));
-}
-
-/** Whether nothing listens on `host:port` now (the service binds it a moment later). */
-async function portFree(host: string, port: number): Promise<boolean> {
-  const server = createServer();
-  return new Promise((resolveFree) => {
-    server.once("error", () => resolveFree(false));
-    server.listen({ host, port, exclusive: true }, () => server.close(() => resolveFree(true)));
-  });
-}
-
-async function freePort(host: string): Promise<number> {
-  const server = createServer();
-  server.listen(0, host);
-  await new Promise((resolveListen) => server.once("listening", resolveListen));
-  const address = server.address();
-  await new Promise((resolveClose) => server.close(resolveClose));
-  if (typeof address !== "object" || address === null) throw new CliError("could not find a free port");
-  return address.port;
 }
 
 /**
@@ -472,4 +428,9 @@ function withoutSecrets(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
     if (!/^HOLDFAST_.*(TOKEN|CREDENTIALS|PASSWORD)/.test(name)) kept[name] = value;
   }
   return kept;
+}
+
+/** "gateway.port" → HOLDFAST_GATEWAY__PORT. */
+function envName(key: string): string {
+  return `HOLDFAST_${key.toUpperCase().replace(".", "__")}`;
 }

@@ -59,12 +59,14 @@ export const loadConfig = (options: LoadConfigOptions = {}): Config => {
   // A file named in the config file is found beside it, as data_dir is.
   const beside = (path: string | undefined, key: readonly string[]) =>
     path === undefined ? undefined : resolvePath(path, baseOf(key), homeDir);
-  config.nats.credentials = beside(config.nats.credentials, ["nats", "credentials"]);
+  if (config.nats.credentials !== undefined) {
+    config.nats.credentials = beside(config.nats.credentials, ["nats", "credentials"]);
+  }
   const tls = config.nats.tls;
   if (tls !== undefined) {
-    tls.ca_file = beside(tls.ca_file, ["nats", "tls", "ca_file"]);
-    tls.cert_file = beside(tls.cert_file, ["nats", "tls", "cert_file"]);
-    tls.key_file = beside(tls.key_file, ["nats", "tls", "key_file"]);
+    for (const key of ["ca_file", "cert_file", "key_file"] as const) {
+      if (tls[key] !== undefined) tls[key] = beside(tls[key], ["nats", "tls", key]);
+    }
   }
   const serverBin = config.nats.server_bin;
   if (serverBin !== undefined && !isBareCommand(serverBin)) {

@@ -389,6 +389,11 @@ export const configSchema = z
     data_dir: path()
       .default("~/.holdfast")
       .describe("Where Holdfast keeps the embedded NATS store, embedded ClickHouse and its state."),
+    free_port_if_taken: flag()
+      .default(false)
+      .describe(
+        "A listener whose port another process holds listens on a free port instead of failing, and says which in its startup line (`holdfast up` sets it, so two stacks started at once both come up).",
+      ),
     log_level: z
       .enum(LOG_LEVELS, { error: `expected one of ${LOG_LEVELS.join(", ")}` })
       .default("info")

@@ -28,6 +28,8 @@ export interface ServeOptions {
   reflection: Uint8Array | undefined;
   /** Longest a close lets calls in flight finish before it cancels them (default 5 s). */
   graceMs?: number;
+  /** A port another process holds is replaced by a free one instead of failing (free_port_if_taken). */
+  freePortIfTaken?: boolean;
   /**
    * Decides, from a call's metadata alone, whether it may reach `services` (health and
    * reflection stay open): undefined lets it through; a refusal ends the call at once with
@@ -117,14 +119,26 @@ export async function serve(options: ServeOptions): Promise<GrpcServer> {
   }
 
   const host = options.host;
-  const target = host.includes(":") ? `[${host}]:${options.port}` : `${host}:${options.port}`;
-  const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (error, bound) => {
-      if (error)
-        reject(new GrpcBindError(`gRPC cannot listen on ${target}: ${error.message}`, { cause: error }));
-      else resolve(bound);
+  const bind = (wanted: number) => {
+    const target = host.includes(":") ? `[${host}]:${wanted}` : `${host}:${wanted}`;
+    return new Promise<number>((resolve, reject) => {
+      server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (error, bound) => {
+        if (error)
+          reject(new GrpcBindError(`gRPC cannot listen on ${target}: ${error.message}`, { cause: error }));
+        else resolve(bound);
+      });
     });
-  });
+  };
+  let port: number;
+  try {
+    port = await bind(options.port);
+  } catch (error) {
+    // Another process holds the port: a free one instead, when the caller allows it.
+    if (!options.freePortIfTaken || !/address already in use|EADDRINUSE/i.test((error as Error).message)) {
+      throw error;
+    }
+    port = await bind(0);
+  }
   const graceMs = options.graceMs ?? 5_000;
   return {
     host,

@@ -13,4 +13,5 @@ export {
   type HttpLimitsConfig,
   type ListenerOptions,
   listenerOptions,
+  listenOn,
 } from "./listener.js";

@@ -158,3 +158,22 @@ function rawResponse(answer: ErrorAnswer, body: unknown): string {
     `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`
   );
 }
+
+/**
+ * Listens on `port` (0 picks a free one); with `freePortIfTaken`, a port another process
+ * holds is replaced by a free one instead of failing, so two stacks started at once on one
+ * machine both come up (the caller reports the port it got). Answers the port listened on.
+ */
+export async function listenOn(
+  app: { listen(options: { host: string; port: number }): Promise<string>; server: { address(): unknown } },
+  options: { host: string; port: number; freePortIfTaken: boolean },
+): Promise<number> {
+  try {
+    await app.listen({ host: options.host, port: options.port });
+  } catch (error) {
+    if (!options.freePortIfTaken || (error as NodeJS.ErrnoException).code !== "EADDRINUSE") throw error;
+    await app.listen({ host: options.host, port: 0 });
+  }
+  const address = app.server.address() as { port: number } | string | null;
+  return typeof address === "object" && address !== null ? address.port : options.port;
+}

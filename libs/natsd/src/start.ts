@@ -62,6 +62,11 @@ export interface StartNatsServerOptions {
   readonly dieWithParent?: boolean;
   /** Told when an orphaned server is stopped to take over its store. */
   readonly log?: (line: string) => void;
+  /**
+   * Start the server in a process group of its own, so that a Ctrl-C in the starter's
+   * terminal reaches the starter alone, which stops the server when it is ready to.
+   */
+  readonly ownProcessGroup?: boolean;
 }
 
 /** A user of the server: an nkey, and what it may publish and subscribe to. */
@@ -189,12 +194,14 @@ async function spawnNatsServer(
       : options.gomaxprocs === 0
         ? withoutGomaxprocs
         : { ...process.env, GOMAXPROCS: String(Math.trunc(options.gomaxprocs)) };
+  const detached = options.ownProcessGroup === true;
   const child =
     launcher === undefined
-      ? spawn(options.binary, args, { stdio: ["ignore", "pipe", "pipe"], env })
+      ? spawn(options.binary, args, { stdio: ["ignore", "pipe", "pipe"], env, detached })
       : spawn(launcher, ["--pdeathsig", "SIGTERM", "--", options.binary, ...args], {
           stdio: ["ignore", "pipe", "pipe"],
           env,
+          detached,
         });
   // Before anything else can happen, so a lock never hides which process holds the store.
   if (child.pid !== undefined) lock.record({ natsPid: child.pid });

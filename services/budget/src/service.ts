@@ -56,12 +56,14 @@ export function budgetLimits(config: Pick<Config, "budgets">): BudgetLimit[] {
 export async function startBudget(config: Config, log: Logger): Promise<RunningBudget> {
   const token = new ServiceToken(config.budget.token, { api: "the budget service", setting: "budget.token" });
   const unsafe = listenerProblem({
-    what: "the budget service",
+    name: "budget service",
+    hostKey: "budget.host",
+    exposes: "lease away every budget, and hold every run it covers",
     host: config.budget.host,
     authenticated: token.required,
     insecure: config.budget.insecure,
-    setting: "budget.token",
-    insecureSetting: "budget.insecure",
+    setting: "budget.token (`holdfast up` makes one)",
+    insecureSetting: "budget.insecure: true",
   });
   if (unsafe !== undefined) throw new Error(`The budget service will not start: ${unsafe}`);
   if (!config.nats.url) throw new Error("nats.url is not set: the budget service needs a NATS server");
@@ -195,6 +197,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
   const server = await serve({
     host: config.budget.host,
     port: config.budget.port,
+    freePortIfTaken: config.free_port_if_taken,
     services: [
       {
         definition: BudgetService,

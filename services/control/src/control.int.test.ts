@@ -756,7 +756,7 @@ describe("on a log holding what no reader can use", () => {
     expect(shown.status).toBe(200);
     expect(shown.body.run).toMatchObject({
       completed: 2,
-      quarantined: [{ streamSequence: seq, reason: "undecodable", bytes: 4, preview: "ffffff00" }],
+      quarantined: [{ stream_sequence: seq, reason: "undecodable", bytes: 4, preview: "ffffff00" }],
     });
     const health = await rest("GET", "/health", undefined, null);
     expect(health.body.quarantined).toMatchObject({ by_reason: { undecodable: 1 } });

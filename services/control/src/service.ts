@@ -10,6 +10,7 @@ import {
   type RunState,
 } from "@holdfast/events";
 import { type GrpcServer, serve } from "@holdfast/grpc";
+import { listenOn } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
 import { fleetAggregate, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
@@ -100,14 +101,17 @@ export async function startControl(config: Config, log: Logger): Promise<Running
         quarantined: bus.quarantineCounts,
       }),
     });
-    await app.listen({ host: config.control.host, port: config.control.port });
+    const port = await listenOn(app, {
+      host: config.control.host,
+      port: config.control.port,
+      freePortIfTaken: config.free_port_if_taken,
+    });
     closers.push(() => app.close());
-    const address = app.server.address();
-    const port = typeof address === "object" && address ? address.port : config.control.port;
 
     const grpc: GrpcServer = await serve({
       host: config.control.host,
       port: config.control.grpc_port,
+      freePortIfTaken: config.free_port_if_taken,
       services: [controlGrpcService({ operations, access })],
       health: true,
       reflection: Buffer.from(FILE_DESCRIPTOR_SET_BASE64, "base64"),

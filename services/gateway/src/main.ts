@@ -5,6 +5,8 @@ import { startGateway } from "./service.js";
 const config = loadConfig();
 const log = createLogger({ name: "gateway", level: config.log_level });
 const running = await startGateway(config, log);
+// The line `holdfast up` reads to learn where the gateway is (its port may have been taken).
+console.log(`gateway listening on ${running.baseUrl}`);
 
 let stopping = false;
 function stop(reason: string): void {

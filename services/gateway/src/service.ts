@@ -12,6 +12,7 @@ import {
 } from "@holdfast/events";
 import { ToolGate } from "@holdfast/gate";
 import { connect } from "@holdfast/grpc";
+import { listenOn } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import {
   type AcquireRequest,
@@ -303,9 +304,11 @@ export async function startGateway(
       ...(options.features ?? []),
     ],
   });
-  await app.listen({ host: config.gateway.host, port: config.gateway.port });
-  const address = app.server.address();
-  const port = typeof address === "object" && address ? address.port : config.gateway.port;
+  const port = await listenOn(app, {
+    host: config.gateway.host,
+    port: config.gateway.port,
+    freePortIfTaken: config.free_port_if_taken,
+  });
   const host = config.gateway.host === "0.0.0.0" ? "127.0.0.1" : config.gateway.host;
   log.info({ port, upstream: config.gateway.upstream, gateway: gatewayId }, "gateway listening");
   return {

@@ -16,6 +16,8 @@ try {
   throw error;
 }
 
+// The line `holdfast up` reads to learn where the analytics API is (its port may have been 0).
+console.log(`projector listening on ${running.url}`);
 let stopping = false;
 function stop(reason: string): void {
   if (stopping) return;

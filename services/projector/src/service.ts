@@ -3,6 +3,7 @@ import { AccessPolicy, ANALYTICS_API, bindingProblem } from "@holdfast/access";
 import { migrate, openAnalytics } from "@holdfast/analytics";
 import { connectBus } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
+import { listenOn } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { InsecureBindError } from "./errors.js";
 import { buildAnalyticsApi } from "./http.js";
@@ -81,9 +82,11 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
     limits: config.http,
     status: () => ({ ...projector.status, streamLastSeq }),
   });
-  await api.listen({ host: config.projector.host, port: config.projector.port });
-  const address = api.server.address();
-  const port = typeof address === "object" && address ? address.port : config.projector.port;
+  const port = await listenOn(api, {
+    host: config.projector.host,
+    port: config.projector.port,
+    freePortIfTaken: config.free_port_if_taken,
+  });
   log.info(
     {
       port,

@@ -1,5 +1,5 @@
 import { hostname } from "node:os";
-import { AccessPolicy, bindingProblem } from "@holdfast/access";
+import { AccessPolicy, bindingProblem, ServiceToken } from "@holdfast/access";
 import { connectBus } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
 import {
@@ -11,6 +11,7 @@ import {
   type RunState,
 } from "@holdfast/events";
 import { type GrpcServer, serve } from "@holdfast/grpc";
+import { listenOn } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { KeyWindows, readingOfRecorded } from "@holdfast/predict";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
@@ -159,11 +160,19 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
     const grpc: GrpcServer = await serve({
       host: config.scheduler.host,
       port: config.scheduler.grpc_port,
+      freePortIfTaken: config.free_port_if_taken,
       services: [
         runsGrpcService({
           operations,
           scheduler,
           access: policy,
+          workerToken:
+            config.scheduler.worker_token === undefined
+              ? undefined
+              : new ServiceToken(config.scheduler.worker_token, {
+                  api: "the runs API",
+                  setting: "scheduler.worker_token",
+                }),
           log,
           leaseMs: config.scheduler.lease_ms,
           gatewayUrl: config.scheduler.gateway_url,
@@ -195,10 +204,12 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
         quarantined: bus.quarantineCounts,
       }),
     });
-    await app.listen({ host: config.scheduler.host, port: config.scheduler.port });
+    const port = await listenOn(app, {
+      host: config.scheduler.host,
+      port: config.scheduler.port,
+      freePortIfTaken: config.free_port_if_taken,
+    });
     closers.push(() => app.close());
-    const address = app.server.address();
-    const port = typeof address === "object" && address ? address.port : config.scheduler.port;
     const host = reachable(config.scheduler.host);
     const grpcAddress = `${host}:${grpc.port}`;
     const url = `http://${host}:${port}`;

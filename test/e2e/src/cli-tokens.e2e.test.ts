@@ -56,13 +56,18 @@ function started(...args: string[]): { child: ChildProcess; stdout: () => string
   return { child, stdout: () => stdout, stderr: () => stderr };
 }
 
-function configFile(name: string, control: Record<string, string | number>): string {
+function configFile(
+  name: string,
+  control: Record<string, string | number>,
+  scheduler: Record<string, string | number> = {},
+): string {
   const file = join(dir.path, name);
-  const lines = Object.entries(control).map(([key, value]) => `  ${key}: ${value}`);
+  const lines = (section: Record<string, string | number>) =>
+    Object.entries(section).map(([key, value]) => `  ${key}: ${value}\n`);
   // Free ports throughout: other stacks may run on this machine.
   writeFileSync(
     file,
-    `control:\n${lines.join("\n")}\n  port: 0\n  grpc_port: 0\nscheduler:\n  port: 0\n  grpc_port: 0\n`,
+    `control:\n${lines(control).join("")}  port: 0\n  grpc_port: 0\nscheduler:\n${lines(scheduler).join("")}  port: 0\n  grpc_port: 0\n`,
     { mode: 0o600 },
   );
   return file;
@@ -159,19 +164,21 @@ describe("the durable flow on a stack with tokens", () => {
       "worker",
       EXAMPLE,
       "--config",
-      configFile("wrong.yaml", { token: "not-the-token" }),
+      configFile("wrong.yaml", {}, { worker_token: "not-the-token" }),
     );
     expect(wrong.code).toBe(1);
-    expect(wrong.stderr).toMatch(/refused this worker/);
-    expect(wrong.stderr).toMatch(/control\.token/);
+    expect(wrong.stderr).toMatch(/refused this worker: the bearer token is not one the runs API knows/);
+    expect(wrong.stderr).toMatch(/scheduler\.worker_token/);
 
-    const readOnly = await holdfast(
+    // The operator's token may not serve runs: what a worker runs is an agent's code, and
+    // it must not hold a credential that could resume the run it is serving.
+    const operator = await holdfast(
       "worker",
       EXAMPLE,
       "--config",
-      configFile("read.yaml", { read_token: READ }),
+      configFile("operator.yaml", {}, { worker_token: CONTROL }),
     );
-    expect(readOnly.code).toBe(1);
-    expect(readOnly.stderr).toMatch(/refused this worker: .*read-only/);
+    expect(operator.code).toBe(1);
+    expect(operator.stderr).toMatch(/refused this worker: an operator's token may not serve runs/);
   });
 });

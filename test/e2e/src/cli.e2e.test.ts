@@ -44,6 +44,8 @@ async function startUp(...args: string[]): Promise<void> {
   // Short heartbeats, so the calls a killed gateway leaves in flight are reaped quickly.
   up = spawn(process.execPath, [BIN, "up", "--data-dir", dir.path, "--port", "0", ...args], {
     env: { ...cleanEnv(), HOLDFAST_GATEWAY__HEARTBEAT_MS: "300" },
+    // A process group of its own, as a shell gives a command it runs: Ctrl-C goes to the group.
+    detached: true,
   });
   up.stdout?.on("data", (chunk: Buffer) => {
     upOutput += chunk.toString();
@@ -60,7 +62,8 @@ async function startUp(...args: string[]): Promise<void> {
 async function stopUp(): Promise<number | null> {
   if (!up || up.exitCode !== null) return up?.exitCode ?? null;
   const exited = once(up, "exit");
-  up.kill("SIGINT");
+  // Ctrl-C in a terminal signals the whole foreground process group, not only `up`.
+  process.kill(-up.pid!, "SIGINT");
   const [code] = (await exited) as [number | null];
   return code;
 }
@@ -423,7 +426,11 @@ describe("holdfast CLI", () => {
 
   it("stops everything on Ctrl-C, and a second `up` finds every earlier run", async () => {
     const { gatewayUrl, analyticsUrl } = stack();
+    const before = upOutput.length;
     expect(await stopUp()).toBe(0);
+    // Every service stopped in order, by `up`: none taken for one that died and restarted.
+    expect(upOutput.slice(before)).not.toMatch(/restarting/);
+    expect(upOutput.slice(before)).toContain("Stopped. Everything recorded is kept in the data dir.");
     expect(await health(`${analyticsUrl}/health`)).toBeUndefined();
     expect(await health(gatewayUrl.replace(/\/v1$/, "/holdfast/health"))).toBeUndefined();
 

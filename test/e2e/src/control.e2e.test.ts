@@ -1,15 +1,15 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { once } from "node:events";
-import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { makeTempDir, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-// An operator's day through the built CLI: `holdfast init`, `holdfast up` with that file,
-// then hold, resume, stop, rules, approve and deny against the control API `up` started,
-// while an agent's call waits on the gateway.
+// An operator's day through the built CLI: `holdfast init` (the credentials and a
+// configuration file), `holdfast up` with that file, then hold, resume, stop, rules, approve
+// and deny against the control API `up` started, while an agent's call waits on the gateway.
 const BIN = fileURLToPath(new URL("../../../libs/cli/dist/bin.js", import.meta.url));
 const run = promisify(execFile);
 
@@ -28,8 +28,7 @@ async function holdfast(
   args: string[],
   env: NodeJS.ProcessEnv = {},
 ): Promise<{ stdout: string; stderr: string; code: number }> {
-  // init writes a file and knows no data dir; every other command is pointed at this one.
-  const where = args[0] === "init" ? [] : ["--data-dir", dir.path];
+  const where = ["--data-dir", dir.path];
   try {
     const { stdout, stderr } = await run(process.execPath, [BIN, ...args, ...where], {
       env: cleanEnv(env),
@@ -41,6 +40,11 @@ async function holdfast(
     const e = error as { stdout: string; stderr: string; code: number };
     return { stdout: e.stdout, stderr: e.stderr, code: e.code };
   }
+}
+
+/** A token `holdfast init` made for this stack. */
+function token(name: "control" | "read"): string {
+  return readFileSync(join(dir.path, "credentials", `${name}.token`), "utf8").trim();
 }
 
 function stack(): { gatewayUrl: string; controlUrl: string; controlGrpc: string } {
@@ -89,10 +93,14 @@ afterAll(async () => {
 });
 
 describe("holdfast init", () => {
-  it("wrote tokens, said how to use the file and the SDK line, and keeps an existing file", async () => {
+  it("made the credentials, readable by their owner alone, wrote a file with no secret in it, and keeps an existing file", async () => {
     const file = readFileSync(join(dir.path, "holdfast.yaml"), "utf8");
-    expect(file).toMatch(/^ {2}token: [A-Za-z0-9_-]{43}$/m);
-    expect(file).toMatch(/^ {2}read_token: [A-Za-z0-9_-]{43}$/m);
+    expect(file).not.toMatch(/^\s*(token|read_token):/m);
+    expect(statSync(join(dir.path, "credentials")).mode & 0o777).toBe(0o700);
+    for (const name of ["control.token", "read.token", "budget.token", "worker.token", "nats-gateway.nk"]) {
+      expect(statSync(join(dir.path, "credentials", name)).mode & 0o777).toBe(0o600);
+    }
+    expect(token("control")).toMatch(/^hfc_[A-Za-z0-9_-]{43}$/);
     const again = await holdfast(["init", "--config", join(dir.path, "holdfast.yaml")]);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/exists; pass --force/);
@@ -101,39 +109,43 @@ describe("holdfast init", () => {
 });
 
 describe("holdfast up", () => {
-  it("starts the control API, says where and with which tokens, and records it", () => {
-    expect(upOutput).toMatch(
-      /control {5}http:\/\/127\.0\.0\.1:\d+\/holdfast\/v1 {2}gRPC 127\.0\.0\.1:\d+ {2}\(control token \+ read-only token\)/,
+  it("starts the control API, says where and where its token is, and records it", () => {
+    expect(upOutput).toContain(
+      `gRPC ${stack().controlGrpc}  (token: ${join(dir.path, "credentials", "control.token")})`,
     );
     expect(stack().controlUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(upOutput).toContain(`secrets     ${join(dir.path, "credentials")}`);
   });
 
-  it("refuses to put the control API on 0.0.0.0 without a token", async () => {
-    const open = join(dir.path, "open.yaml");
-    writeFileSync(open, "control:\n  host: 0.0.0.0\n");
-    const result = await holdfast(["up", "--config", open]);
-    expect(result.code).toBe(2);
-    expect(result.stderr).toMatch(/would listen on 0\.0\.0\.0 without a token/);
-    expect(result.stderr).toMatch(/--insecure/);
+  it("gives every listener it starts a credential: nothing is changed, read or leased without one", async () => {
+    const { controlUrl, analyticsUrl } = stack() as ReturnType<typeof stack> & { analyticsUrl: string };
+    const hold = await fetch(`${controlUrl}/holdfast/v1/runs/demo-agent/hold`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ reason: "not mine to hold" }),
+    });
+    expect(hold.status).toBe(401);
+    expect((await fetch(`${controlUrl}/holdfast/v1/runs`)).status).toBe(401);
+    expect((await fetch(`${analyticsUrl}/v1/runs`)).status).toBe(401);
+    // The read-only token reads, and may not change.
+    const read = { authorization: `Bearer ${token("read")}` };
+    expect((await fetch(`${controlUrl}/holdfast/v1/runs`, { headers: read })).status).toBe(200);
+    const readHold = await fetch(`${controlUrl}/holdfast/v1/runs/demo-agent/hold`, {
+      method: "POST",
+      headers: { ...read, "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(readHold.status).toBe(403);
+    expect((await shown("demo-agent")).status).not.toBe("held");
   });
 
-  it("refuses to put the projector's analytics API on 0.0.0.0 without a token", async () => {
-    const open = join(dir.path, "open-analytics.yaml");
-    writeFileSync(open, "projector:\n  host: 0.0.0.0\n");
-    const result = await holdfast(["up", "--config", open]);
-    expect(result.code).toBe(2);
-    expect(result.stderr).toMatch(
-      /The projector will not start: the analytics API would listen on 0\.0\.0\.0 without a token/,
-    );
-  });
-
-  it("lists runs from the projector with the stack's token, and says where the token comes from without it", async () => {
+  it("lists runs from the projector with the stack's token, and says where the token comes from when it is refused", async () => {
     expect((await holdfast(["ls"])).code).toBe(0);
-    const tokenless = join(dir.path, "tokenless.yaml");
-    writeFileSync(tokenless, "log_level: info\n");
-    const refused = await holdfast(["ls", "--config", tokenless]);
+    const wrong = join(dir.path, "wrong-tokens.yaml");
+    writeFileSync(wrong, "control:\n  token: not-the-token\n  read_token: not-the-read-token\n");
+    const refused = await holdfast(["ls", "--config", wrong]);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/needs a token/);
+    expect(refused.stderr).toMatch(/not one this analytics API knows/);
     expect(refused.stderr).toMatch(/control\.read_token or control\.token in the config file/);
   });
 });

@@ -114,6 +114,64 @@ describe("the runs API's streams", () => {
   });
 });
 
+describe("with a worker token (scheduler.worker_token)", () => {
+  const WORKER = "worker-secret-0123456789";
+
+  it("serves runs only to a worker with it: an operator's token may not, and the worker token may do nothing else", async () => {
+    const own = await startScheduler(
+      configWith({ control: { token: CONTROL, read_token: READ }, scheduler: { worker_token: WORKER } }),
+      log,
+    );
+    const onOwn = (token: string | undefined) => {
+      const c = connect(RunsClient, {
+        address: own.grpcAddress,
+        ...(token === undefined ? {} : { metadata: { authorization: `Bearer ${token}` } }),
+      });
+      return c;
+    };
+    const sessionWith = (token: string | undefined) =>
+      new Promise<{ code: GrpcStatus; details: string }>((resolve) => {
+        const c = onOwn(token);
+        const session = work(c, Date.now() + 15_000);
+        const done = (outcome: { code: GrpcStatus; details: string }) => {
+          session.cancel();
+          c.close();
+          resolve(outcome);
+        };
+        session.on("data", () => done({ code: GrpcStatus.OK, details: "" }));
+        session.on("error", (error: ServiceError) => done({ code: error.code, details: error.details }));
+      });
+    try {
+      const operator = await sessionWith(CONTROL);
+      expect(operator.code).toBe(GrpcStatus.PERMISSION_DENIED);
+      expect(operator.details).toMatch(/operator's token may not serve runs.*scheduler\.worker_token/);
+      expect((await sessionWith(READ)).code).toBe(GrpcStatus.PERMISSION_DENIED);
+      expect((await sessionWith("not-the-token")).code).toBe(GrpcStatus.UNAUTHENTICATED);
+      expect(await sessionWith(WORKER)).toMatchObject({ code: GrpcStatus.OK });
+      // The worker token submits nothing, reads nothing.
+      const c = onOwn(WORKER);
+      const refused = await new Promise<ServiceError | undefined>((resolve) =>
+        c.submit(
+          {
+            agent: "echo",
+            inputJson: "{}",
+            partitionKey: "",
+            timeoutSeconds: 0,
+            idempotencyKey: "",
+            tenant: "",
+            tag: "",
+          },
+          (error) => resolve(error ?? undefined),
+        ),
+      );
+      expect(refused?.code).toBe(GrpcStatus.UNAUTHENTICATED);
+      c.close();
+    } finally {
+      await own.close();
+    }
+  });
+});
+
 function submit(body: Record<string, unknown>, token: string | null = CONTROL) {
   return rest("POST", "/v1/agents/echo/runs", body, token);
 }

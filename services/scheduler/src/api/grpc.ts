@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type * as grpc from "@grpc/grpc-js";
-import { type Access, AccessDeniedError, type AccessPolicy } from "@holdfast/access";
+import { type Access, AccessDeniedError, type AccessPolicy, type ServiceToken } from "@holdfast/access";
 import { type Actor, Envelope } from "@holdfast/events";
 import { type ErrorToStatus, type GrpcStatus, Metadata, type ServedService, unary } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
@@ -13,6 +13,12 @@ export interface RunsGrpcDeps {
   operations: RunsOperations;
   scheduler: Scheduler;
   access: AccessPolicy;
+  /**
+   * What workers present to serve runs (scheduler.worker_token); undefined, they present
+   * the control token. Set, the control token may not serve runs, and the worker token may
+   * do nothing else.
+   */
+  workerToken: ServiceToken | undefined;
   log: Logger;
   leaseMs: number;
   gatewayUrl: string | undefined;
@@ -44,6 +50,29 @@ export function runsGrpcService(deps: RunsGrpcDeps): ServedService {
   const authorize = (metadata: grpc.Metadata, need: Access): Actor => {
     const [value] = metadata.get("authorization");
     return deps.access.authorize(typeof value === "string" ? value : value?.toString("utf8"), need);
+  };
+  /** A worker's session or beat: the worker token, or (with none configured) the control token. */
+  const authorizeWorker = (metadata: grpc.Metadata): void => {
+    if (deps.workerToken === undefined) {
+      authorize(metadata, "change");
+      return;
+    }
+    const [value] = metadata.get("authorization");
+    const presented = typeof value === "string" ? value : value?.toString("utf8");
+    let operator = false;
+    try {
+      deps.access.authorize(presented, "read");
+      operator = deps.access.required;
+    } catch {
+      // Not an operator's token: the worker token's check says what it is.
+    }
+    if (operator) {
+      throw new AccessDeniedError(
+        "permission_denied",
+        "an operator's token may not serve runs: a worker presents scheduler.worker_token",
+      );
+    }
+    deps.workerToken.check(presented);
   };
   const implementation: RunsServer = {
     submit: unary(async (request, call) => {
@@ -96,13 +125,13 @@ export function runsGrpcService(deps: RunsGrpcDeps): ServedService {
       );
     },
     heartbeat: unary(async (request, call) => {
-      authorize(call.metadata, "change");
+      authorizeWorker(call.metadata);
       const revoked = request.leases.filter(
         (lease) => !scheduler.renewByName(request.worker, lease.runId, lease.lease),
       );
       return { revoked };
     }, toStatus),
-    work: (call) => workerSession(call, deps, authorize),
+    work: (call) => workerSession(call, deps, authorizeWorker),
   };
   return { definition: RunsService, implementation };
 }
@@ -114,11 +143,11 @@ export function runsGrpcService(deps: RunsGrpcDeps): ServedService {
 function workerSession(
   call: grpc.ServerDuplexStream<WorkerMessage, SchedulerMessage>,
   deps: RunsGrpcDeps,
-  authorize: (metadata: grpc.Metadata, need: Access) => Actor,
+  authorize: (metadata: grpc.Metadata) => void,
 ): void {
   const { scheduler, log } = deps;
   try {
-    authorize(call.metadata, "change");
+    authorize(call.metadata);
   } catch (error) {
     refuse(call, error, deps.log);
     return;

@@ -34,7 +34,7 @@ export async function startFleet(config: DeepPartial<Config>): Promise<Fleet> {
       loadConfig({
         env: {},
         overrides: {
-          ...stack.config,
+          ...stack.configFor("control"),
           control: { ...stack.config.control, port: 0, grpc_port: 0, analytics_url: stack.analyticsUrl },
         },
       }),
@@ -43,7 +43,10 @@ export async function startFleet(config: DeepPartial<Config>): Promise<Fleet> {
     scheduler = await startScheduler(
       loadConfig({
         env: {},
-        overrides: { ...stack.config, scheduler: { host: "127.0.0.1", grpc_port: 0, port: 0 } },
+        overrides: {
+          ...stack.configFor("scheduler"),
+          scheduler: { host: "127.0.0.1", grpc_port: 0, port: 0 },
+        },
       }),
       log,
     );

@@ -14,7 +14,7 @@ import {
 import { createLogger } from "@holdfast/log";
 import { startScheduler } from "@holdfast/scheduler";
 import { agent, DurableStatus, RunsApi } from "@holdfast/sdk";
-import { makeTempDir, natsUrl, publishRaw, waitFor } from "@holdfast/test-harness";
+import { makeTempDir, publishRaw, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Stack, startStack } from "../stack.js";
 
@@ -112,7 +112,14 @@ describe.each(POISONS.map((poison, i) => ({ ...poison, runId: `poisoned-${i}` })
       await ask(poison.runId, "before");
       const before = await stack.settled(poison.runId, 1);
       const subject = stack.bus.subjects.runEvent(poison.runId, poison.type as "StepCompleted");
-      const seq = await publishRaw(natsUrl(), subject, poison.bytes(poison.runId, before.lastSequence));
+      const seq = await publishRaw(
+        stack.config.nats.url!,
+        subject,
+        poison.bytes(poison.runId, before.lastSequence),
+        {
+          credentials: stack.credentials?.files.admin,
+        },
+      );
       placed.push({ runId: poison.runId, seq, reason: poison.reason });
 
       for (const content of ["after", "and after"]) {
@@ -170,15 +177,18 @@ describe("the log after every poison", () => {
   });
 
   it("starts every service on the poisoned log: budget (budgets configured), control, scheduler, another gateway", async () => {
-    const budget = await startBudget(stack.config, silent);
+    const budget = await startBudget(stack.configFor("budget"), silent);
     const control = await startControl(
-      { ...stack.config, control: { ...stack.config.control, port: 0, grpc_port: 0 } },
+      { ...stack.configFor("control"), control: { ...stack.config.control, port: 0, grpc_port: 0 } },
       silent,
     );
     const scheduler = await startScheduler(
       loadConfig({
         env: {},
-        overrides: { ...stack.config, scheduler: { ...stack.config.scheduler, port: 0, grpc_port: 0 } },
+        overrides: {
+          ...stack.configFor("scheduler"),
+          scheduler: { ...stack.config.scheduler, port: 0, grpc_port: 0 },
+        },
       }),
       silent,
     );
@@ -212,7 +222,10 @@ describe("the log after every poison", () => {
     const scheduler = await startScheduler(
       loadConfig({
         env: {},
-        overrides: { ...stack.config, scheduler: { ...stack.config.scheduler, port: 0, grpc_port: 0 } },
+        overrides: {
+          ...stack.configFor("scheduler"),
+          scheduler: { ...stack.config.scheduler, port: 0, grpc_port: 0 },
+        },
       }),
       silent,
     );
@@ -226,7 +239,14 @@ describe("the log after every poison", () => {
         $case: "runFinished",
         value: { lease: 1, outputJson: '"forged"', degraded: "", ranMs: 1 },
       });
-      await publishRaw(natsUrl(), stack.bus.subjects.runEvent(runId, "RunFinished"), encodeEnvelope(forged));
+      await publishRaw(
+        stack.config.nats.url!,
+        stack.bus.subjects.runEvent(runId, "RunFinished"),
+        encodeEnvelope(forged),
+        {
+          credentials: stack.credentials?.files.admin,
+        },
+      );
       expect((await api.get(runId)).status).toBe(DurableStatus.DURABLE_STATUS_QUEUED);
       const cancelled = await api.cancel(runId, "enough");
       expect(cancelled.status).toBe(DurableStatus.DURABLE_STATUS_FAILED);
@@ -252,8 +272,9 @@ describe("the log after every poison", () => {
       const { stdout } = await run(process.execPath, [BIN, "show", "poisoned-0", "--data-dir", dir.path], {
         env: {
           PATH: process.env.PATH,
-          HOLDFAST_NATS__URL: natsUrl(),
+          HOLDFAST_NATS__URL: stack.config.nats.url,
           HOLDFAST_NATS__PREFIX: stack.config.nats.prefix,
+          HOLDFAST_NATS__CREDENTIALS: stack.credentials?.files.reader,
         },
         timeout: 30_000,
       });
