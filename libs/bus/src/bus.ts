@@ -67,6 +67,8 @@ export interface BusOptions {
   principal?: Principal | undefined;
   /** TLS to the server (a tls:// URL, or a server that requires it). */
   tls?: BusTls | undefined;
+  /** How long the first connection may take before `connectBus` gives up (default 20 s). */
+  connectTimeoutMs?: number | undefined;
   /** JetStream replicas for streams this bus creates (3 in a production cluster). */
   replicas?: number;
   /** How long an append waits for the stream's acknowledgement. */
@@ -181,6 +183,7 @@ export async function connectBus(options: BusOptions): Promise<Bus> {
     name: options.name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
+    ...(options.connectTimeoutMs === undefined ? {} : { timeout: options.connectTimeoutMs }),
     // Async stack traces cost an Error (and its stack) per request: a measurable share of
     // the gateway's hot path, for context that our typed errors already carry.
     noAsyncTraces: true,

@@ -8,6 +8,7 @@ import { INIT_USAGE, init } from "./init.js";
 import { LS_USAGE, ls } from "./ls.js";
 import { QUERY_USAGE, query } from "./query.js";
 import { LIFT_USAGE, lift, RULES_USAGE, rules } from "./rules.js";
+import { CREDENTIALS_USAGE, credentials, PROVISION_USAGE, provision } from "./secrets.js";
 import { SHOW_USAGE, show } from "./show.js";
 import { UP_USAGE, up } from "./up.js";
 import { WINDOWS_USAGE, windows } from "./windows.js";
@@ -29,6 +30,8 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: 
   deploy: { run: deploy, usage: DEPLOY_USAGE },
   worker: { run: workerCommand, usage: WORKER_USAGE },
   runs: { run: runs, usage: RUNS_USAGE },
+  credentials: { run: credentials, usage: CREDENTIALS_USAGE },
+  provision: { run: provision, usage: PROVISION_USAGE },
 };
 
 const HELP = `holdfast — the control plane between LLM agents and their model providers

@@ -41,10 +41,14 @@ const natsFile = (dir: string, principal: Principal) => join(dir, `nats-${princi
 
 /**
  * The credentials under `dataDir`, made where missing (and all of them anew with
- * `rotate`). Refuses a credentials directory others may read: its secrets would not be.
+ * `rotate`). A directory or file others may read is brought to the owner alone.
  */
 export function ensureCredentials(dataDir: string, options: { rotate?: boolean } = {}): LocalCredentials {
-  const dir = credentialsDir(dataDir);
+  return ensureCredentialsIn(credentialsDir(dataDir), options);
+}
+
+/** As `ensureCredentials`, in a directory of your own (a deployment's secrets, say). */
+export function ensureCredentialsIn(dir: string, options: { rotate?: boolean } = {}): LocalCredentials {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   // A directory made before (or by another tool) is brought to 700 as well.
   chmodSync(dir, 0o700);

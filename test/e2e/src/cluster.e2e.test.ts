@@ -1,5 +1,6 @@
+import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
-import { type Bus, BusError, connectBus } from "@holdfast/bus";
+import { type Bus, BusError } from "@holdfast/bus";
 import {
   type Actor,
   ActorKind,
@@ -13,6 +14,8 @@ import { createLogger } from "@holdfast/log";
 import { Ledger, runAggregate } from "@holdfast/runs";
 import {
   type ClusterNode,
+  makeCertificates,
+  makeTempDir,
   type NatsCluster,
   startCluster,
   uniqueNamespace,
@@ -20,6 +23,7 @@ import {
 } from "@holdfast/test-harness";
 import type OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connectAs, makeCredentials } from "./secured.js";
 import { type Stack, startStack } from "./stack.js";
 
 // Holdfast on a three-server JetStream cluster, its log at three replicas, losing a server
@@ -28,27 +32,46 @@ import { type Stack, startStack } from "./stack.js";
 let cluster: NatsCluster;
 let stack: Stack;
 let operatorBus: Bus;
+let dir: Awaited<ReturnType<typeof makeTempDir>>;
 /** The event stream's leader, and the one server Holdfast's connections are made to: the one killed. */
 let victim: ClusterNode;
 const operator: Actor = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "test" };
 const NO_LABELS = { tag: "", tenant: "" };
 
 beforeAll(async () => {
-  cluster = await startCluster({ nodes: 3 });
+  dir = await makeTempDir("cluster");
   const prefix = uniqueNamespace("cluster");
-  operatorBus = await connectBus({ servers: cluster.urls, prefix, name: "operator", replicas: 3 });
-  // The log exists before the stack (every service provisions it idempotently), so its
-  // leader is known: the stack connects there, and losing that server costs both an
+  // As a deployment runs it between hosts: every client with its own credential, and the
+  // servers' routes with theirs, over TLS with each server verifying the other.
+  const credentials = await makeCredentials(dir.path, { prefix, projectorConsumer: "projector" });
+  const certs = await makeCertificates(dir.path);
+  cluster = await startCluster({
+    nodes: 3,
+    users: credentials.users,
+    routes: {
+      user: "holdfast-route",
+      password: randomBytes(24).toString("base64url"),
+      tls: { certFile: certs.serverCertFile, keyFile: certs.serverKeyFile, caFile: certs.caFile },
+    },
+  });
+  const admin = await connectAs("admin", { servers: cluster.urls, prefix, replicas: 3, credentials });
+  // The log exists before the stack (the admin provisions it, as `holdfast up` does), so
+  // its leader is known: the stack connects there, and losing that server costs both an
   // election and every connection. nats.url takes one URL (no list); the connections
   // learn the other servers from the cluster and fail over to them.
-  await operatorBus.provision();
-  victim = await cluster.streamLeader(operatorBus.eventsStream);
-  stack = await startStack({ nats: { url: victim.url, replicas: 3, prefix } });
+  await admin.provision();
+  await admin.provisionBuckets();
+  victim = await cluster.streamLeader(admin.eventsStream);
+  await admin.close();
+  // An operator's commands go as the control service's.
+  operatorBus = await connectAs("control", { servers: cluster.urls, prefix, replicas: 3, credentials });
+  stack = await startStack({ nats: { url: victim.url, replicas: 3, prefix, credentials } });
 });
 afterAll(async () => {
   await operatorBus?.close();
   await stack?.close();
   await cluster?.stop();
+  await dir?.[Symbol.asyncDispose]();
 });
 
 /** What one call of the load got back. */

@@ -4,6 +4,8 @@ import { join } from "node:path";
 import {
   describeSearch,
   NatsServerNotFoundError,
+  type NatsServerTls,
+  type NatsUser,
   type RunningNatsServer,
   searchNatsServer,
   startNatsServer,
@@ -21,6 +23,13 @@ export interface StartClusterOptions {
   readonly dir?: string;
   /** Bounds the wait for a meta leader with every server current, at start and after a restart. */
   readonly readyTimeoutMs?: number;
+  /** The users each server admits (with their permissions); unset, clients present nothing. */
+  readonly users?: readonly NatsUser[];
+  /**
+   * What the routes between the servers present to each other (a user and password), and
+   * TLS on them (each server verifying the other's certificate when `caFile` is set).
+   */
+  readonly routes?: { readonly user: string; readonly password: string; readonly tls?: NatsServerTls };
 }
 
 /** The signals that end a nats-server (others reload, reopen logs or enter lame duck mode). */
@@ -132,7 +141,8 @@ export async function startCluster(options: StartClusterOptions = {}): Promise<N
             port: spec.port,
             serverName: spec.name,
             monitor: true,
-            cluster: { name: CLUSTER_NAME, port: spec.routePort, routes },
+            cluster: { name: CLUSTER_NAME, port: spec.routePort, routes, ...options.routes },
+            ...(options.users === undefined ? {} : { users: options.users }),
           });
         },
       }),

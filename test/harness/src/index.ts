@@ -29,4 +29,5 @@ export {
 } from "./python.js";
 export { publishRaw } from "./raw.js";
 export { makeTempDir, type TempDir } from "./temp.js";
+export { makeCertificates, type TestCertificates } from "./tls.js";
 export { type WaitForOptions, waitFor } from "./wait.js";

@@ -1,0 +1,101 @@
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { connectBus, PRINCIPALS } from "@holdfast/bus";
+import { natsConnection } from "@holdfast/config";
+import { configFrom } from "./common.js";
+import { credentialsDir, ensureCredentialsIn, natsAuthorization, TOKENS } from "./credentials.js";
+import { CliError } from "./errors.js";
+import { holdfastCommand } from "./invocation.js";
+import { readStack } from "./stack.js";
+
+export const CREDENTIALS_USAGE = `holdfast credentials [--data-dir DIR] [--dir DIR] [--rotate] [--nats-authorization] [--config FILE]
+
+Makes what is missing of the credentials a stack runs with (holdfast up does it at its first
+start) and says where each is: a NATS nkey per principal (admin, gateway, projector,
+budget, control, scheduler, reader) and the tokens (control, read, budget, worker), in
+DIR/credentials/ (--dir: a directory of your own, for a deployment's secrets), readable by
+their owner alone. Nothing secret is printed.
+
+--rotate                replaces every one of them; restart holdfast up to use them (the
+                        running stack keeps the old ones until then)
+--nats-authorization    prints the authorization block a nats-server of your own needs for
+                        them (public keys and each principal's permissions, for nats.prefix
+                        and projector.consumer as configured): include it in its config
+
+See SECURITY.md for who may do what with each.`;
+
+export async function credentials(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    options: {
+      "data-dir": { type: "string" },
+      config: { type: "string" },
+      dir: { type: "string" },
+      rotate: { type: "boolean", default: false },
+      "nats-authorization": { type: "boolean", default: false },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (values.help) return void console.log(CREDENTIALS_USAGE);
+  if (positionals.length > 0) throw new CliError(`credentials takes no arguments\n\n${CREDENTIALS_USAGE}`, 2);
+  const config = configFrom(values);
+  const dir = values.dir === undefined ? credentialsDir(config.data_dir) : resolve(values.dir);
+  const made = ensureCredentialsIn(dir, { rotate: values.rotate });
+  const access = { prefix: config.nats.prefix, projectorConsumer: config.projector.consumer };
+  if (values["nats-authorization"]) return void process.stdout.write(natsAuthorization(made, access));
+  const running = values.rotate ? readStack(config.data_dir) : undefined;
+  const rows = [
+    ...PRINCIPALS.map(
+      (principal) =>
+        `  nats ${principal.padEnd(10)} ${made.nats[principal].file}  (${made.nats[principal].publicKey})`,
+    ),
+    ...Object.keys(TOKENS).map(
+      (name) => `  ${`${name} token`.padEnd(15)} ${made.tokenFiles[name as keyof typeof TOKENS]}`,
+    ),
+  ];
+  console.log(`${values.rotate ? "Replaced" : "The"} credentials in ${made.dir}:\n${rows.join("\n")}`);
+  if (running !== undefined) {
+    console.log(
+      `\nHoldfast is running on ${config.data_dir} (pid ${running.pid}) with the old ones: restart it (Ctrl-C, then ${holdfastCommand()} up) to use these.`,
+    );
+  }
+}
+
+export const PROVISION_USAGE = `holdfast provision [--config FILE]
+
+Makes the event stream and the KV buckets on the NATS server at nats.url (or brings them to
+this version's settings), with the admin credential nats.credentials names. A deployment
+runs it once before its services start (holdfast up does it itself): the services' own
+credentials may use the stream and the buckets, never make or change them.`;
+
+export async function provision(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    options: {
+      "data-dir": { type: "string" },
+      config: { type: "string" },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (values.help) return void console.log(PROVISION_USAGE);
+  if (positionals.length > 0) throw new CliError(`provision takes no arguments\n\n${PROVISION_USAGE}`, 2);
+  const config = configFrom(values);
+  if (config.nats.url === undefined) {
+    throw new CliError(
+      "nats.url is not set: provision makes the stream on a NATS server of your own (holdfast up provisions its own)",
+      2,
+    );
+  }
+  const bus = await connectBus({
+    ...natsConnection(config.nats),
+    name: "holdfast provision",
+    principal: "admin",
+  });
+  try {
+    await bus.provision();
+    await bus.provisionBuckets();
+  } finally {
+    await bus.close();
+  }
+  console.log(`Provisioned ${bus.eventsStream} and its buckets on ${config.nats.url}.`);
+}
