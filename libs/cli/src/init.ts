@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { CONFIG_FILE, dataDirOf } from "./common.js";
@@ -80,6 +80,8 @@ export async function init(argv: string[]): Promise<void> {
   if (existsSync(file) && !values.force) {
     throw new CliError(`${file} exists; pass --force to replace it`);
   }
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(dataDir, 0o700);
   const credentials = ensureCredentials(dataDir);
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, initialConfig(), { mode: 0o600 });

@@ -1,4 +1,4 @@
-import { mkdirSync } from "node:fs";
+import { chmodSync, mkdirSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -70,6 +70,10 @@ export async function up(argv: string[]): Promise<void> {
       `Holdfast is already running on ${config.data_dir} (pid ${running.pid}, gateway ${running.gatewayUrl}).`,
     );
   }
+  // The data dir holds the log's files, the projection's and the credentials: its owner's
+  // alone, so no other user of the machine reads the events off the disk, around NATS.
+  mkdirSync(config.data_dir, { recursive: true, mode: 0o700 });
+  chmodSync(config.data_dir, 0o700);
   const logsDir = join(config.data_dir, "logs");
   mkdirSync(logsDir, { recursive: true });
 

@@ -96,6 +96,7 @@ describe("holdfast init", () => {
   it("made the credentials, readable by their owner alone, wrote a file with no secret in it, and keeps an existing file", async () => {
     const file = readFileSync(join(dir.path, "holdfast.yaml"), "utf8");
     expect(file).not.toMatch(/^\s*(token|read_token):/m);
+    expect(statSync(dir.path).mode & 0o777).toBe(0o700);
     expect(statSync(join(dir.path, "credentials")).mode & 0o777).toBe(0o700);
     for (const name of ["control.token", "read.token", "budget.token", "worker.token", "nats-gateway.nk"]) {
       expect(statSync(join(dir.path, "credentials", name)).mode & 0o777).toBe(0o600);
