@@ -91,7 +91,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
         windows
           .of(observed.keyId, observed.upstream)
           .learn(
-            readingOfRecorded(observed),
+            readingOfRecorded(observed, envelope.timestampMs),
             observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
             envelope.timestampMs,
           );
