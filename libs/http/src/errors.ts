@@ -64,3 +64,10 @@ export function limitErrorOf(
   }
   return undefined;
 }
+
+/** A metric declared wrong (a name Prometheus refuses, a label with no values, too many series): a bug, found at startup. */
+export class InvalidMetricError extends Error {
+  override readonly name = "InvalidMetricError";
+  readonly code = "invalid_metric";
+  readonly retryable = false;
+}

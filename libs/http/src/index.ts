@@ -2,6 +2,7 @@ export { jsonDepthExceeds } from "./depth.js";
 export {
   BodyTooLargeError,
   HttpLimitError,
+  InvalidMetricError,
   JsonTooDeepError,
   limitErrorOf,
   TooManyHeadersError,
@@ -15,3 +16,13 @@ export {
   listenerOptions,
   listenOn,
 } from "./listener.js";
+export {
+  counter,
+  gauge,
+  MAX_SERIES_PER_FAMILY,
+  METRICS_CONTENT_TYPE,
+  type MetricFamily,
+  type MetricSpec,
+  renderMetrics,
+} from "./metrics.js";
+export { HOLDFAST_SERVICES, type HoldfastService, logReaderMetrics } from "./service-metrics.js";

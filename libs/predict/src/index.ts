@@ -13,6 +13,8 @@ export {
   ANTHROPIC_HEADERS,
   type Dimension,
   type DimensionHeaders,
+  MAX_WINDOW_COUNT,
+  MAX_WINDOW_WAIT_MS,
   OPENAI_HEADERS,
   parseDuration,
   parseTimestamp,

@@ -1,4 +1,10 @@
-import type { Dimension, RateLimitReading, WindowReading } from "./headers.js";
+import {
+  type Dimension,
+  MAX_WINDOW_COUNT,
+  MAX_WINDOW_WAIT_MS,
+  type RateLimitReading,
+  type WindowReading,
+} from "./headers.js";
 
 /** One dimension of a recorded reading (the RateWindow of a RateLimitObserved event). */
 export interface RecordedWindow {
@@ -17,8 +23,14 @@ export interface RecordedReading {
   readonly retryAfterMs: number;
 }
 
-/** A recorded reading as a window takes it in: what was not reported stays undefined. */
-export function readingOfRecorded(recorded: RecordedReading): RateLimitReading {
+/**
+ * A recorded reading as a window takes it in: what was not reported stays undefined. A
+ * gateway checks a reading before recording it (readRateLimits); one recorded before it
+ * did, or by something else with a gateway's credential, is held to the same bounds here
+ * (`readAtMs`: when it was recorded), so an absurd figure in the log cannot keep a key's
+ * window shut for years: a figure past them is taken as not reported.
+ */
+export function readingOfRecorded(recorded: RecordedReading, readAtMs: number): RateLimitReading {
   const reading: { -readonly [K in keyof RateLimitReading]: RateLimitReading[K] } = {};
   for (const dimension of [
     "requests",
@@ -27,14 +39,21 @@ export function readingOfRecorded(recorded: RecordedReading): RateLimitReading {
     "outputTokens",
   ] as const satisfies Dimension[]) {
     const window = recorded[dimension];
-    if (window?.reported !== true) continue;
+    if (window?.reported !== true || !(window.remaining >= 0 && window.remaining <= MAX_WINDOW_COUNT))
+      continue;
+    const limit = window.limit > 0 && window.limit <= MAX_WINDOW_COUNT ? window.limit : undefined;
     const read: WindowReading = {
-      limit: window.limit > 0 ? window.limit : undefined,
-      remaining: window.remaining,
-      resetAtMs: window.resetAtMs > 0 ? window.resetAtMs : undefined,
+      limit,
+      remaining: limit === undefined ? window.remaining : Math.min(window.remaining, limit),
+      resetAtMs:
+        window.resetAtMs > 0 && Math.abs(window.resetAtMs - readAtMs) <= MAX_WINDOW_WAIT_MS
+          ? window.resetAtMs
+          : undefined,
     };
     reading[dimension] = read;
   }
-  if (recorded.retryAfterMs > 0) reading.retryAfterMs = recorded.retryAfterMs;
+  if (recorded.retryAfterMs > 0 && recorded.retryAfterMs <= MAX_WINDOW_WAIT_MS) {
+    reading.retryAfterMs = recorded.retryAfterMs;
+  }
   return reading;
 }

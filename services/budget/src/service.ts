@@ -125,11 +125,16 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     if (!isKnown(envelope) || envelope.payload.$case !== "rateLimitObserved") return;
     const observed = envelope.payload.value;
     if (!/^[0-9a-f]{16}$/.test(observed.keyId)) return;
-    coordinator.windows.observe(observed.keyId, observed.upstream, readingOfRecorded(observed), {
-      asOfMs: observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
-      readAtMs: envelope.timestampMs,
-      nowMs: clock(),
-    });
+    coordinator.windows.observe(
+      observed.keyId,
+      observed.upstream,
+      readingOfRecorded(observed, envelope.timestampMs),
+      {
+        asOfMs: observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
+        readAtMs: envelope.timestampMs,
+        nowMs: clock(),
+      },
+    );
   };
   for (const { envelope } of await bus.lastOnSubjects([bus.subjects.ofKeyType("RateLimitObserved")])) {
     observe(envelope);

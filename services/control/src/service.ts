@@ -10,7 +10,7 @@ import {
   type RunState,
 } from "@holdfast/events";
 import { type GrpcServer, serve } from "@holdfast/grpc";
-import { listenOn } from "@holdfast/http";
+import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
 import { fleetAggregate, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
@@ -89,6 +89,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       log.warn({ host: config.control.host }, "the control API has no token: every caller may change runs");
     }
 
+    const metrics = logReaderMetrics("control", () => bus.quarantineCounts);
     const app = buildApp({
       operations,
       access,
@@ -100,6 +101,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
         // Events of the log this process set aside (and went on past) since it started.
         quarantined: bus.quarantineCounts,
       }),
+      metrics: () => renderMetrics(metrics),
     });
     const port = await listenOn(app, {
       host: config.control.host,

@@ -48,6 +48,8 @@ beforeAll(async () => {
       live: () => live,
       details: () => ({ runs_held: 3, peer_gateways: false }),
       mayRead: (authorization) => authorization === "Bearer read-token",
+      metrics: () =>
+        '# TYPE holdfast_events_quarantined_total counter\nholdfast_events_quarantined_total{service="gateway",reason="undecodable"} 2\n',
     },
   };
   app = buildApp(deps);
@@ -202,6 +204,38 @@ describe("/holdfast/health", () => {
       expect(response.json()).toEqual({ status: "log_unreachable" });
     } finally {
       live = true;
+    }
+  });
+});
+
+describe("/holdfast/metrics", () => {
+  it("answers a reader in Prometheus's text format", async () => {
+    const response = await app.inject({
+      method: "GET",
+      url: "/holdfast/metrics",
+      headers: { authorization: "Bearer read-token" },
+    });
+    expect(response.statusCode).toBe(200);
+    expect(response.headers["content-type"]).toBe("text/plain; version=0.0.4; charset=utf-8");
+    expect(response.body).toContain(
+      'holdfast_events_quarantined_total{service="gateway",reason="undecodable"} 2\n',
+    );
+  });
+
+  it("refuses anyone else with a 401 in the provider's error shape (an agent's provider key is no token)", async () => {
+    for (const authorization of [undefined, "Bearer sk-an-agents-provider-key"]) {
+      const response = await app.inject({
+        method: "GET",
+        url: "/holdfast/metrics",
+        headers: authorization === undefined ? {} : { authorization },
+      });
+      expect(response.statusCode).toBe(401);
+      expect(errorOf("openai", response.body)).toMatchObject({
+        type: "authentication_error",
+        message: expect.stringContaining("control.read_token"),
+      });
+      expect(JSON.parse(response.body).error.code).toBe("unauthenticated");
+      expect(response.body).not.toContain("holdfast_events_quarantined_total");
     }
   });
 });

@@ -1,5 +1,11 @@
 import type { IncomingMessage } from "node:http";
-import { guardListener, HttpLimitError, type HttpLimitsConfig, listenerOptions } from "@holdfast/http";
+import {
+  guardListener,
+  HttpLimitError,
+  type HttpLimitsConfig,
+  listenerOptions,
+  METRICS_CONTENT_TYPE,
+} from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import type { ApiShape, ErrorFields } from "@holdfast/providers";
 import Fastify, {
@@ -25,7 +31,7 @@ export interface GatewayAppDeps extends Omit<PipelineDeps, "maxJsonDepth"> {
   /** Timeouts, header count and JSON depth (the `http` section). */
   limits: HttpLimitsConfig;
   upstreams: Upstreams;
-  /** What /holdfast/health answers. */
+  /** What /holdfast/health and /holdfast/metrics answer. */
   health: GatewayHealth;
   /** Features that decide at the pipeline's hooks (limits, holds, the tool-call gate, …). */
   features?: readonly GatewayFeature[];
@@ -40,8 +46,10 @@ export interface GatewayHealth {
   live(): boolean;
   /** The pid, the runs cached and held, the fleet as this gateway sees it. */
   details(): Record<string, unknown>;
-  /** Whether a request with this Authorization header may see the details. */
+  /** Whether a request with this Authorization header may see the details (and the metrics). */
   mayRead(authorization: string | undefined): boolean;
+  /** The process's metrics in Prometheus's text format (`/holdfast/metrics`, for a reader only). */
+  metrics(): string;
 }
 
 /**
@@ -167,6 +175,19 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
           ? { status, pid: process.pid, ...deps.health.details() }
           : { status },
       );
+  });
+  // Under /holdfast/, so no provider path is shadowed; a reader's only, like the health details.
+  app.get("/holdfast/metrics", async (request, reply) => {
+    if (!deps.health.mayRead(request.headers.authorization)) {
+      return answer(
+        request,
+        reply,
+        401,
+        "The gateway's metrics need a token: send `Authorization: Bearer <token>` with control.read_token or control.token (with no token configured, they are served on loopback only).",
+        { type: "authentication_error", code: "unauthenticated" },
+      );
+    }
+    return reply.type(METRICS_CONTENT_TYPE).send(deps.health.metrics());
   });
   app.register(pipelineRoutes({ ...deps, maxJsonDepth: deps.limits.max_json_depth }));
   for (const feature of deps.features ?? []) app.register(shared(feature));

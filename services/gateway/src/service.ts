@@ -12,7 +12,7 @@ import {
 } from "@holdfast/events";
 import { ToolGate } from "@holdfast/gate";
 import { connect } from "@holdfast/grpc";
-import { listenOn } from "@holdfast/http";
+import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import {
   type AcquireRequest,
@@ -256,6 +256,7 @@ export async function startGateway(
           clock,
           ...(predict === undefined ? {} : { roomOf: predict.roomOf }),
         });
+  const metrics = logReaderMetrics("gateway", () => bus.quarantineCounts);
   const mayReadHealth = healthReaders({ ...config.control, host: config.gateway.host });
   if (
     config.control.token === undefined &&
@@ -264,7 +265,7 @@ export async function startGateway(
   ) {
     log.warn(
       { host: config.gateway.host },
-      "the gateway listens off loopback with no token: /holdfast/health shows liveness only; set control.read_token to read its details",
+      "the gateway listens off loopback with no token: /holdfast/health shows liveness only and /holdfast/metrics is refused; set control.read_token to read them",
     );
   }
   const app = buildApp({
@@ -293,6 +294,7 @@ export async function startGateway(
         quarantined: bus.quarantineCounts,
       }),
       mayRead: mayReadHealth,
+      metrics: () => renderMetrics(metrics),
     },
     features: [
       // Routing first: prediction decides for the target it chose, and its model is priced.

@@ -40,6 +40,7 @@ beforeAll(async () => {
       quarantined: { total: 0, by_reason: {} } as ProjectorStatus["quarantined"],
       streamLastSeq: 5,
     }),
+    metrics: () => 'holdfast_events_quarantined_total{service="projector",reason="undecodable"} 0\n',
   });
   await app.ready();
 });
@@ -56,10 +57,11 @@ const query = (payload: string, headers: Record<string, string> = {}) =>
   });
 
 describe("the analytics API", () => {
-  it("answers /v1/query and /v1/runs without a token, or with a wrong one, with a 401", async () => {
+  it("answers /v1/query, /v1/runs and /metrics without a token, or with a wrong one, with a 401", async () => {
     for (const [method, url] of [
       ["POST", "/v1/query"],
       ["GET", "/v1/runs"],
+      ["GET", "/metrics"],
     ] as const) {
       for (const headers of [{}, { authorization: "Bearer not-the-token" }]) {
         const response = await app.inject({
@@ -72,6 +74,19 @@ describe("the analytics API", () => {
         expect(response.json().error.code).toBe("unauthenticated");
       }
     }
+  });
+
+  it("answers /metrics to a reader in Prometheus's text format", async () => {
+    const response = await app.inject({
+      method: "GET",
+      url: "/metrics",
+      headers: { authorization: `Bearer ${READ}` },
+    });
+    expect(response.statusCode).toBe(200);
+    expect(response.headers["content-type"]).toBe("text/plain; version=0.0.4; charset=utf-8");
+    expect(response.body).toBe(
+      'holdfast_events_quarantined_total{service="projector",reason="undecodable"} 0\n',
+    );
   });
 
   it("answers /health to anyone", async () => {

@@ -1,6 +1,12 @@
 import { AccessDeniedError, type AccessPolicy } from "@holdfast/access";
 import { type Analytics, listRuns, QueryError, RUN_STATUSES, runSql } from "@holdfast/analytics";
-import { guardListener, type HttpLimitsConfig, limitErrorOf, listenerOptions } from "@holdfast/http";
+import {
+  guardListener,
+  type HttpLimitsConfig,
+  limitErrorOf,
+  listenerOptions,
+  METRICS_CONTENT_TYPE,
+} from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import Fastify, {
   type FastifyBaseLogger,
@@ -18,6 +24,8 @@ export interface AnalyticsApiDeps {
   /** Timeouts, header count and JSON depth (the `http` section). */
   limits: HttpLimitsConfig;
   status: () => ProjectorStatus & { streamLastSeq: number };
+  /** What `GET /metrics` answers: the process's metrics in Prometheus's text format. */
+  metrics: () => string;
 }
 
 const MAX_LIST = 10_000;
@@ -28,8 +36,8 @@ export const MAX_BODY_BYTES = 1_048_576;
 /**
  * The projector's HTTP API: operator SQL over the projection and the named read models.
  * With embedded ClickHouse the engine lives in this process, so every reader goes
- * through here. /health is open (liveness and lag); the rest needs a control token
- * (read-only or not) when one is configured. Errors are `{"error": {"code", "message"}}`.
+ * through here. /health is open (liveness and lag); the rest (/metrics too) needs a
+ * control token (read-only or not) when one is configured. Errors are `{"error": {"code", "message"}}`.
  */
 export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   const logger: FastifyBaseLogger = deps.log;
@@ -87,6 +95,10 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
       last_error: s.lastError,
     };
   });
+
+  app.get("/metrics", reader, async (_request, reply) =>
+    reply.type(METRICS_CONTENT_TYPE).send(deps.metrics()),
+  );
 
   app.post<{ Body: { sql?: unknown; max_rows?: unknown } }>(
     "/v1/query",

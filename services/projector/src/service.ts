@@ -3,7 +3,8 @@ import { AccessPolicy, ANALYTICS_API, bindingProblem } from "@holdfast/access";
 import { migrate, openAnalytics } from "@holdfast/analytics";
 import { connectBus } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
-import { listenOn } from "@holdfast/http";
+import { QUARANTINE_REASONS, type QuarantineReason } from "@holdfast/events";
+import { gauge, listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { InsecureBindError } from "./errors.js";
 import { buildAnalyticsApi } from "./http.js";
@@ -75,12 +76,24 @@ export async function startProjector(config: Config, log: Logger): Promise<Runni
   const ticker = setInterval(refresh, 1_000);
   ticker.unref();
 
+  const metrics = [
+    ...logReaderMetrics("projector", () => bus.quarantineCounts),
+    // What the log holds set aside, as the projection keeps it (across restarts, and
+    // whichever projector set it aside): what an alert on quarantined events reads.
+    gauge({
+      name: "holdfast_projection_events_quarantined",
+      help: "Events of the log the projection holds set aside (the quarantined_events view), by reason.",
+      labels: { reason: QUARANTINE_REASONS },
+      value: ({ reason }) => projector.status.quarantined.by_reason[reason as QuarantineReason],
+    }),
+  ];
   const api = buildAnalyticsApi({
     analytics,
     access: new AccessPolicy(access, { name: "analytics API", readOnly: "query" }),
     log,
     limits: config.http,
     status: () => ({ ...projector.status, streamLastSeq }),
+    metrics: () => renderMetrics(metrics),
   });
   const port = await listenOn(api, {
     host: config.projector.host,

@@ -11,7 +11,7 @@ import {
   type RunState,
 } from "@holdfast/events";
 import { type GrpcServer, serve } from "@holdfast/grpc";
-import { listenOn } from "@holdfast/http";
+import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { KeyWindows, readingOfRecorded } from "@holdfast/predict";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
@@ -91,7 +91,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
         windows
           .of(observed.keyId, observed.upstream)
           .learn(
-            readingOfRecorded(observed),
+            readingOfRecorded(observed, envelope.timestampMs),
             observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
             envelope.timestampMs,
           );
@@ -191,6 +191,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
       scheduler.close();
       for (const end of [...sessions]) end();
     });
+    const metrics = logReaderMetrics("scheduler", () => bus.quarantineCounts);
     const app = buildRunsApp({
       operations,
       access: policy,
@@ -203,6 +204,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
         // Events of the log this process set aside (and went on past) since it started.
         quarantined: bus.quarantineCounts,
       }),
+      metrics: () => renderMetrics(metrics),
     });
     const port = await listenOn(app, {
       host: config.scheduler.host,

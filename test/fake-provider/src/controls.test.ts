@@ -11,6 +11,20 @@ describe("readControls", () => {
       pauseAfter: undefined,
       fault: undefined,
       usage: undefined,
+      rateLimits: undefined,
+    });
+  });
+
+  it("reads rate-limit headers to send, whatever they say", () => {
+    expect(
+      readControls({
+        "x-fake-rate-limits":
+          '{"x-ratelimit-limit-tokens": "18446744073709551616", "anthropic-ratelimit-tokens-reset": "NaN", "retry-after": "-5"}',
+      }).rateLimits,
+    ).toEqual({
+      "x-ratelimit-limit-tokens": "18446744073709551616",
+      "anthropic-ratelimit-tokens-reset": "NaN",
+      "retry-after": "-5",
     });
   });
 
@@ -48,6 +62,10 @@ describe("readControls", () => {
     ["x-fake-chunk-delay-ms", "1.5"],
     ["x-fake-usage", "[1]"],
     ["x-fake-usage", "{prompt_tokens: 1}"],
+    ["x-fake-rate-limits", '["x-ratelimit-limit-tokens"]'],
+    ["x-fake-rate-limits", '{"content-type": "text/html"}'],
+    ["x-fake-rate-limits", '{"x-ratelimit-limit-tokens": 5}'],
+    ["x-fake-rate-limits", '{"retry-after": "1\\r\\nset-cookie: x"}'],
   ])("rejects %s: %s with a 400 that names the header", (name, value) => {
     let thrown: unknown;
     try {

@@ -20,6 +20,13 @@ export const FAKE_HEADERS = {
    * provider that reports absurd usage.
    */
   usage: "x-fake-usage",
+  /**
+   * A JSON object of rate-limit response headers (`x-ratelimit-*`, `anthropic-ratelimit-*`,
+   * `retry-after`, `retry-after-ms`) and the text each carries, replacing or adding to the
+   * answer's own whatever they say (`{"x-ratelimit-limit-tokens": "18446744073709551616"}`):
+   * a test's provider that reports an absurd window.
+   */
+  rateLimits: "x-fake-rate-limits",
 } as const;
 
 /** A failure a test asked for with `x-fake-fail`. */
@@ -46,6 +53,8 @@ export interface Controls {
   readonly fault: Fault | undefined;
   /** Members replacing the answer's usage object's (`x-fake-usage`). */
   readonly usage: Readonly<Record<string, unknown>> | undefined;
+  /** Rate-limit headers replacing or adding to the answer's (`x-fake-rate-limits`). */
+  readonly rateLimits: Readonly<Record<string, string>> | undefined;
 }
 
 /** Reads the controls; a malformed one is a 400 naming the header, never silently ignored. */
@@ -57,7 +66,40 @@ export function readControls(headers: IncomingHttpHeaders): Controls {
     pauseAfter: count(headers, FAKE_HEADERS.pauseAfter),
     fault: fault(headers),
     usage: usage(headers),
+    rateLimits: rateLimits(headers),
   };
+}
+
+// The headers a provider writes its window in: what x-fake-rate-limits may set.
+const RATE_LIMIT_HEADER = /^(?:x-ratelimit-[a-z0-9-]+|anthropic-ratelimit-[a-z0-9-]+|retry-after(?:-ms)?)$/;
+// What a header value may hold on the wire (no line breaks, no other control characters).
+const HEADER_VALUE = /^[\t\x20-\x7e]*$/;
+
+function rateLimits(headers: IncomingHttpHeaders): Record<string, string> | undefined {
+  const value = single(headers, FAKE_HEADERS.rateLimits)?.trim();
+  if (value === undefined || value === "") return undefined;
+  const refuse = (why: string) =>
+    invalidRequest(`Invalid ${FAKE_HEADERS.rateLimits} '${value}': ${why}.`, FAKE_HEADERS.rateLimits);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    parsed = undefined;
+  }
+  if (!isRecord(parsed)) throw refuse("expected a JSON object of rate-limit headers and their text");
+  const out: Record<string, string> = {};
+  for (const [name, text] of Object.entries(parsed)) {
+    if (!RATE_LIMIT_HEADER.test(name)) {
+      throw refuse(
+        `${name} is not a rate-limit header (x-ratelimit-*, anthropic-ratelimit-*, retry-after, retry-after-ms)`,
+      );
+    }
+    if (typeof text !== "string" || !HEADER_VALUE.test(text)) {
+      throw refuse(`the value of ${name} must be a string a header can carry`);
+    }
+    out[name] = text;
+  }
+  return out;
 }
 
 function usage(headers: IncomingHttpHeaders): Record<string, unknown> | undefined {

@@ -202,3 +202,32 @@ describe("x-fake-usage", () => {
     expect(chunks.at(-1)?.usage).toMatchObject({ completion_tokens: -5, total_tokens: "12" });
   });
 });
+
+describe("x-fake-rate-limits", () => {
+  const asked = {
+    "x-ratelimit-limit-tokens": "18446744073709551616",
+    "x-ratelimit-remaining-tokens": "-5",
+    "retry-after": "NaN",
+  };
+
+  it("sends the rate-limit headers it names over the answer's own", async () => {
+    await using provider = await startFakeProvider();
+    const response = await postChat(provider, plain, {
+      headers: { "x-fake-rate-limits": JSON.stringify(asked) },
+    });
+    expect(response.status).toBe(200);
+    for (const [name, value] of Object.entries(asked)) expect(response.headers.get(name)).toBe(value);
+    // The rest of the window is the fake's own.
+    expect(response.headers.get("x-ratelimit-limit-requests")).toMatch(/^\d+$/);
+  });
+
+  it("sends them on an error too, over its retry-after", async () => {
+    await using provider = await startFakeProvider();
+    const response = await postChat(provider, plain, {
+      headers: { "x-fake-fail": "429", "x-fake-rate-limits": JSON.stringify(asked) },
+    });
+    expect(response.status).toBe(429);
+    expect(response.headers.get("retry-after")).toBe("NaN");
+    expect(response.headers.get("x-ratelimit-remaining-tokens")).toBe("-5");
+  });
+});

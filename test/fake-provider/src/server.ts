@@ -153,8 +153,9 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
   async function modelCall(api: ModelApi, exchange: Exchange, res: ServerResponse): Promise<void> {
     // Once the key is known, every answer carries its rate-limit headers, as the providers' do.
     let apiKey: string | undefined;
+    let controls: Controls | undefined;
     try {
-      const controls = readControls(exchange.headers);
+      controls = readControls(exchange.headers);
       const latencyMs = controls.latencyMs ?? options.latencyMs ?? 0;
       if (latencyMs > 0) await wait(latencyMs, exchange.signal);
       if (exchange.signal.aborted) return;
@@ -180,6 +181,7 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
       const headers = {
         ...api.rateLimitHeaders(limiter.state(apiKey)),
         ...answer.headers,
+        ...controls.rateLimits,
         [api.requestIdHeader]: exchange.id,
       };
       let resetAfter = fault?.kind === "reset-after" ? fault.after : undefined;
@@ -204,7 +206,7 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
     } catch (error) {
       if (!(error instanceof ProviderError)) throw error;
       const limits = apiKey === undefined ? {} : api.rateLimitHeaders(limiter.state(apiKey));
-      return fail(api, exchange, res, error, limits);
+      return fail(api, exchange, res, error, limits, controls?.rateLimits);
     }
   }
 
@@ -281,10 +283,13 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
     res: ServerResponse,
     error: ProviderError,
     headers: Record<string, string> = {},
+    /** Rate-limit headers a test asked for (x-fake-rate-limits): over the error's own retry-after too. */
+    asked: Readonly<Record<string, string>> = {},
   ): void {
     send(exchange, res, error.status, dialect.errorBody(error, exchange.id), {
       ...headers,
       ...error.headers,
+      ...asked,
       [dialect.requestIdHeader]: exchange.id,
     });
   }

@@ -27,6 +27,7 @@ beforeAll(async () => {
       max_json_depth: 10,
     },
     health: () => ({}),
+    metrics: () => 'holdfast_events_quarantined_total{service="control",reason="undecodable"} 1\n',
   });
   await app.ready();
 });
@@ -69,5 +70,26 @@ describe("the control API's limits", () => {
         message: "The request body is larger than 65536 bytes, the most this server accepts.",
       },
     });
+  });
+});
+
+describe("GET /holdfast/v1/metrics", () => {
+  it("answers a token holder in Prometheus's text format", async () => {
+    const response = await app.inject({
+      method: "GET",
+      url: `${API_PREFIX}/metrics`,
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    expect(response.statusCode).toBe(200);
+    expect(response.headers["content-type"]).toBe("text/plain; version=0.0.4; charset=utf-8");
+    expect(response.body).toBe(
+      'holdfast_events_quarantined_total{service="control",reason="undecodable"} 1\n',
+    );
+  });
+
+  it("refuses a caller without a token, in the API's error shape", async () => {
+    const response = await app.inject({ method: "GET", url: `${API_PREFIX}/metrics` });
+    expect(response.statusCode).toBe(401);
+    expect(response.json()).toEqual({ error: { code: "unauthenticated", message: expect.any(String) } });
   });
 });

@@ -1,5 +1,11 @@
 import { type Actor, runViewJson, type Selector } from "@holdfast/events";
-import { guardListener, type HttpLimitsConfig, limitErrorOf, listenerOptions } from "@holdfast/http";
+import {
+  guardListener,
+  type HttpLimitsConfig,
+  limitErrorOf,
+  listenerOptions,
+  METRICS_CONTENT_TYPE,
+} from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import Fastify, {
   type FastifyBaseLogger,
@@ -20,6 +26,8 @@ export interface ControlAppDeps {
   limits: HttpLimitsConfig;
   /** What `GET /holdfast/v1/health` reports besides "ok". */
   health: () => Record<string, unknown>;
+  /** What `GET /holdfast/v1/metrics` answers: the process's metrics in Prometheus's text format. */
+  metrics: () => string;
 }
 
 export const API_PREFIX = "/holdfast/v1";
@@ -75,6 +83,9 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
   );
 
   app.get(`${API_PREFIX}/health`, async () => ({ status: "ok", ...deps.health() }));
+  app.get(`${API_PREFIX}/metrics`, needs("read"), async (_request, reply) =>
+    reply.type(METRICS_CONTENT_TYPE).send(deps.metrics()),
+  );
 
   app.get(`${API_PREFIX}/runs`, needs("read"), async (request) => ({
     runs: await operations.listRuns(listQuery(request.query)),

@@ -30,6 +30,7 @@ import {
   OPENAI_HEADERS,
   type RateLimitHeaderNames,
   type RateLimitReading,
+  readingOfRecorded,
   readRateLimits,
   TokenCounter,
 } from "@holdfast/predict";
@@ -131,6 +132,8 @@ const CLOSE_SHARE = 1;
 // Retries after a 429 that named no wait back off from this.
 const BACKOFF_MS = 1_000;
 const KEY_IDS_KEPT = 10_000;
+// A provider's rate-limit figures past their bounds are told at most this often per key.
+const PROBLEM_EVERY_MS = 60_000;
 // Longest a call waits for the first reading of a key another call is finding out.
 const PROBE_MS = 5_000;
 // A key this gateway has read and the coordinator not yet: asked again this often, for at
@@ -676,11 +679,24 @@ export function predictFeature(options: PredictFeatureOptions): {
     waiting.resolve();
   };
 
+  // When each key's provider was last said to send figures past their bounds (one warning
+  // a minute per key, however many answers carry them).
+  const warnedAt = new Map<string, number>();
+  const notBelieved = (key: Key, nowMs: number) => (problem: string) => {
+    if (nowMs - (warnedAt.get(key.keyId) ?? Number.NEGATIVE_INFINITY) < PROBLEM_EVERY_MS) return;
+    if (warnedAt.size >= KEY_IDS_KEPT) warnedAt.clear();
+    warnedAt.set(key.keyId, nowMs);
+    options.log.warn(
+      { keyId: key.keyId, upstream: key.window.upstream, problem },
+      "the provider's rate-limit headers past their bounds were not believed (taken as not reported)",
+    );
+  };
+
   /** Every answer's rate-limit headers update its key's window; a reading that moved it is an event. */
   const onAnswer = (call: Call, answer: UpstreamAnswer): void => {
     const key = predictedOf(call)?.key ?? keyOf(call);
     const nowMs = clock();
-    const reading = readRateLimits(answer.headers, key.names, nowMs);
+    const reading = readRateLimits(answer.headers, key.names, nowMs, notBelieved(key, nowMs));
     if (reading === undefined) {
       key.window.noteUnread();
       readingCame(key.keyId);
@@ -772,7 +788,11 @@ export function predictFeature(options: PredictFeatureOptions): {
     const observed = envelope.payload.value;
     if (observed.gateway === options.gateway || !/^[0-9a-f]{16}$/.test(observed.keyId)) return;
     const window = windows.of(observed.keyId, observed.upstream);
-    window.learn(readingOf(observed), Number(observed.asOfMs) || envelope.timestampMs, envelope.timestampMs);
+    window.learn(
+      readingOfRecorded(observed, envelope.timestampMs),
+      Number(observed.asOfMs) || envelope.timestampMs,
+      envelope.timestampMs,
+    );
     readingCame(observed.keyId);
   };
   let watch: Watch | undefined;
@@ -800,29 +820,6 @@ export function predictFeature(options: PredictFeatureOptions): {
       await watch?.stop();
     },
   };
-}
-
-/** A recorded reading as the window takes it in. */
-function readingOf(observed: RateLimitObserved): RateLimitReading {
-  const dimension = (window: RateWindow | undefined) =>
-    window?.reported === true
-      ? {
-          limit: window.limit > 0 ? Number(window.limit) : undefined,
-          remaining: Number(window.remaining),
-          resetAtMs: window.resetAtMs > 0 ? Number(window.resetAtMs) : undefined,
-        }
-      : undefined;
-  const reading: { -readonly [K in keyof RateLimitReading]: RateLimitReading[K] } = {};
-  const requests = dimension(observed.requests);
-  const tokens = dimension(observed.tokens);
-  const inputTokens = dimension(observed.inputTokens);
-  const outputTokens = dimension(observed.outputTokens);
-  if (requests !== undefined) reading.requests = requests;
-  if (tokens !== undefined) reading.tokens = tokens;
-  if (inputTokens !== undefined) reading.inputTokens = inputTokens;
-  if (outputTokens !== undefined) reading.outputTokens = outputTokens;
-  if (observed.retryAfterMs > 0) reading.retryAfterMs = Number(observed.retryAfterMs);
-  return reading;
 }
 
 const ESTIMATOR_BASE = { alpha: 0.3, defaultOutput: 1_024, maxRuns: 10_000 };

@@ -37,6 +37,7 @@ beforeAll(async () => {
       max_json_depth: 10,
     },
     health: () => ({}),
+    metrics: () => "",
   });
   await app.ready();
 });
@@ -88,5 +89,45 @@ describe("the runs API's limits", () => {
       input: { topic: "x" },
       output: finished.outputJson,
     });
+  });
+});
+
+describe("GET /holdfast/metrics", () => {
+  it("answers a reader in Prometheus's text format, and a caller without a token with a 401", async () => {
+    const READ = "read-token-for-runs";
+    const guarded = buildRunsApp({
+      operations: {} as RunsOperations,
+      access: new AccessPolicy(
+        { host: "127.0.0.1", read_token: READ, insecure: false },
+        { name: "runs API", readOnly: "read" },
+      ),
+      log: createLogger({ name: "scheduler-test", level: "silent" }),
+      limits: {
+        header_timeout_ms: 1_000,
+        request_timeout_ms: 2_000,
+        idle_timeout_ms: 3_000,
+        max_headers: 30,
+        max_json_depth: 10,
+      },
+      health: () => ({}),
+      metrics: () => 'holdfast_events_quarantined_total{service="scheduler",reason="undecodable"} 4\n',
+    });
+    try {
+      const read = await guarded.inject({
+        method: "GET",
+        url: "/holdfast/metrics",
+        headers: { authorization: `Bearer ${READ}` },
+      });
+      expect(read.statusCode).toBe(200);
+      expect(read.headers["content-type"]).toBe("text/plain; version=0.0.4; charset=utf-8");
+      expect(read.body).toBe(
+        'holdfast_events_quarantined_total{service="scheduler",reason="undecodable"} 4\n',
+      );
+      const refused = await guarded.inject({ method: "GET", url: "/holdfast/metrics" });
+      expect(refused.statusCode).toBe(401);
+      expect(refused.json()).toEqual({ error: { code: "unauthenticated", message: expect.any(String) } });
+    } finally {
+      await guarded.close();
+    }
   });
 });

@@ -6,6 +6,7 @@ import {
   jsonDepthExceeds,
   limitErrorOf,
   listenerOptions,
+  METRICS_CONTENT_TYPE,
 } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { type DurableRun, DurableStatus, durableStatusFromJSON } from "@holdfast/proto";
@@ -25,6 +26,8 @@ export interface RunsHttpDeps {
   /** Timeouts, header count and JSON depth (the `http` section). */
   limits: HttpLimitsConfig;
   health: () => Record<string, unknown>;
+  /** What `GET /holdfast/metrics` answers: the process's metrics in Prometheus's text format. */
+  metrics: () => string;
 }
 
 /** The largest body the REST API takes: a run's input (at most 1 MB of JSON) with room to spare. */
@@ -39,6 +42,8 @@ export const MAX_BODY_BYTES = 2_000_000;
  *   POST /v1/runs/{id}/cancel|redrive|replay   ({reason})
  *   GET  /v1/agents                      deployed agents
  *   POST /v1/agents/{agent}/deployments  deploy ({version, max_duration_seconds, concurrency_per_key, rate_limit})
+ *   GET  /holdfast/health                liveness and counts, to anyone
+ *   GET  /holdfast/metrics               Prometheus's text format (a reader's)
  *
  * Bodies and answers are JSON with snake_case keys; errors are {"error": {"code", "message"}}.
  */
@@ -83,6 +88,10 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
       .send({ error: { code: "unknown_url", message: `no ${request.method} ${request.url.split("?")[0]}` } }),
   );
   app.get("/holdfast/health", async () => ({ status: "ok", ...deps.health() }));
+  app.get("/holdfast/metrics", async (request, reply) => {
+    authorize(request, "read");
+    return reply.type(METRICS_CONTENT_TYPE).send(deps.metrics());
+  });
 
   // A stored input or output nested deeper than a request may be (a worker's output, over
   // gRPC, could be) is shown as its text: serializing it would overflow the stack.
