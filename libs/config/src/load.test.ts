@@ -43,6 +43,7 @@ describe("loadConfig", () => {
 
       expect(config).toEqual({
         data_dir: `${HOME}/.holdfast`,
+        free_port_if_taken: false,
         log_level: "info",
         http: {
           header_timeout_ms: 20_000,
