@@ -159,8 +159,9 @@ export class Run {
 
   /**
    * Where this run's model calls go so that each is metered against it (and held, gated,
-   * scheduled around the provider's window): the gateway's base URL and the header that
-   * names the run. For any SDK: `new OpenAI({ baseURL, defaultHeaders: headers })`.
+   * scheduled around the provider's window): the gateway's base URL and the headers that
+   * name the run (its id, tag and tenant). For any SDK:
+   * `new OpenAI({ baseURL, defaultHeaders: headers })`.
    */
   get gateway(): { baseURL: string; headers: Record<string, string> } {
     const base = this.settings.gatewayUrl;
@@ -171,6 +172,9 @@ export class Run {
     }
     const headers: Record<string, string> = { "X-Holdfast-Run": this.id };
     if (this.tag !== "") headers["X-Holdfast-Tag"] = this.tag;
+    // The run's id is its tenant's (`<tenant>/…`): the gateway scopes it the same only when
+    // told the tenant.
+    if (this.tenant !== "") headers["X-Holdfast-Tenant"] = this.tenant;
     return { baseURL: base, headers };
   }
 
