@@ -9,6 +9,7 @@ import { LS_USAGE, ls } from "./ls.js";
 import { QUERY_USAGE, query } from "./query.js";
 import { LIFT_USAGE, lift, RULES_USAGE, rules } from "./rules.js";
 import { SHOW_USAGE, show } from "./show.js";
+import { TENANTS_USAGE, tenants } from "./tenants.js";
 import { UP_USAGE, up } from "./up.js";
 import { WINDOWS_USAGE, windows } from "./windows.js";
 
@@ -29,6 +30,7 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: 
   deploy: { run: deploy, usage: DEPLOY_USAGE },
   worker: { run: workerCommand, usage: WORKER_USAGE },
   runs: { run: runs, usage: RUNS_USAGE },
+  tenants: { run: tenants, usage: TENANTS_USAGE },
 };
 
 const HELP = `holdfast — the control plane between LLM agents and their model providers

@@ -52,4 +52,9 @@ describe("a run's gateway headers", () => {
       "X-Holdfast-Tenant": "acme",
     });
   });
+
+  it("carry the tenant's gateway key when the worker was given it", () => {
+    const run = new Run(settings({ runId: "acme/agent-1", tenant: "acme", tenantKey: "hfk_acme" }));
+    expect(run.gateway.headers).toMatchObject({ "X-Holdfast-Tenant": "acme", "X-Holdfast-Key": "hfk_acme" });
+  });
 });

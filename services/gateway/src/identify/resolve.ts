@@ -22,7 +22,16 @@ export interface ResolvedRun {
   promptHash: string;
 }
 
-export type ResolveRun = (headers: RequestHeaders, body: unknown, view: RequestView) => Promise<ResolvedRun>;
+/**
+ * Which run a call belongs to. `keyTenant` is the tenant of the gateway key the call
+ * carried (with `tenants` configured); undefined, the tenant is what its tenant header says.
+ */
+export type ResolveRun = (
+  headers: RequestHeaders,
+  body: unknown,
+  view: RequestView,
+  keyTenant: string | undefined,
+) => Promise<ResolvedRun>;
 
 /**
  * Which run a call belongs to, first match wins: a header, a body field, the run that
@@ -35,9 +44,10 @@ export function runResolver(
   generations: Generations,
   responses: ResponseIndex,
 ): ResolveRun {
-  return async (headers, body, view) => {
+  return async (headers, body, view, keyTenant) => {
     const tag = readTag(headers, body, rules);
-    const tenant = readTenant(headers, rules);
+    // A key's tenant is the call's, whatever a header says.
+    const tenant = keyTenant ?? readTenant(headers, rules);
     const promptHash = promptHashOf(view);
     const named = explicitRun(headers, body, rules, "named", tenant);
     if (named)

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import Anthropic from "@anthropic-ai/sdk";
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
 import { type RunningControl, startControl } from "@holdfast/control";
@@ -7,11 +8,14 @@ import { agent, DurableStatus, type HoldfastWorker, RunsApi, worker } from "@hol
 import { waitFor } from "@holdfast/test-harness";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Stack, startStack } from "../stack.js";
+import { API_KEY, type Stack, startStack } from "../stack.js";
 
 // Runs are scoped by tenant: two tenants never share a run, whatever ids they send. Run ids
 // were the id as sent, so two tenants naming one run id shared one run, and one tenant's
-// hold (a trip, a stop) fell on the other's calls.
+// hold (a trip, a stop) fell on the other's calls; and a call's tenant was a header any
+// client could set. With `tenants` configured, a call's tenant is the one whose gateway key
+// it carries (X-Holdfast-Key), and a call without a known key is refused before anything
+// is forwarded or recorded.
 
 const CONTROL_TOKEN = "control-token-for-tenant-tests-0123456789";
 
@@ -229,5 +233,172 @@ describe("runs scoped by tenant (tenant from X-Holdfast-Tenant, no tenants confi
     expect(view.steps).toHaveLength(1);
     expect(view.steps[0]?.status).toBe("completed");
     expect((await t.api.get(run.runId)).modelCalls).toBe(1);
+  });
+});
+
+describe("with tenants configured, a call's tenant is its gateway key's", () => {
+  const ACME_KEY = "hfk_acme-Qx9Zr2Lw4Mv8Nt6Kp3Hy5abcdefghijklmn";
+  // Keys need not look like Holdfast's own: the operator chooses what it hashes.
+  const GLOBEX_KEY = "globex-gateway-key-7d1e0c9b8a7f6e5d4c3b2a19";
+  const sha256 = (key: string) => createHash("sha256").update(key).digest("hex");
+  let t: TenantStack;
+  beforeAll(async () => {
+    t = await startTenantStack({
+      tenants: { acme: { keys_sha256: [sha256(ACME_KEY)] }, globex: { keys_sha256: [sha256(GLOBEX_KEY)] } },
+      tool_gate: { deny: [{ name: "lookup" }] },
+    });
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+  const keyed = (key: string | undefined, headers: Record<string, string> = {}) =>
+    t.stack.client({ headers: { ...(key === undefined ? {} : { "X-Holdfast-Key": key }), ...headers } });
+
+  it("refuses a call without a key, or with a key no tenant has, 401 in each API's shape, before anything is forwarded or recorded", async () => {
+    const sent = t.stack.provider.requests.length;
+    const logged = (await t.stack.bus.streamState()).lastSeq;
+    const headers = { "X-Holdfast-Run": "no-key", "X-Holdfast-Tenant": "acme" };
+
+    const chat = await ask(keyed(undefined, headers), "hi").catch((error: unknown) => error);
+    expect(chat).toBeInstanceOf(OpenAI.AuthenticationError);
+    expect(chat).toMatchObject({ status: 401, code: "holdfast_key_required" });
+    const responses = await keyed(undefined, headers)
+      .responses.create({ model: "gpt-4o-mini", input: "hi" })
+      .catch((error: unknown) => error);
+    expect(responses).toBeInstanceOf(OpenAI.AuthenticationError);
+    const messages = await t.stack
+      .anthropic({ headers })
+      .messages.create({
+        model: "claude-3-5-haiku-20241022",
+        max_tokens: 10,
+        messages: [{ role: "user", content: "hi" }],
+      })
+      .catch((error: unknown) => error);
+    expect(messages).toBeInstanceOf(Anthropic.AuthenticationError);
+    expect((messages as Error).message).toMatch(/X-Holdfast-Key/);
+    // Passed-through paths too.
+    const models = await keyed(undefined)
+      .models.list()
+      .catch((error: unknown) => error);
+    expect(models).toBeInstanceOf(OpenAI.AuthenticationError);
+
+    const unknownKey = "hfk_nobody-was-given-this-key-0123456789abcdef";
+    const unknown = await ask(keyed(unknownKey, headers), "hi").catch((error: unknown) => error);
+    expect(unknown).toBeInstanceOf(OpenAI.AuthenticationError);
+    expect(unknown).toMatchObject({ status: 401, code: "holdfast_key_unknown" });
+    expect((unknown as Error).message).not.toContain(unknownKey);
+    const unknownAnthropic = await t.stack
+      .anthropic({ headers: { "X-Holdfast-Key": `${ACME_KEY}-not` } })
+      .messages.create({
+        model: "claude-3-5-haiku-20241022",
+        max_tokens: 10,
+        messages: [{ role: "user", content: "hi" }],
+      })
+      .catch((error: unknown) => error);
+    expect(unknownAnthropic).toBeInstanceOf(Anthropic.AuthenticationError);
+
+    expect(t.stack.provider.requests.length).toBe(sent);
+    expect((await t.stack.bus.streamState()).lastSeq).toBe(logged);
+  });
+
+  it("meters a tenant's call on <tenant>/<run>, whatever X-Holdfast-Tenant says, and forwards neither header", async () => {
+    const answer = await ask(
+      keyed(ACME_KEY, { "X-Holdfast-Run": "run-1", "X-Holdfast-Tenant": "globex" }),
+      "hi",
+    );
+    expect(answer.choices[0]?.message.content).toBe("Fake reply to: hi");
+    const run = await t.stack.settled("acme/run-1", 1);
+    expect(run.tenant).toBe("acme");
+    expect((await t.stack.run("globex/run-1")).steps).toHaveLength(0);
+    // A run id naming another tenant's run stays within the key's tenant.
+    await ask(keyed(GLOBEX_KEY, { "X-Holdfast-Run": "acme/run-1" }), "globex reaching");
+    expect((await t.stack.settled("globex/acme/run-1", 1)).tenant).toBe("globex");
+    expect((await t.stack.run("acme/run-1")).steps).toHaveLength(1);
+
+    const forwarded = t.stack.provider.requests.at(-1)!;
+    expect(forwarded.headers.authorization).toBe(`Bearer ${API_KEY}`);
+    expect(Object.keys(forwarded.headers).filter((name) => name.startsWith("x-holdfast-"))).toEqual([]);
+  });
+
+  it("does not join another tenant's run by continuing its response (previous_response_id)", async () => {
+    const first = await keyed(ACME_KEY, { "X-Holdfast-Run": "chain" }).responses.create({
+      model: "gpt-4o-mini",
+      input: "Remember the word lighthouse",
+    });
+    // Its own tenant's follow-up joins the run; another tenant's is a run of its own.
+    await keyed(ACME_KEY).responses.create({
+      model: "gpt-4o-mini",
+      previous_response_id: first.id,
+      input: "And?",
+    });
+    const before = await runsWithSteps(t.stack);
+    await keyed(GLOBEX_KEY).responses.create({
+      model: "gpt-4o-mini",
+      previous_response_id: first.id,
+      input: "What was the word?",
+    });
+    const chain = await t.stack.settled("acme/chain", 2);
+    expect(chain.steps).toHaveLength(2);
+    const fresh = [...(await runsWithSteps(t.stack))].filter((run) => !before.has(run));
+    expect(fresh).toHaveLength(1);
+    expect(fresh[0]).toMatch(/^globex\//);
+    const globex = await t.stack.settled(fresh[0]!, 1);
+    expect(globex.tenant).toBe("globex");
+    expect(globex.identifiedBy?.source).not.toBe("previous_response");
+  });
+
+  it("never records or logs the key, even where the call's content carries it", async () => {
+    const runId = "keyed-gate";
+    // The model asks for a gated tool with the key in its arguments: the gate records them.
+    // globex's key has no shape a credential pattern knows: only the call's own secrets redact it.
+    const call = keyed(GLOBEX_KEY, { "X-Holdfast-Run": runId })
+      .chat.completions.create({
+        model: "gpt-4o-mini",
+        messages: [{ role: "user", content: `[[call:lookup {"note":"my key is ${GLOBEX_KEY}"}]]` }],
+        tools: [
+          { type: "function", function: { name: "lookup", parameters: { type: "object", properties: {} } } },
+        ],
+      })
+      .catch((error: unknown) => error);
+    const gate = await waitFor(
+      async () => (await t.stack.run(`globex/${runId}`)).gates.find((g) => g.status === "pending"),
+      { timeoutMs: 15_000, message: "the gate held no answer" },
+    );
+    expect(JSON.stringify(gate)).toContain("[redacted]");
+    expect(await operate(t.control, "deny", `globex/${runId}`)).toBe(200);
+    expect(await call).toBeInstanceOf(OpenAI.PermissionDeniedError);
+    await ask(keyed(ACME_KEY, { "X-Holdfast-Run": "acme-call" }), `my key is ${ACME_KEY}`);
+    await t.stack.settled("acme/acme-call", 1);
+
+    const log: string[] = [];
+    for await (const message of t.stack.bus.allMessages()) {
+      log.push(Buffer.from(message.data).toString("latin1"), message.headers, message.subject);
+    }
+    const everything = { log: log.join("\n"), logs: t.stack.logs() };
+    expect(everything.log).toContain("keyed-gate");
+    for (const [where, text] of Object.entries(everything)) {
+      for (const secret of [ACME_KEY, ACME_KEY.slice(8, 30), GLOBEX_KEY, GLOBEX_KEY.slice(8, 30)]) {
+        expect(text.includes(secret), `${secret} found in ${where}`).toBe(false);
+      }
+    }
+  });
+
+  it("runs a tenant's durable run as its run, its model calls carrying the tenant's key", async () => {
+    await t.api.deploy(caller);
+    t.workers.push(
+      await worker({
+        agents: [caller],
+        scheduler: t.scheduler.grpcAddress,
+        name: "keyed",
+        tenantKeys: { acme: ACME_KEY },
+      }),
+    );
+    const { run } = await t.api.submit("tenant-caller", {}, { tenant: "acme" });
+    expect(run.runId).toMatch(/^acme\/tenant-caller-/);
+    const done = await t.api.result(run.runId);
+    expect(done.status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
+    const view = await t.stack.settled(run.runId, 1);
+    expect(view.tenant).toBe("acme");
+    expect(view.steps.map((s) => s.status)).toEqual(["completed"]);
   });
 });
