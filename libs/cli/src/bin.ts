@@ -10,6 +10,7 @@ import { QUERY_USAGE, query } from "./query.js";
 import { LIFT_USAGE, lift, RULES_USAGE, rules } from "./rules.js";
 import { CREDENTIALS_USAGE, credentials, PROVISION_USAGE, provision } from "./secrets.js";
 import { SHOW_USAGE, show } from "./show.js";
+import { TENANTS_USAGE, tenants } from "./tenants.js";
 import { UP_USAGE, up } from "./up.js";
 import { WINDOWS_USAGE, windows } from "./windows.js";
 
@@ -32,6 +33,7 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: 
   runs: { run: runs, usage: RUNS_USAGE },
   credentials: { run: credentials, usage: CREDENTIALS_USAGE },
   provision: { run: provision, usage: PROVISION_USAGE },
+  tenants: { run: tenants, usage: TENANTS_USAGE },
 };
 
 const HELP = `holdfast — the control plane between LLM agents and their model providers

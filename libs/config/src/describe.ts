@@ -55,4 +55,5 @@ const PLACEHOLDER: Record<string, string> = {
   priority_by_tag: "<tag>",
   headers: "<origin>",
   routes: "<alias>",
+  tenants: "<tenant>",
 };

@@ -43,6 +43,7 @@ describe("loadConfig", () => {
 
       expect(config).toEqual({
         data_dir: `${HOME}/.holdfast`,
+        free_port_if_taken: false,
         log_level: "info",
         http: {
           header_timeout_ms: 20_000,
@@ -90,6 +91,7 @@ describe("loadConfig", () => {
           tag_fields: ["metadata.tag"],
           tenant_headers: ["X-Holdfast-Tenant"],
         },
+        tenants: {},
         prices: {},
         pricing: { unknown_usd_per_mtok: 75, unknown: "charge" },
         limits: { max_cost_usd: 0, max_steps: 0, max_minutes: 0, max_tokens_per_minute: 0 },
@@ -317,6 +319,30 @@ describe("loadConfig", () => {
       const error = loadError({ file });
       expect(error.key).toBe("routes.fast");
       expect(error.message).toMatch(/routes\.fast: expected at least one route target/);
+    });
+  });
+
+  describe("tenants", () => {
+    const hash = "ab".repeat(32);
+
+    it("list each tenant's keys by their SHA-256, read in either case", () => {
+      const file = givenFile(`tenants:\n  acme:\n    keys_sha256: ["${hash.toUpperCase()}"]\n`);
+      expect(load({ file }).tenants).toEqual({ acme: { keys_sha256: [hash] } });
+    });
+
+    it.each([
+      ['  "acme/eu":\n    keys_sha256: ["HASH"]', "tenants.acme/eu", /may not contain "\/"/],
+      ["  acme:\n    keys_sha256: []", "tenants.acme.keys_sha256", /at least one gateway key's SHA-256/],
+      ['  acme:\n    keys_sha256: ["hfk_a-key-itself"]', "tenants.acme.keys_sha256.0", /64 hex digits/],
+      [
+        '  acme:\n    keys_sha256: ["HASH"]\n  globex:\n    keys_sha256: ["HASH"]',
+        "tenants.globex.keys_sha256",
+        /each key under one tenant/,
+      ],
+    ])("refuse what cannot be a tenant's keys, naming the key: %s", (yaml, key, message) => {
+      const error = loadError({ file: givenFile(`tenants:\n${yaml.replaceAll("HASH", hash)}\n`) });
+      expect(error.key).toBe(key);
+      expect(error.message).toMatch(message);
     });
   });
 

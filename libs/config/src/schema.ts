@@ -384,6 +384,35 @@ const price = z.strictObject(
   { error: "expected a mapping with input_per_mtok and output_per_mtok" },
 );
 
+// A tenant owns runs named `<tenant>/<run id>`: the "/" is what separates the two, and the
+// rest are the rules for a tag (libs/events' tenantDefect says the same).
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this refuses
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
+
+const tenantNameProblem = (name: string): string | undefined => {
+  if (name.includes("/")) return 'may not contain "/", which separates a tenant from its run ids';
+  if (CONTROL_CHARACTER.test(name)) return "may not contain a control character";
+  if ([...name].length > 128) return "may be at most 128 characters long";
+  return undefined;
+};
+
+const SHA256_HEX = /^[0-9A-Fa-f]{64}$/;
+
+const tenant = z.strictObject(
+  {
+    keys_sha256: list(
+      matching(SHA256_HEX, "the SHA-256 of a gateway key, 64 hex digits"),
+      "SHA-256 hashes (hex) of gateway keys",
+    )
+      .min(1, { error: "expected at least one gateway key's SHA-256" })
+      .transform((hashes) => hashes.map((hash) => hash.toLowerCase()))
+      .describe(
+        "SHA-256 (hex) of each gateway key issued to the tenant (`holdfast tenants key <tenant>` makes one and prints its line); only hashes, so the file holds no usable key.",
+      ),
+  },
+  { error: "expected a mapping with keys_sha256 (a list of SHA-256 hashes of the tenant's gateway keys)" },
+);
+
 export const configSchema = z
   .strictObject({
     data_dir: path()
@@ -685,6 +714,39 @@ export const configSchema = z
       )
       .prefault({})
       .describe("How the gateway tells which run a request belongs to."),
+    tenants: z
+      .record(text("a tenant name"), tenant, {
+        error: "expected a mapping of tenant names to their gateway keys",
+      })
+      .superRefine((tenants, context) => {
+        // One key, one tenant: a key listed under two would give its calls either's runs.
+        const owner = new Map<string, string>();
+        for (const [name, { keys_sha256 }] of Object.entries(tenants)) {
+          const problem = tenantNameProblem(name);
+          if (problem !== undefined) {
+            context.addIssue({
+              code: "custom",
+              path: [name],
+              message: `expected a tenant name: it ${problem}`,
+            });
+          }
+          for (const hash of keys_sha256) {
+            const first = owner.get(hash);
+            if (first !== undefined && first !== name) {
+              context.addIssue({
+                code: "custom",
+                path: [name, "keys_sha256"],
+                message: `expected each key under one tenant: ${hash} is ${JSON.stringify(first)}'s too`,
+              });
+            }
+            owner.set(hash, first ?? name);
+          }
+        }
+      })
+      .default({})
+      .describe(
+        "Tenants and their gateway keys. Set, every /v1/* call must carry one of the keys (X-Holdfast-Key) or is refused (401), and a call's tenant is its key's: X-Holdfast-Tenant is ignored.",
+      ),
     prices: z
       .record(text("a model name"), price, { error: "expected a mapping of model names to prices" })
       .default({})

@@ -210,6 +210,7 @@ export {
   assertRunId,
   assertTag,
   CONTROL_CHARACTER,
+  isTenantsRun,
   MAX_RUN_ID_LENGTH,
   MAX_TAG_LENGTH,
   runIdDefect,
@@ -217,6 +218,8 @@ export {
   runToken,
   type SubjectPlace,
   type Subjects,
+  scopedRunId,
   subjects,
   tagDefect,
+  tenantDefect,
 } from "./subjects.js";

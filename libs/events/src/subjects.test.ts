@@ -3,11 +3,15 @@ import { InvalidRunIdError } from "./errors.js";
 import {
   assertRunId,
   assertTag,
+  isTenantsRun,
   MAX_RUN_ID_LENGTH,
   MAX_TAG_LENGTH,
+  runIdDefect,
   runIdFromToken,
   runToken,
+  scopedRunId,
   subjects,
+  tenantDefect,
 } from "./subjects.js";
 
 // What NATS forbids or treats specially inside a subject token.
@@ -84,6 +88,69 @@ describe("tags", () => {
     expect(() => assertTag("x".repeat(MAX_TAG_LENGTH + 1))).toThrow(/The tag is 129 characters long/);
     expect(() => assertTag("tag-\ud800")).toThrow(InvalidRunIdError);
     expect(() => assertTag("a\u0085b")).toThrow(/control character/);
+  });
+});
+
+describe("runs scoped by tenant", () => {
+  it("puts a tenant's runs under its name, so two tenants sending one id get two runs", () => {
+    expect(scopedRunId("acme", "run-1")).toBe("acme/run-1");
+    expect(scopedRunId("globex", "run-1")).toBe("globex/run-1");
+    expect(scopedRunId("acme", "a/b")).toBe("acme/a/b");
+    expect(scopedRunId("ünï 🚀", "x")).toBe("ünï 🚀/x");
+  });
+
+  it("leaves an id already under the tenant's prefix as it is (a durable run's worker sends its run's id back)", () => {
+    expect(scopedRunId("acme", "acme/run-1")).toBe("acme/run-1");
+    expect(scopedRunId("acme", scopedRunId("acme", "a/b"))).toBe("acme/a/b");
+    // Only the tenant's own prefix, whole: not a longer tenant's name, not another tenant's.
+    expect(scopedRunId("acme", "acme-corp/run-1")).toBe("acme/acme-corp/run-1");
+    expect(scopedRunId("acme", "globex/run-1")).toBe("acme/globex/run-1");
+    expect(scopedRunId("acme", "acme")).toBe("acme/acme");
+  });
+
+  it('keeps an untenanted id as sent, unless it holds a "/": then it starts with one, so it never names a tenant\'s run', () => {
+    expect(scopedRunId("", "run-1")).toBe("run-1");
+    expect(scopedRunId("", "fp-0123456789abcdef-2")).toBe("fp-0123456789abcdef-2");
+    expect(scopedRunId("", "acme/x")).toBe("/acme/x");
+    expect(scopedRunId("", "a/b/c")).toBe("/a/b/c");
+    expect(scopedRunId("", "/acme/x")).toBe("/acme/x");
+    expect(scopedRunId("", "/")).toBe("/");
+    expect(scopedRunId("", "x/")).toBe("/x/");
+  });
+
+  it("never gives two (tenant, id) pairs of different tenants the same run", () => {
+    const tenants = ["", "acme", "globex", "a", "acme-corp"];
+    const ids = ["x", "acme/x", "/acme/x", "a/acme/x", "globex/x", "/x", "acme-corp/x", "acme", "a/b"];
+    const owner = new Map<string, string>();
+    for (const tenant of tenants) {
+      for (const id of ids) {
+        const run = scopedRunId(tenant, id);
+        expect(owner.get(run) ?? tenant).toBe(tenant);
+        owner.set(run, tenant);
+        // Scoping twice changes nothing: the run is its tenant's, and no other's.
+        expect(scopedRunId(tenant, run)).toBe(run);
+        for (const other of tenants) expect(isTenantsRun(other, run)).toBe(other === tenant);
+      }
+    }
+  });
+
+  it("counts the tenant's prefix toward the run id's length", () => {
+    const id = "x".repeat(MAX_RUN_ID_LENGTH - "acme/".length);
+    expect(runIdDefect(scopedRunId("acme", id))).toBeUndefined();
+    expect(runIdDefect(scopedRunId("acme", `${id}x`))).toBe("is 257 characters long; the limit is 256");
+    expect(runIdDefect(scopedRunId("", `a/${"x".repeat(MAX_RUN_ID_LENGTH - 2)}`))).toBe(
+      "is 257 characters long; the limit is 256",
+    );
+  });
+
+  it('refuses a tenant holding "/", and whatever a tag may not be', () => {
+    expect(tenantDefect("acme")).toBeUndefined();
+    expect(tenantDefect("team ünï 🚀")).toBeUndefined();
+    expect(tenantDefect("acme/eu")).toMatch(/contains "\/"/);
+    expect(tenantDefect("/")).toMatch(/contains "\/"/);
+    expect(tenantDefect("")).toBe("is empty");
+    expect(tenantDefect("x".repeat(MAX_TAG_LENGTH + 1))).toMatch(/limit is 128/);
+    expect(tenantDefect("a\u0000b")).toMatch(/control character/);
   });
 });
 

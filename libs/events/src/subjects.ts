@@ -41,6 +41,37 @@ export function tagDefect(tag: string): string | undefined {
   return textDefect(tag, MAX_TAG_LENGTH);
 }
 
+/**
+ * Why `tenant` cannot own runs, like `tagDefect`; and a tenant may not contain "/", which
+ * separates it from its runs' own ids (`scopedRunId`).
+ */
+export function tenantDefect(tenant: string): string | undefined {
+  return (
+    textDefect(tenant, MAX_TAG_LENGTH) ??
+    (tenant.includes("/") ? 'contains "/", which separates a tenant from its run ids' : undefined)
+  );
+}
+
+/**
+ * The id a run has in the log, from its tenant and the id its caller sent, so that two
+ * tenants never share a run whatever ids they send: tenant T's runs are `T/<id>` (an id
+ * already under `T/` stays, so a durable run's worker sending back its run's id lands on
+ * it, and a tenant never reaches outside `T/`); an untenanted id containing "/" gets a
+ * leading "/" (`a/b` → `/a/b`), so no untenanted call can name a tenant's run. Pure: the
+ * tenant is one `tenantDefect` accepts, and the result is checked with `runIdDefect` (the
+ * prefix counts toward the length).
+ */
+export function scopedRunId(tenant: string, runId: string): string {
+  if (tenant === "") return runId.includes("/") && !runId.startsWith("/") ? `/${runId}` : runId;
+  const prefix = `${tenant}/`;
+  return runId.startsWith(prefix) ? runId : `${prefix}${runId}`;
+}
+
+/** Whether the run `runId` (as the log names it) is one of `tenant`'s: scoping leaves it as it is. */
+export function isTenantsRun(tenant: string, runId: string): boolean {
+  return scopedRunId(tenant, runId) === runId;
+}
+
 function textDefect(text: string, limit: number): string | undefined {
   if (text.length === 0) return "is empty";
   if (LONE_SURROGATE.test(text)) {

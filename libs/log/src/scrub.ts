@@ -9,6 +9,8 @@ export const SECRET_HEADERS = [
   "x-api-key",
   "api-key",
   "x-goog-api-key",
+  // A tenant's Holdfast gateway key.
+  "x-holdfast-key",
   "cookie",
   "set-cookie",
 ] as const;

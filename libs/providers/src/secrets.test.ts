@@ -45,6 +45,7 @@ describe("scrubSecrets", () => {
     ["a Groq key", "gsk_0123456789ABCDEFabcdef0123456789"],
     ["an xAI key", "xai-0123456789ABCDEFabcdef"],
     ["a Google key", "AIzaSyA1234567890abcdefghijklmnopqrstu"],
+    ["a Holdfast tenant's gateway key", "hfk_Zm9vYmFyLWJhei1xdXV4LTAxMjM0NTY3ODlhYmNkZWY"],
     ["a masked key of unknown shape", "hfk_ab12***...yz89"],
     ["a starred key of unknown shape", "abc123**********wxyz"],
   ])("given %s in a message, then it is redacted whole", (_case, key) => {
@@ -56,6 +57,7 @@ describe("scrubSecrets", () => {
     expect(scrubSecrets('headers: {"x-api-key": "my-custom-key-value"}', [])).toBe(
       'headers: {"x-api-key": "[redacted]"}',
     );
+    expect(scrubSecrets("x-holdfast-key: some-tenant-key", [])).toBe("x-holdfast-key: [redacted]");
     expect(scrubSecrets("GET /v1/models?api_key=zzz999&x=1", [])).toBe(
       "GET /v1/models?api_key=[redacted]&x=1",
     );

@@ -14,13 +14,14 @@ const CREDENTIAL = new RegExp(
     // "Bearer" is prose ("using Bearer auth") and stays readable.
     String.raw`(\bBearer\s+)[^\s"',;]{8,}`,
     // "x-api-key: <token>", "api_key=<token>" and the like, in echoed headers, JSON, URLs.
-    String.raw`(\b(?:x-api-key|x-goog-api-key|api[-_]?key|access[-_]?token|authorization)["']?\s*[:=]\s*["']?(?:(?:Bearer|Basic)\s+)?)[^\s"',;&]+`,
+    String.raw`(\b(?:x-api-key|x-goog-api-key|x-holdfast-key|api[-_]?key|access[-_]?token|authorization)["']?\s*[:=]\s*["']?(?:(?:Bearer|Basic)\s+)?)[^\s"',;&]+`,
     // OpenAI's "Incorrect API key provided: <echo>.", whatever the key looked like.
     String.raw`(\bAPI key provided:\s*)[^\s]*[^\s.]`,
     // OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-), OpenRouter (sk-or-),
-    // Groq (gsk_), xAI (xai-), Google (AIza). Masked echoes like "sk-bad***...1234" keep
-    // their prefix, so the class takes "*" and "." too; a sentence's final "." is left.
-    String.raw`\b(?:sk-|gsk_|xai-|AIza)[\w\-.*…]*[\w*]`,
+    // Groq (gsk_), xAI (xai-), Google (AIza), a Holdfast tenant's gateway key (hfk_).
+    // Masked echoes like "sk-bad***...1234" keep their prefix, so the class takes "*" and
+    // "." too; a sentence's final "." is left.
+    String.raw`\b(?:sk-|gsk_|xai-|AIza|hfk_)[\w\-.*…]*[\w*]`,
     // A masked echo of a key with an unknown prefix: "abc123***...wxyz", "hfk_ab****".
     String.raw`[\w\-]*(?:\*{3,}|\*+(?:\.{3}|…))(?:[\w\-.*…]*[\w*])?`,
     // JSON Web Tokens.

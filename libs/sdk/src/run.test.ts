@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { MAX_RESULT_BYTES, recordableJson } from "./run.js";
+import { MAX_RESULT_BYTES, Run, type RunSettings, recordableJson } from "./run.js";
 
 describe("recordableJson", () => {
   it("records JSON values as their JSON and undefined as nothing", () => {
@@ -23,5 +23,38 @@ describe("recordableJson", () => {
       `${MAX_RESULT_BYTES + 2} bytes, more than the ${MAX_RESULT_BYTES} a run may record`,
     );
     expect(recordableJson("x".repeat(MAX_RESULT_BYTES - 2), "a run")).toHaveLength(MAX_RESULT_BYTES);
+  });
+});
+
+describe("a run's gateway headers", () => {
+  const settings = (over: Partial<RunSettings>): RunSettings => ({
+    runId: "agent-1",
+    lease: 1,
+    tag: "",
+    tenant: "",
+    recorded: [],
+    attempts: {},
+    retryDelaysMs: [0],
+    gatewayUrl: "http://127.0.0.1:4141",
+    recorder: { record: async () => undefined },
+    ...over,
+  });
+
+  it("name the run, and nothing else for an untenanted run", () => {
+    expect(new Run(settings({})).gateway.headers).toEqual({ "X-Holdfast-Run": "agent-1" });
+  });
+
+  it("name a tenant's run with its tenant, so the gateway scopes its id the same (<tenant>/…)", () => {
+    const run = new Run(settings({ runId: "acme/agent-1", tenant: "acme", tag: "nightly" }));
+    expect(run.gateway.headers).toEqual({
+      "X-Holdfast-Run": "acme/agent-1",
+      "X-Holdfast-Tag": "nightly",
+      "X-Holdfast-Tenant": "acme",
+    });
+  });
+
+  it("carry the tenant's gateway key when the worker was given it", () => {
+    const run = new Run(settings({ runId: "acme/agent-1", tenant: "acme", tenantKey: "hfk_acme" }));
+    expect(run.gateway.headers).toMatchObject({ "X-Holdfast-Tenant": "acme", "X-Holdfast-Key": "hfk_acme" });
   });
 });

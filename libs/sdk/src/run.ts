@@ -38,6 +38,8 @@ export interface RunSettings {
   readonly retryDelaysMs: readonly number[];
   /** The gateway's base (without /v1), for the model clients; undefined when none is known. */
   readonly gatewayUrl: string | undefined;
+  /** The run's tenant's gateway key (X-Holdfast-Key), for a gateway with `tenants` configured. */
+  readonly tenantKey?: string | undefined;
   readonly recorder: StepRecorder;
 }
 
@@ -159,8 +161,9 @@ export class Run {
 
   /**
    * Where this run's model calls go so that each is metered against it (and held, gated,
-   * scheduled around the provider's window): the gateway's base URL and the header that
-   * names the run. For any SDK: `new OpenAI({ baseURL, defaultHeaders: headers })`.
+   * scheduled around the provider's window): the gateway's base URL and the headers that
+   * name the run (its id, tag and tenant, and its tenant's gateway key when the worker has
+   * it). For any SDK: `new OpenAI({ baseURL, defaultHeaders: headers })`.
    */
   get gateway(): { baseURL: string; headers: Record<string, string> } {
     const base = this.settings.gatewayUrl;
@@ -171,6 +174,11 @@ export class Run {
     }
     const headers: Record<string, string> = { "X-Holdfast-Run": this.id };
     if (this.tag !== "") headers["X-Holdfast-Tag"] = this.tag;
+    // The run's id is its tenant's (`<tenant>/…`): the gateway scopes it the same only when
+    // told the tenant, by the header, or (with tenants configured) by the tenant's key.
+    if (this.tenant !== "") headers["X-Holdfast-Tenant"] = this.tenant;
+    const key = this.settings.tenantKey;
+    if (key !== undefined && key !== "") headers["X-Holdfast-Key"] = key;
     return { baseURL: base, headers };
   }
 

@@ -27,6 +27,12 @@ export interface WorkerOptions {
   readonly slots?: number;
   /** Where its runs' model calls go (default HOLDFAST_GATEWAY_URL, else what the scheduler says). */
   readonly gatewayUrl?: string;
+  /**
+   * Gateway keys by tenant, for a gateway with `tenants` configured: a run's model calls
+   * carry its tenant's key (X-Holdfast-Key). Without its tenant's key, a tenant's run's
+   * calls name only its tenant (X-Holdfast-Tenant), which such a gateway refuses.
+   */
+  readonly tenantKeys?: Readonly<Record<string, string>>;
   /** Waits between a step's attempts; the last repeats (default 1, 2, 4, 8 s). */
   readonly retryDelaysMs?: readonly number[];
   /** How long a run told to stop may hold the event loop before the process is ended (default 10 s). */
@@ -156,6 +162,10 @@ export async function worker(options: WorkerOptions): Promise<HoldfastWorker> {
       attempts: assigned.attempts,
       retryDelaysMs: options.retryDelaysMs ?? DEFAULT_RETRY_DELAYS_MS,
       gatewayUrl,
+      tenantKey:
+        options.tenantKeys !== undefined && Object.hasOwn(options.tenantKeys, assigned.tenant)
+          ? options.tenantKeys[assigned.tenant]
+          : undefined,
       recorder: {
         record: (report) =>
           send((requestId) => ({

@@ -3,6 +3,8 @@ import { createLogger } from "@holdfast/log";
 import type { FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp, type GatewayAppDeps } from "./app.js";
+import { InvalidRequestError } from "./errors.js";
+import { sha256Hex, TenantKeys } from "./tenants/keys.js";
 
 // Route logic without I/O (app.inject): what the gateway answers itself, before it would
 // record or forward anything, in the error envelope of the API the client speaks. Every
@@ -19,8 +21,9 @@ function tripwire<T extends object>(name: string): T {
 
 let app: FastifyInstance;
 let live = true;
+let deps: GatewayAppDeps;
 beforeAll(async () => {
-  const deps: GatewayAppDeps = {
+  deps = {
     log: createLogger({ name: "gateway-test", level: "silent" }),
     maxBodyBytes: 1_024,
     limits: {
@@ -237,5 +240,111 @@ describe("/holdfast/metrics", () => {
       expect(JSON.parse(response.body).error.code).toBe("unauthenticated");
       expect(response.body).not.toContain("holdfast_events_quarantined_total");
     }
+  });
+});
+
+describe("with tenants configured, a call without its tenant's gateway key", () => {
+  const ACME_KEY = "hfk_acme-0123456789abcdefghijklmnopqrstuvwxyzABCD";
+  let tenanted: FastifyInstance;
+  /** The tenant each call that got past its key was resolved with. */
+  const resolvedWith: (string | undefined)[] = [];
+  beforeAll(async () => {
+    tenanted = buildApp({
+      ...deps,
+      tenantKeys: new TenantKeys({ acme: { keys_sha256: [sha256Hex(ACME_KEY)] } }),
+      resolveRun: async (_headers, _body, _view, keyTenant) => {
+        resolvedWith.push(keyTenant);
+        throw new InvalidRequestError("resolved: the test stops the call here");
+      },
+    });
+    await tenanted.ready();
+  });
+  afterAll(async () => {
+    await tenanted?.close();
+  });
+
+  const PASSED_THROUGH = [
+    { path: "/v1/models", family: "openai", method: "GET" },
+    { path: "/v1/messages/count_tokens", family: "anthropic", method: "POST" },
+  ] as const;
+  const METERED = [OPENAI, RESPONSES, MESSAGES].map((route) => ({ ...route, method: "POST" as const }));
+
+  it.each([...METERED, ...PASSED_THROUGH])(
+    "$method $path: none is a 401 in its API's shape, before anything is read, forwarded or recorded",
+    async ({ path, family, method }) => {
+      for (const headers of [{}, { "x-holdfast-key": "" }, { "x-holdfast-tenant": "acme" }]) {
+        const response = await tenanted.inject({
+          method,
+          url: path,
+          headers: { authorization: "Bearer sk-provider-key-0123456789", ...headers },
+          ...(method === "POST" ? { payload: { model: "gpt-4o-mini", messages: [] } } : {}),
+        });
+        expect(response.statusCode).toBe(401);
+        const error = errorOf(family, response.body);
+        expect(error).toMatchObject({ type: "authentication_error" });
+        if (family === "openai") expect(error).toMatchObject({ code: "holdfast_key_required" });
+        expect(error.message).toMatch(/X-Holdfast-Key/);
+      }
+    },
+  );
+
+  it.each([...METERED, ...PASSED_THROUGH])(
+    "$method $path: a key no tenant has is a 401, and the key is not echoed",
+    async ({ path, family, method }) => {
+      const unknown = "hfk_not-a-key-anyone-was-given-0123456789abcdef";
+      for (const key of [unknown, `${ACME_KEY}x`, ACME_KEY.toUpperCase()]) {
+        const response = await tenanted.inject({
+          method,
+          url: path,
+          headers: { "x-holdfast-key": key },
+          ...(method === "POST" ? { payload: { model: "gpt-4o-mini", messages: [] } } : {}),
+        });
+        expect(response.statusCode).toBe(401);
+        const error = errorOf(family, response.body);
+        expect(error).toMatchObject({ type: "authentication_error" });
+        if (family === "openai") expect(error).toMatchObject({ code: "holdfast_key_unknown" });
+        expect(response.body).not.toContain(key);
+      }
+    },
+  );
+
+  it("a key sent twice is no key: a 401", async () => {
+    const response = await tenanted.inject({
+      method: "POST",
+      url: OPENAI.path,
+      headers: { "x-holdfast-key": [ACME_KEY, ACME_KEY] },
+      payload: { model: "gpt-4o-mini", messages: [] },
+    });
+    expect(response.statusCode).toBe(401);
+  });
+
+  it.each(METERED)(
+    "$path: a tenant's key gets the call on, as its tenant's, whatever X-Holdfast-Tenant says",
+    async ({ path }) => {
+      resolvedWith.length = 0;
+      const response = await tenanted.inject({
+        method: "POST",
+        url: path,
+        headers: { "x-holdfast-key": ` ${ACME_KEY} `, "x-holdfast-tenant": "globex" },
+        payload:
+          path === MESSAGES.path
+            ? {
+                model: "claude-3-5-haiku-20241022",
+                max_tokens: 5,
+                messages: [{ role: "user", content: "hi" }],
+              }
+            : path === RESPONSES.path
+              ? { model: "gpt-4o-mini", input: "hi" }
+              : { model: "gpt-4o-mini", messages: [{ role: "user", content: "hi" }] },
+      });
+      expect(response.statusCode).toBe(400);
+      expect(response.body).toContain("the test stops the call here");
+      expect(resolvedWith).toEqual(["acme"]);
+    },
+  );
+
+  it("/holdfast/health needs no tenant's key", async () => {
+    const response = await tenanted.inject({ method: "GET", url: "/holdfast/health" });
+    expect(response.statusCode).toBe(200);
   });
 });

@@ -23,6 +23,8 @@ import type { PipelineDeps } from "./pipeline/call.js";
 import { type GatewayFeature, shared } from "./pipeline/hooks.js";
 import { pipelineRoutes, shapeForPath } from "./pipeline/routes.js";
 import { passthrough } from "./proxy/passthrough.js";
+import { authenticate } from "./tenants/authenticate.js";
+import type { TenantKeys } from "./tenants/keys.js";
 import type { Upstreams } from "./upstream/upstream.js";
 
 export interface GatewayAppDeps extends Omit<PipelineDeps, "maxJsonDepth"> {
@@ -35,6 +37,8 @@ export interface GatewayAppDeps extends Omit<PipelineDeps, "maxJsonDepth"> {
   health: GatewayHealth;
   /** Features that decide at the pipeline's hooks (limits, holds, the tool-call gate, …). */
   features?: readonly GatewayFeature[];
+  /** The tenants' gateway keys, with `tenants` configured: every /v1/* call must carry one. */
+  tenantKeys?: TenantKeys;
 }
 
 /**
@@ -189,6 +193,7 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
     }
     return reply.type(METRICS_CONTENT_TYPE).send(deps.health.metrics());
   });
+  app.register(authenticate(deps.tenantKeys));
   app.register(pipelineRoutes({ ...deps, maxJsonDepth: deps.limits.max_json_depth }));
   for (const feature of deps.features ?? []) app.register(shared(feature));
   app.register(passthrough(deps.upstreams));

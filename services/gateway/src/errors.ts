@@ -30,6 +30,39 @@ export class InvalidRequestError extends GatewayError {
   readonly retryable = false;
 }
 
+/**
+ * With `tenants` configured, a /v1/* call must carry its tenant's gateway key
+ * (X-Holdfast-Key): this one carried none. Nothing was forwarded or recorded. A 401, which
+ * the SDKs raise at once (AuthenticationError) without retrying.
+ */
+export class HoldfastKeyRequiredError extends GatewayError {
+  override readonly name = "HoldfastKeyRequiredError";
+  readonly code = "holdfast_key_required";
+  readonly status = 401;
+  readonly type = "authentication_error";
+  readonly retryable = false;
+  constructor() {
+    super(
+      "This Holdfast gateway serves tenants: send your tenant's Holdfast key in the X-Holdfast-Key header, beside your provider's key. Nothing was sent to the provider.",
+    );
+  }
+}
+
+/** The call's X-Holdfast-Key is no tenant's (`tenants.<tenant>.keys_sha256`). Nothing was forwarded or recorded. */
+export class HoldfastKeyUnknownError extends GatewayError {
+  override readonly name = "HoldfastKeyUnknownError";
+  readonly code = "holdfast_key_unknown";
+  readonly status = 401;
+  readonly type = "authentication_error";
+  readonly retryable = false;
+  constructor() {
+    // The key itself is never echoed: an error message may be logged or shown.
+    super(
+      "The X-Holdfast-Key this call carries is not a key this Holdfast gateway knows. Nothing was sent to the provider.",
+    );
+  }
+}
+
 /** The event log cannot record the call, so it is not forwarded: an unrecorded call is unmetered. */
 export class LogUnavailableError extends GatewayError {
   override readonly name = "LogUnavailableError";

@@ -41,6 +41,7 @@ import { type RateWindowsApi, type Reservation, SharedSlices } from "./predict/s
 import { pricingFeature } from "./pricing/feature.js";
 import { routingFeature } from "./routing/feature.js";
 import { Router, routesFrom } from "./routing/router.js";
+import { TenantKeys } from "./tenants/keys.js";
 import { Upstreams } from "./upstream/upstream.js";
 
 export interface RunningGateway {
@@ -278,6 +279,8 @@ export async function startGateway(
     instanceId: gatewayId,
     newId,
     resolveRun: runResolver(rules, generations, responses),
+    // With tenants configured, a call's tenant is its gateway key's, never a header's.
+    ...(Object.keys(config.tenants).length === 0 ? {} : { tenantKeys: new TenantKeys(config.tenants) }),
     responses,
     admission,
     logConnected: () => bus.connected,

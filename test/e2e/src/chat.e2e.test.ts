@@ -319,15 +319,16 @@ describe("Chat Completions through the gateway with the openai SDK", () => {
       model: "gpt-4o-mini",
       messages: [{ role: "user", content: "Whose call is this?" }],
     });
-    const run = await stack.settled("tenant-call", 1);
-    const events = (await stack.bus.readRun("tenant-call")).events.map((e) => e.envelope);
+    // The tenant's run: its id is scoped by the tenant.
+    const run = await stack.settled("acme/tenant-call", 1);
+    const events = (await stack.bus.readRun("acme/tenant-call")).events.map((e) => e.envelope);
     expect(events.map((e) => e.tenant)).toEqual(events.map(() => "acme"));
     await expect
       .poll(
         async () =>
           (
             await stack.sql<Record<string, string | number>>(
-              "SELECT tenant, input_tokens, output_tokens, toString(cost_usd) AS cost FROM steps WHERE run_id = 'tenant-call'",
+              "SELECT tenant, input_tokens, output_tokens, toString(cost_usd) AS cost FROM steps WHERE run_id = 'acme/tenant-call'",
             )
           ).map((row) => ({
             ...row,

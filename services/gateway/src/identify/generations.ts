@@ -1,5 +1,5 @@
 import type { KV } from "@holdfast/bus";
-import type { RunState } from "@holdfast/events";
+import { type RunState, scopedRunId } from "@holdfast/events";
 
 export interface GenerationsOptions {
   /** The shared pointer store: fingerprint → current generation. */
@@ -17,8 +17,9 @@ export interface Generation {
   generation: number;
 }
 
-export function fingerprintRunId(fingerprint: string, generation: number): string {
-  return `fp-${fingerprint}-${generation}`;
+/** The run of a fingerprint's generation, within its tenant (`<tenant>/fp-…` for a tenant's). */
+export function fingerprintRunId(fingerprint: string, generation: number, tenant = ""): string {
+  return scopedRunId(tenant, `fp-${fingerprint}-${generation}`);
 }
 
 /**
@@ -57,15 +58,19 @@ export class Generations {
     this.stopWatch?.();
   }
 
-  async resolve(fingerprint: string, messageCount: number): Promise<Generation> {
+  /** The run of `fingerprint`'s current generation, or of a new one; `tenant`'s (its fingerprint is its own). */
+  async resolve(fingerprint: string, messageCount: number, tenant = ""): Promise<Generation> {
     let pointer = this.known.get(fingerprint) ?? (await this.read(fingerprint));
     if (pointer.generation > 0) {
-      const runId = fingerprintRunId(fingerprint, pointer.generation);
+      const runId = fingerprintRunId(fingerprint, pointer.generation, tenant);
       const state = await this.options.runState(runId);
       if (!this.startsNewGeneration(state, messageCount)) return { runId, generation: pointer.generation };
     }
     pointer = await this.advance(fingerprint, pointer);
-    return { runId: fingerprintRunId(fingerprint, pointer.generation), generation: pointer.generation };
+    return {
+      runId: fingerprintRunId(fingerprint, pointer.generation, tenant),
+      generation: pointer.generation,
+    };
   }
 
   private startsNewGeneration(state: RunState, messageCount: number): boolean {

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { RunSource, runIdDefect, tagDefect } from "@holdfast/events";
+import { RunSource, runIdDefect, scopedRunId, tagDefect, tenantDefect } from "@holdfast/events";
 import type { RequestView } from "@holdfast/providers";
 import { InvalidRequestError } from "../errors.js";
 import { DuplicateHeaderError, type RequestHeaders, UndecodableHeaderError } from "../http/headers.js";
@@ -17,6 +17,7 @@ export interface IdentifyRules {
 }
 
 export interface ExplicitRun {
+  /** The run's id in the log: the id the call sent, scoped by its tenant (scopedRunId). */
   runId: string;
   source: RunSource;
   /** The header or field that named it; empty for traceparent. */
@@ -27,14 +28,16 @@ const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(
 
 /**
  * The run a call names itself, if it does: `named`, by a header, then a body field;
- * `traced`, by a W3C trace id. Undefined when the call names nothing that way. A named id
- * that cannot be a run id is the client's error, reported with where it came from.
+ * `traced`, by a W3C trace id. Undefined when the call names nothing that way. Either is
+ * the id of `tenant`'s run (scopedRunId): two tenants naming one id name two runs. A named
+ * id that cannot be a run id is the client's error, reported with where it came from.
  */
 export function explicitRun(
   headers: RequestHeaders,
   body: unknown,
   rules: IdentifyRules,
   which: "named" | "traced",
+  tenant: string,
 ): ExplicitRun | undefined {
   if (which === "traced") {
     if (!rules.traceparent) return undefined;
@@ -42,17 +45,29 @@ export function explicitRun(
     const traceId = traceIdOf(optionalHeader(headers, "traceparent"));
     return traceId === undefined
       ? undefined
-      : { runId: traceId, source: RunSource.RUN_SOURCE_TRACEPARENT, key: "" };
+      : {
+          runId: checkRunId(traceId, "header traceparent", tenant),
+          source: RunSource.RUN_SOURCE_TRACEPARENT,
+          key: "",
+        };
   }
   for (const name of rules.headers) {
     const value = headerValue(headers, name);
     if (value !== undefined)
-      return { runId: checkRunId(value, `header ${name}`), source: RunSource.RUN_SOURCE_HEADER, key: name };
+      return {
+        runId: checkRunId(value, `header ${name}`, tenant),
+        source: RunSource.RUN_SOURCE_HEADER,
+        key: name,
+      };
   }
   for (const path of rules.bodyFields) {
     const value = fieldValue(body, path);
     if (value !== undefined)
-      return { runId: checkRunId(value, `body field ${path}`), source: RunSource.RUN_SOURCE_BODY, key: path };
+      return {
+        runId: checkRunId(value, `body field ${path}`, tenant),
+        source: RunSource.RUN_SOURCE_BODY,
+        key: path,
+      };
   }
   return undefined;
 }
@@ -61,7 +76,10 @@ export function explicitRun(
 export function readTenant(headers: RequestHeaders, rules: IdentifyRules): string {
   for (const name of rules.tenantHeaders) {
     const value = headerValue(headers, name);
-    if (value !== undefined) return checkTag(value, `header ${name}`, "tenant");
+    if (value === undefined) continue;
+    const defect = tenantDefect(value);
+    if (defect !== undefined) throw new InvalidRequestError(`The tenant in header ${name} ${defect}.`);
+    return value;
   }
   return "";
 }
@@ -95,7 +113,7 @@ export function traceIdOf(traceparent: string | undefined): string | undefined {
  * What stays constant across one agent's loop: the model, the system prompt and the first
  * message after it. Hex, 16 characters (64 bits).
  */
-export function fingerprintOf(view: RequestView): string {
+export function promptHashOf(view: RequestView): string {
   return createHash("sha256")
     .update(view.model)
     .update("\u0000")
@@ -138,15 +156,41 @@ function fieldValue(body: unknown, path: string): string | undefined {
   return trimmed ? trimmed : undefined;
 }
 
-// The event model's own rules (the ones `assertRunId` enforces), said with where the value came from.
-function checkRunId(value: string, where: string): string {
-  const defect = runIdDefect(value);
-  if (defect !== undefined) throw new InvalidRequestError(`The run id in ${where} ${defect}.`);
-  return value;
+/**
+ * The agent loop a call belongs to, within its tenant: the prompt's hash, and for a tenant's
+ * call that hash with the tenant's name, so two tenants' identical agents are two loops (two
+ * generation counters, two runs). Hex, 16 characters.
+ */
+export function fingerprintIn(tenant: string, promptHash: string): string {
+  if (tenant === "") return promptHash;
+  return createHash("sha256").update(tenant).update("\u0000").update(promptHash).digest("hex").slice(0, 16);
 }
 
-function checkTag(value: string, where: string, what = "tag"): string {
+/**
+ * `value` as `tenant`'s run id, checked by the event model's own rules (the ones
+ * `assertRunId` enforces), said with where the value came from; the prefix scoping adds
+ * counts toward the length.
+ */
+function checkRunId(value: string, where: string, tenant: string): string {
+  const defect = runIdDefect(value);
+  if (defect !== undefined) throw new InvalidRequestError(`The run id in ${where} ${defect}.`);
+  const scoped = scopedRunId(tenant, value);
+  if (scoped === value) return value;
+  const scopedDefect = runIdDefect(scoped);
+  if (scopedDefect !== undefined) {
+    const prefix =
+      tenant === ""
+        ? 'the leading "/" an untenanted run id holding "/" is given'
+        : `its tenant's prefix ${JSON.stringify(`${tenant}/`)}`;
+    throw new InvalidRequestError(
+      `The run id in ${where}, with ${prefix}, ${scopedDefect}: the prefix counts toward the limit.`,
+    );
+  }
+  return scoped;
+}
+
+function checkTag(value: string, where: string): string {
   const defect = tagDefect(value);
-  if (defect !== undefined) throw new InvalidRequestError(`The ${what} in ${where} ${defect}.`);
+  if (defect !== undefined) throw new InvalidRequestError(`The tag in ${where} ${defect}.`);
   return value;
 }

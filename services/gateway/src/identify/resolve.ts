@@ -1,11 +1,19 @@
-import { RunSource } from "@holdfast/events";
+import { isTenantsRun, RunSource } from "@holdfast/events";
 import type { RequestView } from "@holdfast/providers";
 import type { RequestHeaders } from "../http/headers.js";
 import type { Generations } from "./generations.js";
-import { explicitRun, fingerprintOf, type IdentifyRules, readTag, readTenant } from "./identify.js";
+import {
+  explicitRun,
+  fingerprintIn,
+  type IdentifyRules,
+  promptHashOf,
+  readTag,
+  readTenant,
+} from "./identify.js";
 import type { ResponseIndex } from "./responses.js";
 
 export interface ResolvedRun {
+  /** The run's id in the log: scoped by its tenant, whatever named it (scopedRunId). */
   runId: string;
   identity: { source: RunSource; key: string; fingerprint: string; generation: number };
   tag: string;
@@ -14,23 +22,34 @@ export interface ResolvedRun {
   promptHash: string;
 }
 
-export type ResolveRun = (headers: RequestHeaders, body: unknown, view: RequestView) => Promise<ResolvedRun>;
+/**
+ * Which run a call belongs to. `keyTenant` is the tenant of the gateway key the call
+ * carried (with `tenants` configured); undefined, the tenant is what its tenant header says.
+ */
+export type ResolveRun = (
+  headers: RequestHeaders,
+  body: unknown,
+  view: RequestView,
+  keyTenant: string | undefined,
+) => Promise<ResolvedRun>;
 
 /**
  * Which run a call belongs to, first match wins: a header, a body field, the run that
  * produced the response it continues (`previous_response_id`), a W3C trace id, and
- * otherwise a fingerprint of the agent's loop split into generations.
+ * otherwise a fingerprint of the agent's loop split into generations. Every one names a
+ * run of the call's tenant: two tenants never share a run, whatever ids they send.
  */
 export function runResolver(
   rules: IdentifyRules,
   generations: Generations,
   responses: ResponseIndex,
 ): ResolveRun {
-  return async (headers, body, view) => {
+  return async (headers, body, view, keyTenant) => {
     const tag = readTag(headers, body, rules);
-    const tenant = readTenant(headers, rules);
-    const promptHash = fingerprintOf(view);
-    const named = explicitRun(headers, body, rules, "named");
+    // A key's tenant is the call's, whatever a header says.
+    const tenant = keyTenant ?? readTenant(headers, rules);
+    const promptHash = promptHashOf(view);
+    const named = explicitRun(headers, body, rules, "named", tenant);
     if (named)
       return {
         runId: named.runId,
@@ -41,7 +60,8 @@ export function runResolver(
       };
     if (view.previousResponseId !== undefined) {
       const runId = await responses.runOf(view.previousResponseId);
-      if (runId !== undefined) {
+      // Another tenant's response is no run of this call's: as good as unknown.
+      if (runId !== undefined && isTenantsRun(tenant, runId)) {
         return {
           runId,
           tag,
@@ -56,7 +76,7 @@ export function runResolver(
         };
       }
     }
-    const traced = explicitRun(headers, body, rules, "traced");
+    const traced = explicitRun(headers, body, rules, "traced", tenant);
     if (traced)
       return {
         runId: traced.runId,
@@ -65,8 +85,8 @@ export function runResolver(
         promptHash,
         identity: { source: traced.source, key: traced.key, fingerprint: "", generation: 0 },
       };
-    const fingerprint = promptHash;
-    const { runId, generation } = await generations.resolve(fingerprint, view.messageCount);
+    const fingerprint = fingerprintIn(tenant, promptHash);
+    const { runId, generation } = await generations.resolve(fingerprint, view.messageCount, tenant);
     return {
       runId,
       tag,

@@ -130,7 +130,12 @@ export async function handleCall(
   const read = shape.readRequest(body);
   if (!read.ok) throw new InvalidRequestError(read.error.message, { param: read.error.param });
   const view = read.request;
-  const run = await deps.resolveRun(new RequestHeaders(request.raw.rawHeaders), body, view);
+  const run = await deps.resolveRun(
+    new RequestHeaders(request.raw.rawHeaders),
+    body,
+    view,
+    request.keyTenant,
+  );
   // The credentials of this call, kept out of everything recorded about it.
   const secrets = credentialsOf(request.headers);
   const upstream = deps.upstreams.forShape(shape);
@@ -1036,7 +1041,11 @@ function decodeBody(bytes: Buffer, encoding: string | string[] | undefined): str
 // (x-api-key), Azure OpenAI (api-key), Google (x-goog-api-key).
 const KEY_HEADERS = ["x-api-key", "api-key", "x-goog-api-key"] as const;
 
-/** Credentials in this request, so that anything echoing them can be scrubbed. */
+/**
+ * Credentials in this request, so that anything echoing them can be scrubbed: the
+ * provider's key first (what the provider is sent; "" when the call has none), then a
+ * tenant's Holdfast key, which is no provider's key but is never recorded either.
+ */
 function credentialsOf(headers: IncomingHttpHeaders): string[] {
   const found: string[] = [];
   const auth = headers.authorization;
@@ -1045,5 +1054,11 @@ function credentialsOf(headers: IncomingHttpHeaders): string[] {
     const key = headers[name];
     if (typeof key === "string") found.push(key.trim());
   }
-  return found.filter((s) => s.length > 0);
+  const secrets = found.filter((s) => s.length > 0);
+  const holdfastKey = headers["x-holdfast-key"];
+  if (typeof holdfastKey === "string" && holdfastKey.trim() !== "") {
+    if (secrets.length === 0) secrets.push("");
+    secrets.push(holdfastKey.trim());
+  }
+  return secrets;
 }

@@ -30,8 +30,9 @@ export interface Call {
   /** Budget leases this call's reservation was taken from (a budget feature fills it). */
   readonly budgetLeases: string[];
   /**
-   * The call's credentials (its API key, and a route target's own), kept out of everything
-   * recorded about it; the first is the one the provider is sent.
+   * The call's credentials (its API key, a route target's own, a tenant's Holdfast key),
+   * kept out of everything recorded about it; the first is the one the provider is sent
+   * ("" when the call sends none).
    */
   secrets: readonly string[];
   /** Where the call goes: its API shape's upstream, or the route target a routing feature chose. */

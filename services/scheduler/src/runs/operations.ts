@@ -17,8 +17,10 @@ import {
   type RunState,
   runIdDefect,
   type StoredEnvelope,
+  scopedRunId,
   durableSummaryOf as summaryOf,
   tagDefect,
+  tenantDefect,
 } from "@holdfast/events";
 import { jsonDepthExceeds } from "@holdfast/http";
 import { type AgentView, type DurableRun, DurableStatus, type SubmitRunRequest } from "@holdfast/proto";
@@ -98,23 +100,30 @@ export class RunsOperations {
         `timeout_seconds must be between 1 and ${MAX_CEILING_S} (24 h), or 0 for the agent's`,
       );
     }
-    for (const [name, value] of [
-      ["tenant", request.tenant],
-      ["tag", request.tag],
+    for (const [name, value, defectOf] of [
+      ["tenant", request.tenant, tenantDefect],
+      ["tag", request.tag, tagDefect],
     ] as const) {
-      const defect = value === "" ? undefined : tagDefect(value);
+      const defect = value === "" ? undefined : defectOf(value);
       if (defect !== undefined) throw new InvalidArgumentError(`${name} ${defect}`);
     }
     if (request.tag !== "") assertTag(request.tag);
-    const runId =
+    // A tenant's run is `<tenant>/<agent>-…`, as the gateway scopes its model calls' run.
+    const runId = scopedRunId(
+      request.tenant,
       request.idempotencyKey === ""
         ? `${agent}-${this.deps.newId()}`
         : `${agent}-${createHash("sha256")
             .update(`${request.tenant}\u0000${agent}\u0000${request.idempotencyKey}`)
             .digest("hex")
-            .slice(0, 32)}`;
+            .slice(0, 32)}`,
+    );
     if (runId.length > MAX_RUN_ID_LENGTH || runIdDefect(runId) !== undefined) {
-      throw new InvalidArgumentError(`agent name ${JSON.stringify(agent)} is too long to name a run`);
+      throw new InvalidArgumentError(
+        request.tenant === ""
+          ? `agent name ${JSON.stringify(agent)} is too long to name a run`
+          : `agent name ${JSON.stringify(agent)} with tenant ${JSON.stringify(request.tenant)} is too long to name a run (the tenant's prefix counts)`,
+      );
     }
     const caps = {
       ...deployment.caps,
