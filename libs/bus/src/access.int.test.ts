@@ -13,7 +13,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, nkeyAuthenticator } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PRINCIPALS, type Principal, permissionsFor } from "./access.js";
+import { natsAccounts, PRINCIPALS, type Principal } from "./access.js";
 import { type Bus, connectBus } from "./bus.js";
 import { newNatsCredential } from "./credentials.js";
 import { BusConfigurationError } from "./errors.js";
@@ -45,17 +45,22 @@ async function as(principal: Principal): Promise<Bus> {
 
 beforeAll(async () => {
   dir = await makeTempDir("access");
-  const users = [];
+  const keys = {} as Record<Principal, string>;
   for (const principal of PRINCIPALS) {
     const credential = newNatsCredential();
     seeds.set(principal, credential.seed);
-    await writeFile(credentialFile(principal), `${credential.seed}\n`, { mode: 0o600 });
-    users.push({
-      nkey: credential.publicKey,
-      permissions: permissionsFor(principal, { prefix, projectorConsumer }),
-    });
+    keys[principal] = credential.publicKey;
+    await writeFile(
+      credentialFile(principal),
+      `${credential.seed}
+`,
+      { mode: 0o600 },
+    );
   }
-  server = await launchNatsServer({ label: "access", users });
+  server = await launchNatsServer({
+    label: "access",
+    accounts: natsAccounts(keys, { prefix, projectorConsumer }),
+  });
   const admin = await as("admin");
   await admin.provision();
   await admin.provisionBuckets();

@@ -41,7 +41,7 @@ export function inboxPrefix(principal: Principal): string {
   return `_INBOX_${principal}`;
 }
 
-const AUTHORING: Partial<Record<Principal, Author>> = {
+const AUTHORING: Readonly<Partial<Record<Principal, Author>>> = {
   gateway: "gateway",
   control: "control",
   scheduler: "scheduler",
@@ -76,11 +76,7 @@ export function permissionsFor(principal: Principal, options: AccessOptions): Su
 
   const author = AUTHORING[principal];
   if (author !== undefined) {
-    for (const type of typesAuthoredBy(author)) {
-      if (type === "RateLimitObserved") publish.push(`${prefix}.key.*.${type}`);
-      else if (type === "AgentDeployed") publish.push(`${prefix}.agent.*.${type}`);
-      else publish.push(`${prefix}.run.*.${type}`);
-    }
+    for (const type of typesAuthoredBy(author)) publish.push(eventSubject(prefix, type));
   }
   for (const bucket of BUCKETS_OF[principal]) {
     const name = bucketName(prefix, bucket);
@@ -133,4 +129,98 @@ export function bucketName(prefix: string, bucket: BucketName): string {
 /** Every bucket's name under a prefix. */
 export function bucketNames(prefix: string): string[] {
   return BUCKET_NAMES.map((bucket) => bucketName(prefix, bucket));
+}
+
+/** An account of nats-server, as `natsAccounts` lays them out (natsd renders it). */
+export interface AccountSpec {
+  name: string;
+  jetstream?: boolean;
+  users: { nkey: string; permissions?: SubjectPermissions }[];
+  exports?: {
+    service?: string;
+    stream?: string;
+    accounts?: string[];
+    responseType?: "singleton" | "stream";
+  }[];
+  imports?: (
+    | { service: { account: string; subject: string } }
+    | { stream: { account: string; subject: string } }
+  )[];
+}
+
+/** The account a principal's users are in: the log's own for the admin, one of its own for every other. */
+export function accountOf(principal: Principal, prefix: string): string {
+  const log = prefix.toUpperCase();
+  return principal === "admin" ? log : `${log}_${principal.toUpperCase()}`;
+}
+
+/**
+ * The accounts Holdfast's NATS runs with: the log's account holds JetStream (the event
+ * stream, the buckets) and the admin; every other principal has an account of its own,
+ * which imports only what that principal uses: the JetStream API (its permissions say
+ * which calls), the event types it authors and the buckets it keeps (each a service the
+ * log's account answers), and the messages meant for it (its inbox, the stored events it
+ * tails). A principal's permissions never look at a reply subject, so a request it makes
+ * could ask for the answer on any subject; in an account of its own the answer stays there,
+ * where only what the account imports reaches the log.
+ */
+export function natsAccounts(
+  publicKeys: Readonly<Record<Principal, string>>,
+  options: AccessOptions,
+): AccountSpec[] {
+  const { prefix } = options;
+  const log = accountOf("admin", prefix);
+  const services = PRINCIPALS.filter((p) => p !== "admin");
+  const accountsOf = (principals: readonly Principal[]) => principals.map((p) => accountOf(p, prefix));
+  const shared: { subject: string; kind: "service" | "stream"; for: Principal[]; responseType?: "stream" }[] =
+    [
+      { subject: "$JS.API.>", kind: "service", for: services, responseType: "stream" },
+      { subject: "$JS.FC.>", kind: "service", for: services },
+      { subject: "$JS.ACK.>", kind: "service", for: ["projector"] },
+      { subject: `${prefix}.stored.run.>`, kind: "stream", for: [...TAILS] },
+      ...services.map((p) => ({ subject: `${inboxPrefix(p)}.>`, kind: "stream" as const, for: [p] })),
+    ];
+  for (const [principal, author] of Object.entries(AUTHORING) as [Principal, Author][]) {
+    for (const type of typesAuthoredBy(author)) {
+      shared.push({ subject: eventSubject(prefix, type), kind: "service", for: [principal] });
+    }
+  }
+  for (const bucket of BUCKET_NAMES) {
+    shared.push({
+      subject: `$KV.${bucketName(prefix, bucket)}.>`,
+      kind: "service",
+      for: [BUCKETS[bucket].writer],
+    });
+  }
+  const logAccount: AccountSpec = {
+    name: log,
+    jetstream: true,
+    users: [{ nkey: publicKeys.admin, permissions: permissionsFor("admin", options) }],
+    exports: shared.map((s) => ({
+      [s.kind]: s.subject,
+      accounts: accountsOf(s.for),
+      ...(s.responseType === undefined ? {} : { responseType: s.responseType }),
+    })),
+  };
+  return [
+    logAccount,
+    ...services.map((principal) => ({
+      name: accountOf(principal, prefix),
+      users: [{ nkey: publicKeys[principal], permissions: permissionsFor(principal, options) }],
+      imports: shared
+        .filter((s) => s.for.includes(principal))
+        .map((s) =>
+          s.kind === "service"
+            ? { service: { account: log, subject: s.subject } }
+            : { stream: { account: log, subject: s.subject } },
+        ),
+    })),
+  ];
+}
+
+/** The subjects an event type is appended on, across its runs (or keys, or agents). */
+function eventSubject(prefix: string, type: string): string {
+  if (type === "RateLimitObserved") return `${prefix}.key.*.${type}`;
+  if (type === "AgentDeployed") return `${prefix}.agent.*.${type}`;
+  return `${prefix}.run.*.${type}`;
 }

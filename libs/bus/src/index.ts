@@ -2,9 +2,12 @@ export type { Consumer, ConsumerMessages, JsMsg } from "@nats-io/jetstream";
 export type { KV, KvEntry, KvWatchEntry } from "@nats-io/kv";
 export {
   type AccessOptions,
+  type AccountSpec,
+  accountOf,
   bucketName,
   bucketNames,
   inboxPrefix,
+  natsAccounts,
   PRINCIPALS,
   type Principal,
   permissionsFor,

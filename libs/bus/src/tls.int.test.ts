@@ -9,7 +9,7 @@ import {
   uniqueNamespace,
 } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PRINCIPALS, permissionsFor } from "./access.js";
+import { natsAccounts, PRINCIPALS, type Principal } from "./access.js";
 import { type BusOptions, connectBus } from "./bus.js";
 import { newNatsCredential } from "./credentials.js";
 import { BusConfigurationError, BusUnavailableError } from "./errors.js";
@@ -26,18 +26,20 @@ const credential = (principal: string) => join(dir.path, `${principal}.nk`);
 beforeAll(async () => {
   dir = await makeTempDir("tls");
   certs = await makeCertificates(dir.path);
-  const users = [];
+  const keys = {} as Record<Principal, string>;
   for (const principal of PRINCIPALS) {
     const made = newNatsCredential();
-    await writeFile(credential(principal), `${made.seed}\n`, { mode: 0o600 });
-    users.push({
-      nkey: made.publicKey,
-      permissions: permissionsFor(principal, { prefix, projectorConsumer: "projector" }),
-    });
+    keys[principal] = made.publicKey;
+    await writeFile(
+      credential(principal),
+      `${made.seed}
+`,
+      { mode: 0o600 },
+    );
   }
   server = await launchNatsServer({
     label: "tls",
-    users,
+    accounts: natsAccounts(keys, { prefix, projectorConsumer: "projector" }),
     tls: { certFile: certs.serverCertFile, keyFile: certs.serverKeyFile, caFile: certs.caFile },
   });
 });

@@ -1,8 +1,15 @@
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { newNatsCredential, PRINCIPALS, type Principal, permissionsFor, publicKeyOf } from "@holdfast/bus";
-import { type NatsUser, renderAuthorization } from "@holdfast/natsd";
+import {
+  type AccountSpec,
+  natsAccounts,
+  newNatsCredential,
+  PRINCIPALS,
+  type Principal,
+  publicKeyOf,
+} from "@holdfast/bus";
+import { renderAccounts } from "@holdfast/natsd";
 import { CliError } from "./errors.js";
 
 /**
@@ -103,26 +110,28 @@ export function readCredentials(dataDir: string): LocalCredentials | undefined {
   }
 }
 
-/** nats-server's users for these credentials: every principal, with its permissions. */
-export function natsUsers(
+/** nats-server's accounts for these credentials: every principal's, with its permissions. */
+export function natsAccountsOf(
   credentials: LocalCredentials,
   options: { prefix: string; projectorConsumer: string },
-): NatsUser[] {
-  return PRINCIPALS.map((principal) => ({
-    nkey: credentials.nats[principal].publicKey,
-    permissions: permissionsFor(principal, options),
-  }));
+): AccountSpec[] {
+  const keys = Object.fromEntries(PRINCIPALS.map((p) => [p, credentials.nats[p].publicKey])) as Record<
+    Principal,
+    string
+  >;
+  return natsAccounts(keys, options);
 }
 
 /**
- * The `authorization` block for a nats-server of your own (include it in its config): the
- * users of these credentials with their permissions. Public keys only: no secret.
+ * The `accounts` block for a nats-server of your own (include it in its config): every
+ * principal's account and user, with its permissions, exports and imports. Public keys only:
+ * no secret.
  */
 export function natsAuthorization(
   credentials: LocalCredentials,
   options: { prefix: string; projectorConsumer: string },
 ): string {
-  return `${renderAuthorization(natsUsers(credentials, options))}\n`;
+  return `${renderAccounts(natsAccountsOf(credentials, options))}\n`;
 }
 
 function writeSecret(path: string, secret: string): void {

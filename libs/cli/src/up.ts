@@ -1,9 +1,10 @@
-import { chmodSync, mkdirSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync } from "node:fs";
+import { rename } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { connectBus, type Principal } from "@holdfast/bus";
+import { accountOf, connectBus, type Principal } from "@holdfast/bus";
 import { type Config, loadConfig, natsConnection } from "@holdfast/config";
 import {
   ensureNatsServer,
@@ -12,7 +13,7 @@ import {
   startNatsServer,
 } from "@holdfast/natsd";
 import { configFileOf } from "./common.js";
-import { ensureCredentials, type LocalCredentials, natsUsers } from "./credentials.js";
+import { ensureCredentials, type LocalCredentials, natsAccountsOf } from "./credentials.js";
 import { runDemo } from "./demo.js";
 import { CliError } from "./errors.js";
 import { holdfastCommand } from "./invocation.js";
@@ -155,13 +156,15 @@ export async function up(argv: string[]): Promise<void> {
           logFile: join(logsDir, "nats-server.log"),
           syncInterval: config.nats.sync_interval,
           gomaxprocs: config.nats.gomaxprocs ?? embeddedGomaxprocs(),
-          // Every client must be one of the stack's principals, allowed only its own work.
-          users: natsUsers(credentials, natsAccess),
+          // Every client must be one of the stack's principals, in an account of its own and
+          // allowed only its own work.
+          accounts: natsAccountsOf(credentials, natsAccess),
           // A nats-server left running by an `up` that was killed (kill -9, no setpriv to
           // take it down too) is stopped, so this one is the only server on the store.
           takeOverOrphan: true,
           // Stopped by this process after the services, not by the terminal's Ctrl-C before them.
           ownProcessGroup: true,
+          prepareStore: (storeDir) => moveLogIntoItsAccount(storeDir, accountOf("admin", config.nats.prefix)),
           log: (line) => console.error(line),
         });
       // Like the services, a nats-server that dies is started again, on the same port and
@@ -437,4 +440,20 @@ function withoutSecrets(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 /** "gateway.port" → HOLDFAST_GATEWAY__PORT. */
 function envName(key: string): string {
   return `HOLDFAST_${key.toUpperCase().replace(".", "__")}`;
+}
+
+/**
+ * Before accounts, the stream lived in nats-server's default account ($G); JetStream keeps
+ * each account's streams in a directory named after it. A store laid out that way is moved
+ * into the log's account, once, with the server not running, so a stack upgraded in place
+ * finds every event it recorded.
+ */
+async function moveLogIntoItsAccount(storeDir: string, account: string): Promise<void> {
+  const jetstreamDir = join(storeDir, "jetstream");
+  const legacy = join(jetstreamDir, "$G");
+  const current = join(jetstreamDir, account);
+  if (existsSync(legacy) && !existsSync(current)) {
+    await rename(legacy, current);
+    console.error(`Moved the event log into the NATS account ${account} (${current}).`);
+  }
 }

@@ -45,11 +45,13 @@ export {
 } from "./install.js";
 export { supportsParentDeathSignal } from "./parent-death.js";
 export {
+  type NatsAccount,
   type NatsClusterOptions,
   type NatsServerTls,
   type NatsUser,
   parsePortsFile,
   type RunningNatsServer,
+  renderAccounts,
   renderAuthorization,
   type StartNatsServerOptions,
   startNatsServer,

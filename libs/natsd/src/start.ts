@@ -38,6 +38,13 @@ export interface StartNatsServerOptions {
    * server asks clients for no credential (a test's private server; never `holdfast up`'s).
    */
   readonly users?: readonly NatsUser[];
+  /**
+   * Accounts, each with its users and what it exports and imports: what a process may
+   * reach is then bounded by its account as well as by its permissions (a reply, which
+   * permissions never look at, stays in the account of whoever asked for it). Exclusive
+   * with `users`.
+   */
+  readonly accounts?: readonly NatsAccount[];
   /** TLS on the client port: clients must speak TLS (and, with `caFile`, show a certificate it signed). */
   readonly tls?: NatsServerTls;
   /** Passed through as-is, after the options above. */
@@ -63,6 +70,11 @@ export interface StartNatsServerOptions {
   /** Told when an orphaned server is stopped to take over its store. */
   readonly log?: (line: string) => void;
   /**
+   * Called with the store's canonical path once its lock is held (no other server uses it)
+   * and before this server opens it: for moving what an earlier layout left in place.
+   */
+  readonly prepareStore?: (storeDir: string) => Promise<void>;
+  /**
    * Start the server in a process group of its own, so that a Ctrl-C in the starter's
    * terminal reaches the starter alone, which stops the server when it is ready to.
    */
@@ -77,6 +89,27 @@ export interface NatsUser {
     readonly publish?: { readonly allow?: readonly string[]; readonly deny?: readonly string[] };
     readonly subscribe?: { readonly allow?: readonly string[]; readonly deny?: readonly string[] };
   };
+}
+
+/** An account of the server: its users, and the subjects it shares with other accounts. */
+export interface NatsAccount {
+  readonly name: string;
+  /** JetStream's streams live in this account. */
+  readonly jetstream?: boolean;
+  readonly users: readonly NatsUser[];
+  /** Subjects other accounts may use: a service (requests into this account, answered back) or a stream (messages out of it). */
+  readonly exports?: readonly {
+    readonly service?: string;
+    readonly stream?: string;
+    /** The accounts allowed to import it; unset, any. */
+    readonly accounts?: readonly string[];
+    /** A service's answers: one ("singleton", the default), or several (a pull, a batch). */
+    readonly responseType?: "singleton" | "stream";
+  }[];
+  readonly imports?: readonly {
+    readonly service?: { readonly account: string; readonly subject: string };
+    readonly stream?: { readonly account: string; readonly subject: string };
+  }[];
 }
 
 /** A certificate and key the server presents, and a CA whose certificates it requires of peers. */
@@ -148,6 +181,7 @@ export async function startNatsServer(options: StartNatsServerOptions): Promise<
     log: options.log,
   });
   try {
+    await options.prepareStore?.(storeDir);
     return await spawnNatsServer(options, storeDir, lock);
   } catch (error) {
     lock.release();
@@ -329,7 +363,11 @@ function configFile(options: StartNatsServerOptions, host: string): string | und
       `}`,
     );
   }
+  if (options.users !== undefined && options.accounts !== undefined) {
+    throw new TypeError("startNatsServer: users and accounts are exclusive");
+  }
   if (options.users !== undefined) lines.push(renderAuthorization(options.users));
+  if (options.accounts !== undefined) lines.push(renderAccounts(options.accounts));
   return lines.length === 0 ? undefined : `${lines.join("\n")}\n`;
 }
 
@@ -351,17 +389,57 @@ function tlsBlock(tls: NatsServerTls, indent: string): string[] {
  * no secret. (Strings are JSON-quoted, so a subject's `$` is never read as a variable.)
  */
 export function renderAuthorization(users: readonly NatsUser[]): string {
-  const list = (values: readonly string[] | undefined) => JSON.stringify(values ?? []);
-  const entries = users.map((user) => {
-    const p = user.permissions;
-    const permissions =
-      p === undefined
-        ? ""
-        : `, permissions: { publish: { allow: ${list(p.publish?.allow)}, deny: ${list(p.publish?.deny)} }, ` +
-          `subscribe: { allow: ${list(p.subscribe?.allow)}, deny: ${list(p.subscribe?.deny)} } }`;
-    return `    { nkey: ${JSON.stringify(user.nkey)}${permissions} }`;
+  return ["authorization {", "  users: [", renderUsers(users, "    "), "  ]", "}"].join("\n");
+}
+
+/**
+ * nats-server's `accounts` block: each account's users (nkeys and permissions), exports and
+ * imports. Public keys and subjects only, no secret; strings JSON-quoted.
+ */
+export function renderAccounts(accounts: readonly NatsAccount[]): string {
+  const q = JSON.stringify;
+  const blocks = accounts.map((account) => {
+    const lines = [`  ${q(account.name)}: {`];
+    if (account.jetstream === true) lines.push("    jetstream: enabled");
+    lines.push("    users: [", renderUsers(account.users, "      "), "    ]");
+    if (account.exports !== undefined && account.exports.length > 0) {
+      lines.push("    exports: [");
+      for (const e of account.exports) {
+        const what = e.service !== undefined ? `service: ${q(e.service)}` : `stream: ${q(e.stream)}`;
+        const response = e.responseType === undefined ? "" : `, response_type: ${e.responseType}`;
+        const to = e.accounts === undefined ? "" : `, accounts: ${q(e.accounts)}`;
+        lines.push(`      { ${what}${response}${to} }`);
+      }
+      lines.push("    ]");
+    }
+    if (account.imports !== undefined && account.imports.length > 0) {
+      lines.push("    imports: [");
+      for (const i of account.imports) {
+        const from = i.service ?? i.stream;
+        const kind = i.service !== undefined ? "service" : "stream";
+        lines.push(`      { ${kind}: { account: ${q(from?.account)}, subject: ${q(from?.subject)} } }`);
+      }
+      lines.push("    ]");
+    }
+    lines.push("  }");
+    return lines.join("\n");
   });
-  return ["authorization {", "  users: [", entries.join(",\n"), "  ]", "}"].join("\n");
+  return ["accounts {", ...blocks, "}"].join("\n");
+}
+
+function renderUsers(users: readonly NatsUser[], indent: string): string {
+  const list = (values: readonly string[] | undefined) => JSON.stringify(values ?? []);
+  return users
+    .map((user) => {
+      const p = user.permissions;
+      const permissions =
+        p === undefined
+          ? ""
+          : `, permissions: { publish: { allow: ${list(p.publish?.allow)}, deny: ${list(p.publish?.deny)} }, ` +
+            `subscribe: { allow: ${list(p.subscribe?.allow)}, deny: ${list(p.subscribe?.deny)} } }`;
+      return `${indent}{ nkey: ${JSON.stringify(user.nkey)}${permissions} }`;
+    })
+    .join(",\n");
 }
 
 class TimedOut extends Error {

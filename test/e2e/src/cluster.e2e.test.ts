@@ -47,7 +47,7 @@ beforeAll(async () => {
   const certs = await makeCertificates(dir.path);
   cluster = await startCluster({
     nodes: 3,
-    users: credentials.users,
+    accounts: credentials.accounts,
     routes: {
       user: "holdfast-route",
       password: randomBytes(24).toString("base64url"),

@@ -2,32 +2,32 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   type AccessOptions,
+  type AccountSpec,
   type Bus,
   connectBus,
+  natsAccounts,
   newNatsCredential,
   PRINCIPALS,
   type Principal,
-  permissionsFor,
 } from "@holdfast/bus";
-import type { NatsUser } from "@holdfast/natsd";
 
-/** A credential per principal, in files as `holdfast up` writes them, and the server's users for them. */
+/** A credential per principal, in files as `holdfast up` writes them, and the server's accounts for them. */
 export interface TestCredentials {
   readonly files: Readonly<Record<Principal, string>>;
-  readonly users: readonly NatsUser[];
+  readonly accounts: readonly AccountSpec[];
 }
 
-/** Makes a credential for every principal under `dir`, with the permissions of this prefix. */
+/** Makes a credential for every principal under `dir`, with the accounts and permissions of this prefix. */
 export async function makeCredentials(dir: string, access: AccessOptions): Promise<TestCredentials> {
   const files = {} as Record<Principal, string>;
-  const users: NatsUser[] = [];
+  const keys = {} as Record<Principal, string>;
   for (const principal of PRINCIPALS) {
     const credential = newNatsCredential();
     files[principal] = join(dir, `nats-${principal}.nk`);
+    keys[principal] = credential.publicKey;
     await writeFile(files[principal], `${credential.seed}\n`, { mode: 0o600 });
-    users.push({ nkey: credential.publicKey, permissions: permissionsFor(principal, access) });
   }
-  return { files, users };
+  return { files, accounts: natsAccounts(keys, access) };
 }
 
 /** A connection to the log as one principal, with its credential. */

@@ -73,7 +73,7 @@ export async function startStack(
       prefix,
       projectorConsumer: options.config?.projector?.consumer ?? "projector",
     });
-    server = await launchNatsServer({ label: "stack", users: credentials.users });
+    server = await launchNatsServer({ label: "stack", accounts: credentials.accounts });
   }
   const nats = options.nats ?? { url: server!.url };
   const provider = await startFakeProvider(options.provider ?? {});

@@ -3,9 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   describeSearch,
+  type NatsAccount,
   NatsServerNotFoundError,
   type NatsServerTls,
-  type NatsUser,
   type RunningNatsServer,
   searchNatsServer,
   startNatsServer,
@@ -23,8 +23,8 @@ export interface StartClusterOptions {
   readonly dir?: string;
   /** Bounds the wait for a meta leader with every server current, at start and after a restart. */
   readonly readyTimeoutMs?: number;
-  /** The users each server admits (with their permissions); unset, clients present nothing. */
-  readonly users?: readonly NatsUser[];
+  /** The accounts (and their users) each server admits; unset, clients present nothing. */
+  readonly accounts?: readonly NatsAccount[];
   /**
    * What the routes between the servers present to each other (a user and password), and
    * TLS on them (each server verifying the other's certificate when `caFile` is set).
@@ -142,7 +142,7 @@ export async function startCluster(options: StartClusterOptions = {}): Promise<N
             serverName: spec.name,
             monitor: true,
             cluster: { name: CLUSTER_NAME, port: spec.routePort, routes, ...options.routes },
-            ...(options.users === undefined ? {} : { users: options.users }),
+            ...(options.accounts === undefined ? {} : { accounts: options.accounts }),
           });
         },
       }),
