@@ -1,0 +1,94 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { once } from "node:events";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { makeTempDir, waitFor } from "@holdfast/test-harness";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+// What a real `holdfast up` leaves where a process other than its own services could find
+// it. SECURITY.md: "Each service is given its own NATS credential's path and only the
+// tokens it uses, in its environment". An attack run found that `up` gives the control
+// token (an operator's: hold, resume, stop, approve, deny) to the gateway and the
+// projector, which never change a run: the gateway only checks a token for its health
+// details, which the read token suffices for. Whoever takes over a gateway (the process
+// that parses every agent's and every provider's bytes) is an operator, and the table's
+// "a gateway may not append an operator's hold, resume or stop" does not hold.
+
+const BIN = fileURLToPath(new URL("../../../../libs/cli/dist/bin.js", import.meta.url));
+
+let dir: Awaited<ReturnType<typeof makeTempDir>>;
+let up: ChildProcess | undefined;
+let output = "";
+
+function cleanEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const key of Object.keys(env))
+    if (key.startsWith("HOLDFAST_") && key !== "HOLDFAST_NATS_SERVER") delete env[key];
+  return env;
+}
+
+beforeAll(async () => {
+  dir = await makeTempDir("hostile-up-secrets");
+  up = spawn(process.execPath, [BIN, "up", "--demo", "--data-dir", dir.path, "--port", "0"], {
+    env: {
+      ...cleanEnv(),
+      HOLDFAST_CONTROL__PORT: "0",
+      HOLDFAST_CONTROL__GRPC_PORT: "0",
+      HOLDFAST_SCHEDULER__PORT: "0",
+      HOLDFAST_SCHEDULER__GRPC_PORT: "0",
+    },
+    detached: true,
+  });
+  up.stdout?.on("data", (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  up.stderr?.on("data", (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  await waitFor(() => output.includes("Demo:") || up?.exitCode !== null, {
+    timeoutMs: 90_000,
+    message: "holdfast up did not come up",
+  });
+  expect(up.exitCode, output).toBeNull();
+}, 120_000);
+
+afterAll(async () => {
+  if (up !== undefined && up.exitCode === null) {
+    const exited = once(up, "exit");
+    process.kill(-up.pid!, "SIGINT");
+    await exited;
+  }
+  await dir?.[Symbol.asyncDispose]();
+});
+
+/** The environment of this stack's process running `entry` (services/<name>/dist/main.js), as /proc shows it. */
+function environmentOf(entry: string): Map<string, string> {
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      if (!cmdline.includes(entry)) continue;
+      const env = new Map(
+        readFileSync(`/proc/${pid}/environ`, "utf8")
+          .split("\0")
+          .filter((line) => line.includes("="))
+          .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)] as const),
+      );
+      if (env.get("HOLDFAST_DATA_DIR") === dir.path) return env;
+    } catch {
+      // A process that ended meanwhile, or one of another user's.
+    }
+  }
+  throw new Error(`no process of this stack runs ${entry}`);
+}
+
+describe("holdfast up's services", () => {
+  it("give no service the operator's control token unless it serves operators' changes", () => {
+    const control = readFileSync(join(dir.path, "credentials", "control.token"), "utf8").trim();
+    for (const service of ["gateway", "projector", "budget"]) {
+      const env = environmentOf(`services/${service}/dist/main.js`);
+      const holding = [...env].filter(([, value]) => value.includes(control)).map(([key]) => key);
+      expect(holding, `the ${service}'s environment`).toEqual([]);
+    }
+  });
+});
