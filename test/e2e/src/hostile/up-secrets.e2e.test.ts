@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import { readdirSync, readFileSync } from "node:fs";
+import { chmodSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { makeTempDir, waitFor } from "@holdfast/test-harness";
@@ -14,10 +14,19 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // details, which the read token suffices for. Whoever takes over a gateway (the process
 // that parses every agent's and every provider's bytes) is an operator, and the table's
 // "a gateway may not append an operator's hold, resume or stop" does not hold.
+//
+// It also found that the projection is readable by every user of the host: `up` makes
+// <data_dir>/clickhouse and <data_dir>/logs with the process's umask (directories 755,
+// files 644), so any local user (the agents SECURITY.md tells you to run as another user)
+// copies the ClickHouse parts (every event's payload as JSON, run ids, tool names, what
+// was quarantined, byte for byte) and the services' logs, where the analytics API asks
+// for the read token. The log itself (nats/jetstream) is 700.
 
 const BIN = fileURLToPath(new URL("../../../../libs/cli/dist/bin.js", import.meta.url));
 
 let dir: Awaited<ReturnType<typeof makeTempDir>>;
+/** The data dir, made by `up` itself in a directory others may search, as a home directory often is. */
+let dataDir: string;
 let up: ChildProcess | undefined;
 let output = "";
 
@@ -30,7 +39,9 @@ function cleanEnv(): NodeJS.ProcessEnv {
 
 beforeAll(async () => {
   dir = await makeTempDir("hostile-up-secrets");
-  up = spawn(process.execPath, [BIN, "up", "--demo", "--data-dir", dir.path, "--port", "0"], {
+  chmodSync(dir.path, 0o755);
+  dataDir = join(dir.path, ".holdfast");
+  up = spawn(process.execPath, [BIN, "up", "--demo", "--data-dir", dataDir, "--port", "0"], {
     env: {
       ...cleanEnv(),
       HOLDFAST_CONTROL__PORT: "0",
@@ -74,7 +85,7 @@ function environmentOf(entry: string): Map<string, string> {
           .filter((line) => line.includes("="))
           .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)] as const),
       );
-      if (env.get("HOLDFAST_DATA_DIR") === dir.path) return env;
+      if (env.get("HOLDFAST_DATA_DIR") === dataDir) return env;
     } catch {
       // A process that ended meanwhile, or one of another user's.
     }
@@ -82,13 +93,33 @@ function environmentOf(entry: string): Map<string, string> {
   throw new Error(`no process of this stack runs ${entry}`);
 }
 
+/** Files under `root` that a user other than the owner (and not in its group) can read: o+x on every directory down, o+r on the file. */
+function readableByOthers(root: string): string[] {
+  const found: string[] = [];
+  const walk = (path: string) => {
+    const mode = statSync(path).mode;
+    if ((mode & 0o170000) === 0o040000) {
+      if ((mode & 0o001) === 0) return;
+      for (const name of readdirSync(path)) walk(join(path, name));
+    } else if ((mode & 0o004) !== 0) found.push(path.slice(dataDir.length + 1));
+  };
+  walk(root);
+  return found;
+}
+
 describe("holdfast up's services", () => {
   it("give no service the operator's control token unless it serves operators' changes", () => {
-    const control = readFileSync(join(dir.path, "credentials", "control.token"), "utf8").trim();
+    const control = readFileSync(join(dataDir, "credentials", "control.token"), "utf8").trim();
     for (const service of ["gateway", "projector", "budget"]) {
       const env = environmentOf(`services/${service}/dist/main.js`);
       const holding = [...env].filter(([, value]) => value.includes(control)).map(([key]) => key);
       expect(holding, `the ${service}'s environment`).toEqual([]);
     }
+  });
+
+  it("keep what they record from the host's other users: no file of the projection or the logs is readable by them", () => {
+    expect(readableByOthers(join(dataDir, "credentials"))).toEqual([]);
+    expect(readableByOthers(join(dataDir, "clickhouse")).slice(0, 5)).toEqual([]);
+    expect(readableByOthers(join(dataDir, "logs"))).toEqual([]);
   });
 });
