@@ -7,6 +7,9 @@ export {
   type ControlAccessConfig,
   type GuardedListener,
   isLoopback,
+  isTokenDigest,
   listenerProblem,
+  presentedToken,
   ServiceToken,
+  tokenDigest,
 } from "./tokens.js";

@@ -42,8 +42,8 @@ export class AccessPolicy {
     /** How errors name the API, and what its read-only token may do there. */
     private readonly api: { name: string; readOnly: string },
   ) {
-    this.control = config.token === undefined ? undefined : digest(config.token);
-    this.read = config.read_token === undefined ? undefined : digest(config.read_token);
+    this.control = config.token === undefined ? undefined : verifierOf(config.token);
+    this.read = config.read_token === undefined ? undefined : verifierOf(config.read_token);
     this.open = {
       kind: ActorKind.ACTOR_KIND_OPERATOR,
       name: isLoopback(config.host) ? "loopback, no token" : "no token (control.insecure)",
@@ -115,7 +115,11 @@ export function bindingProblem(
   config: ControlAccessConfig,
   listener: GuardedListener = CONTROL_API,
 ): string | undefined {
-  if (config.token !== undefined && config.token === config.read_token) {
+  if (
+    config.token !== undefined &&
+    config.read_token !== undefined &&
+    verifierOf(config.token).equals(verifierOf(config.read_token))
+  ) {
     return "control.read_token is the same as control.token: a read-only token must differ from the one that may change runs";
   }
   return listenerProblem({
@@ -169,6 +173,40 @@ function digest(token: string): Buffer {
   return createHash("sha256").update(token, "utf8").digest();
 }
 
+const DIGEST = /^sha256:([0-9a-f]{64})$/i;
+
+/**
+ * A token as a service that only checks it is given it: `sha256:` and the hex SHA-256 of
+ * the token. A service holding the digest accepts the token and cannot present it, so
+ * taking the process over yields no credential to call anything else with.
+ */
+export function tokenDigest(token: string): string {
+  return `sha256:${digest(token).toString("hex")}`;
+}
+
+/** Whether a configured token is a digest (`sha256:<hex>`), which can be checked but never presented. */
+export function isTokenDigest(value: string): boolean {
+  return DIGEST.test(value);
+}
+
+/** What a presented token's digest is compared with: the digest given, or the token's. */
+function verifierOf(value: string): Buffer {
+  const hex = DIGEST.exec(value)?.[1];
+  return hex === undefined ? digest(value) : Buffer.from(hex, "hex");
+}
+
+/**
+ * The token itself, for a service that presents it to another (the control service's read
+ * token to the projector, a gateway's budget token): a digest there is a configuration
+ * mistake named by `setting`, reported at start rather than as 401s from the other service.
+ */
+export function presentedToken(value: string | undefined, setting: string, use: string): string | undefined {
+  if (value === undefined || !isTokenDigest(value)) return value;
+  throw new Error(
+    `${setting} is a digest (sha256:…), which can only check a token: this service ${use} and needs the token itself`,
+  );
+}
+
 /**
  * The one bearer token every caller of an internal service presents (gateways calling the
  * budget service, say): the service's own credential, not an operator's. Without one set,
@@ -182,7 +220,7 @@ export class ServiceToken {
     /** How errors name the API and the setting that holds its token ("the budget service", "budget.token"). */
     private readonly what: { api: string; setting: string },
   ) {
-    this.expected = token === undefined ? undefined : digest(token);
+    this.expected = token === undefined ? undefined : verifierOf(token);
   }
 
   get required(): boolean {

@@ -72,7 +72,9 @@ export async function up(argv: string[]): Promise<void> {
     );
   }
   // The data dir holds the log's files, the projection's and the credentials: its owner's
-  // alone, so no other user of the machine reads the events off the disk, around NATS.
+  // alone, so no other user of the machine reads the events off the disk, around NATS. What
+  // the stack writes in it is too (the umask the services inherit), should the dir be opened up.
+  process.umask(0o077);
   mkdirSync(config.data_dir, { recursive: true, mode: 0o700 });
   chmodSync(config.data_dir, 0o700);
   const logsDir = join(config.data_dir, "logs");
@@ -108,16 +110,22 @@ export async function up(argv: string[]): Promise<void> {
   // Refused here, before anything starts, with the control service's own words. (Loaded
   // here, not at the top: the other commands need none of the service's dependencies.)
   const { bindingProblem } = await import("@holdfast/control");
-  const { ANALYTICS_API } = await import("@holdfast/access");
+  const { ANALYTICS_API, isTokenDigest, tokenDigest } = await import("@holdfast/access");
+  const checkOnly = (token: string) => (isTokenDigest(token) ? token : tokenDigest(token));
   const access = { ...config.control, token: tokens.control, read_token: tokens.read };
   const unsafe = bindingProblem(access);
   if (unsafe !== undefined) throw new CliError(`The control API will not start: ${unsafe}`, 2);
   const unsafeAnalytics = bindingProblem({ ...access, host: config.projector.host }, ANALYTICS_API);
   if (unsafeAnalytics !== undefined)
     throw new CliError(`The projector will not start: ${unsafeAnalytics}`, 2);
-  const operatorTokens = {
-    HOLDFAST_CONTROL__TOKEN: tokens.control,
-    HOLDFAST_CONTROL__READ_TOKEN: tokens.read,
+  // A service that only checks a token is given its digest (sha256:…), which it can check
+  // and never present: taking over the gateway (which parses every agent's and provider's
+  // bytes), the projector or the scheduler yields no operator's token. Only the control
+  // service holds a token to present (the read token, to the projector); the gateway holds
+  // the budget token it presents to the budget service.
+  const checksOperators = {
+    HOLDFAST_CONTROL__TOKEN: checkOnly(tokens.control),
+    HOLDFAST_CONTROL__READ_TOKEN: checkOnly(tokens.read),
   };
 
   try {
@@ -227,7 +235,7 @@ export async function up(argv: string[]): Promise<void> {
       "projector",
       {
         ...natsEnv("projector", natsUrl),
-        ...operatorTokens,
+        ...checksOperators,
         HOLDFAST_PROJECTOR__PORT: String(config.projector.port),
       },
       /projector listening on (http:\/\/\S+)/,
@@ -242,7 +250,7 @@ export async function up(argv: string[]): Promise<void> {
       {
         ...natsEnv("budget", natsUrl),
         HOLDFAST_BUDGET__PORT: String(config.budget.port),
-        HOLDFAST_BUDGET__TOKEN: tokens.budget,
+        HOLDFAST_BUDGET__TOKEN: checkOnly(tokens.budget),
       },
       /budget listening on (\S+)/,
       [{ key: "budget.port", wanted: config.budget.port, found: (m) => portOf(m[1]!) }],
@@ -252,7 +260,7 @@ export async function up(argv: string[]): Promise<void> {
       "gateway",
       {
         ...natsEnv("gateway", natsUrl),
-        ...operatorTokens,
+        ...checksOperators,
         HOLDFAST_GATEWAY__PORT: String(config.gateway.port),
         HOLDFAST_GATEWAY__UPSTREAM: upstream,
         HOLDFAST_BUDGET__URL: budgetUrl,
@@ -266,7 +274,8 @@ export async function up(argv: string[]): Promise<void> {
       "control",
       {
         ...natsEnv("control", natsUrl),
-        ...operatorTokens,
+        HOLDFAST_CONTROL__TOKEN: checkOnly(tokens.control),
+        HOLDFAST_CONTROL__READ_TOKEN: tokens.read,
         HOLDFAST_CONTROL__PORT: String(config.control.port),
         HOLDFAST_CONTROL__GRPC_PORT: String(config.control.grpc_port),
         HOLDFAST_CONTROL__ANALYTICS_URL: analyticsUrl,
@@ -284,8 +293,8 @@ export async function up(argv: string[]): Promise<void> {
       "scheduler",
       {
         ...natsEnv("scheduler", natsUrl),
-        ...operatorTokens,
-        HOLDFAST_SCHEDULER__WORKER_TOKEN: tokens.worker,
+        ...checksOperators,
+        HOLDFAST_SCHEDULER__WORKER_TOKEN: checkOnly(tokens.worker),
         HOLDFAST_SCHEDULER__GRPC_PORT: String(config.scheduler.grpc_port),
         HOLDFAST_SCHEDULER__PORT: String(config.scheduler.port),
         HOLDFAST_SCHEDULER__GATEWAY_URL: config.scheduler.gateway_url ?? gatewayUrl!.replace(/\/v1$/, ""),

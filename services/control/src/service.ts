@@ -14,6 +14,7 @@ import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
 import { fleetAggregate, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
+import { isTokenDigest } from "@holdfast/access";
 import { AccessPolicy, bindingProblem } from "./access/tokens.js";
 import { InsecureBindError } from "./errors.js";
 import { controlGrpcService } from "./grpc/service.js";
@@ -82,7 +83,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       projection:
         analyticsUrl === undefined
           ? undefined
-          : new Projection(analyticsUrl, config.control.read_token ?? config.control.token),
+          : new Projection(analyticsUrl, projectionToken(config)),
     });
     const access = new AccessPolicy(config.control);
     if (!access.required) {
@@ -136,4 +137,19 @@ function reachable(host: string): string {
   if (host === "0.0.0.0") return "127.0.0.1";
   if (host === "::") return "[::1]";
   return host.includes(":") ? `[${host}]` : host;
+}
+
+/**
+ * What the control service presents to the projector's analytics API: the read token, or
+ * the control token with none. A token given as a digest (sha256:…) can only check one, so
+ * with both given that way there is nothing to present, which is said at start.
+ */
+function projectionToken(config: Config): string | undefined {
+  const { read_token, token } = config.control;
+  if (read_token === undefined && token === undefined) return undefined;
+  const presentable = [read_token, token].find((value) => value !== undefined && !isTokenDigest(value));
+  if (presentable !== undefined) return presentable;
+  throw new Error(
+    "control.read_token and control.token are digests (sha256:…), which can only check a token: the control service presents the read token to the projector (control.analytics_url) and needs it itself",
+  );
 }

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import { hostname } from "node:os";
+import { presentedToken } from "@holdfast/access";
 import { connectBus, type SwitchError } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
 import {
@@ -382,12 +383,13 @@ function budgetFeatureFor(
   });
 }
 
-/** The coordinator's RateWindows over gRPC: a reservation is a server stream, cancelled to leave the queue. */
 /** What a gateway presents to the budget service: its token, when one is configured. */
 function budgetMetadata(config: Config): Record<string, string> | undefined {
-  return config.budget.token === undefined ? undefined : { authorization: `Bearer ${config.budget.token}` };
+  const token = presentedToken(config.budget.token, "budget.token", "calls the budget service");
+  return token === undefined ? undefined : { authorization: `Bearer ${token}` };
 }
 
+/** The coordinator's RateWindows over gRPC: a reservation is a server stream, cancelled to leave the queue. */
 function rateWindowsApi(
   address: string,
   maxWaitMs: number,
