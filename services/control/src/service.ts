@@ -1,4 +1,5 @@
 import { hostname } from "node:os";
+import { isTokenDigest } from "@holdfast/access";
 import { connectBus } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
 import {
@@ -14,7 +15,6 @@ import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
 import { fleetAggregate, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
-import { isTokenDigest } from "@holdfast/access";
 import { AccessPolicy, bindingProblem } from "./access/tokens.js";
 import { InsecureBindError } from "./errors.js";
 import { controlGrpcService } from "./grpc/service.js";
@@ -81,9 +81,7 @@ export async function startControl(config: Config, log: Logger): Promise<Running
       fleet,
       log: new LogRuns(bus),
       projection:
-        analyticsUrl === undefined
-          ? undefined
-          : new Projection(analyticsUrl, projectionToken(config)),
+        analyticsUrl === undefined ? undefined : new Projection(analyticsUrl, projectionToken(config)),
     });
     const access = new AccessPolicy(config.control);
     if (!access.required) {

@@ -1,7 +1,7 @@
+import { presentedToken, ServiceToken, tokenDigest } from "@holdfast/access";
 import { ActorKind } from "@holdfast/events";
 import { describe, expect, it } from "vitest";
 import { PermissionDeniedError, UnauthenticatedError } from "../errors.js";
-import { presentedToken, ServiceToken, tokenDigest } from "@holdfast/access";
 import { AccessPolicy, bindingProblem, isLoopback } from "./tokens.js";
 
 const TOKENS = { host: "0.0.0.0", token: "change-me", read_token: "look-only", insecure: false };
@@ -61,22 +61,31 @@ describe("tokens given as digests, to services that only check them", () => {
   });
 
   it("refuses the digest itself presented as a token, and any other", () => {
-    for (const header of [`Bearer ${tokenDigest("change-me")}`, "Bearer change-mf", "Bearer sha256:change-me"]) {
+    for (const header of [
+      `Bearer ${tokenDigest("change-me")}`,
+      "Bearer change-mf",
+      "Bearer sha256:change-me",
+    ]) {
       expect(() => digests.authorize(header, "read"), header).toThrow(UnauthenticatedError);
     }
   });
 
   it("check a service's token the same way", () => {
-    const budget = new ServiceToken(tokenDigest("hfb_secret"), { api: "the budget service", setting: "budget.token" });
+    const budget = new ServiceToken(tokenDigest("hfb_secret"), {
+      api: "the budget service",
+      setting: "budget.token",
+    });
     expect(() => budget.check("Bearer hfb_secret")).not.toThrow();
-    expect(() => budget.check(`Bearer ${tokenDigest("hfb_secret")}`)).toThrow(/not one the budget service knows/);
+    expect(() => budget.check(`Bearer ${tokenDigest("hfb_secret")}`)).toThrow(
+      /not one the budget service knows/,
+    );
   });
 
   it("are refused where a service must present the token, naming the setting", () => {
     expect(presentedToken("hfb_secret", "budget.token", "calls the budget service")).toBe("hfb_secret");
-    expect(() => presentedToken(tokenDigest("hfb_secret"), "budget.token", "calls the budget service")).toThrow(
-      /budget\.token is a digest .*calls the budget service and needs the token itself/,
-    );
+    expect(() =>
+      presentedToken(tokenDigest("hfb_secret"), "budget.token", "calls the budget service"),
+    ).toThrow(/budget\.token is a digest .*calls the budget service and needs the token itself/);
   });
 
   it("refuses a read-only token equal to the control token, given as a digest or not", () => {
