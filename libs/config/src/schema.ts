@@ -869,11 +869,11 @@ export const configSchema = z
           token: text("a token")
             .optional()
             .describe(
-              "Bearer token that may read and change (hold, resume, stop); `holdfast init` makes one.",
+              "Bearer token that may read and change (hold, resume, stop); `holdfast init` makes one. Services that only check it take `sha256:<hex SHA-256>` instead, which cannot be presented.",
             ),
           read_token: text("a token")
             .optional()
-            .describe("Bearer token that may only read (runs, rules); every change refuses it."),
+            .describe("Bearer token that may only read (runs, rules); every change refuses it. Services that only check it take `sha256:<hex SHA-256>` instead, which cannot be presented."),
           insecure: flag()
             .default(false)
             .describe("Allow the control API off loopback without a token (`--insecure`)."),
@@ -907,7 +907,7 @@ export const configSchema = z
           token: text("a token")
             .optional()
             .describe(
-              "Bearer token gateways present to the budget service, which refuses every other caller; `holdfast up` makes one (data_dir/credentials/budget.token).",
+              "Bearer token gateways present to the budget service, which refuses every other caller; `holdfast up` makes one (data_dir/credentials/budget.token). Services that only check it take `sha256:<hex SHA-256>` instead, which cannot be presented.",
             ),
           insecure: flag()
             .default(false)
@@ -955,7 +955,7 @@ export const configSchema = z
           worker_token: text("a token")
             .optional()
             .describe(
-              "Bearer token workers present to serve runs (Work, Heartbeat), and nothing else; `holdfast up` makes one (data_dir/credentials/worker.token). The control token may not serve runs.",
+              "Bearer token workers present to serve runs (Work, Heartbeat), and nothing else; `holdfast up` makes one (data_dir/credentials/worker.token). The control token may not serve runs. Services that only check it take `sha256:<hex SHA-256>` instead, which cannot be presented.",
             ),
         },
         mapping,
