@@ -143,6 +143,15 @@ describe("each service's credential does its own job", () => {
     expect((await logOf("own-jobs")).map((e) => e.type)).toEqual(["StepStarted", "RunResumed"]);
   });
 
+  it("the CLI's reader reads a run, with no consumer of its own", async () => {
+    const gateway = await as("gateway");
+    await gateway.append(envelope("read-by-reader", 1, started("read-by-reader", 1)), 0);
+    const reader = await as("reader");
+    const { events } = await reader.readRun("read-by-reader");
+    expect(events.map((e) => e.envelope.type)).toEqual(["StepStarted"]);
+    await expect(reader.lastOnSubjects([reader.subjects.allRuns])).rejects.toThrow(/permission/i);
+  });
+
   it("each service opens the buckets it keeps, and the projector makes its consumer", async () => {
     const gateway = await as("gateway");
     for (const bucket of ["FINGERPRINTS", "RESPONSES", "GATEWAYS"] as const) {

@@ -70,7 +70,14 @@ export function permissionsFor(principal: Principal, options: AccessOptions): Su
   }
   const { prefix, projectorConsumer } = options;
   const events = `${prefix.toUpperCase()}_EVENTS`;
-  const publish: string[] = ["$JS.API.INFO", ...readStream(events)];
+  // The reader (`holdfast show`) reads a run by direct gets, and makes no consumer: a
+  // credential handed to operators must not be able to fill the stream's consumers.
+  const publish: string[] = [
+    "$JS.API.INFO",
+    ...readStream(events).filter(
+      (subject) => principal !== "reader" || !/(\.CONSUMER\.|^\$JS\.FC\.)/.test(subject),
+    ),
+  ];
   const deny: string[] = [];
   const subscribe: string[] = [`${inboxPrefix(principal)}.>`];
 
@@ -93,7 +100,7 @@ export function permissionsFor(principal: Principal, options: AccessOptions): Su
     `$JS.ACK.${events}.${projectorConsumer}.>`,
   ];
   if (principal === "projector") publish.push(...durable);
-  else {
+  else if (principal !== "reader") {
     // Any other credential may make and pull consumers of its own, but not touch the
     // projector's: taking its messages or resetting it would skip the projection.
     deny.push(...durable, `$JS.API.CONSUMER.MSG.NEXT.${events}.${projectorConsumer}`);
