@@ -18,9 +18,10 @@ their owner alone. Nothing secret is printed.
 
 --rotate                replaces every one of them; restart holdfast up to use them (the
                         running stack keeps the old ones until then)
---nats-authorization    prints the authorization block a nats-server of your own needs for
-                        them (public keys and each principal's permissions, for nats.prefix
-                        and projector.consumer as configured): include it in its config
+--nats-authorization    prints the accounts block a nats-server of your own needs for them
+                        (the log's account with JetStream, an account per principal with
+                        its public key, permissions and imports, for nats.prefix and
+                        projector.consumer as configured): include it in its config
 
 See SECURITY.md for who may do what with each.`;
 
