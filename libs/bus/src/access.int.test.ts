@@ -4,11 +4,12 @@ import {
   Api,
   createIdGenerator,
   type EventPayload,
+  encodeEnvelope,
   makeEnvelope,
   RunSource,
   type StoredEnvelope,
 } from "@holdfast/events";
-import { launchNatsServer, makeTempDir, uniqueNamespace } from "@holdfast/test-harness";
+import { launchNatsServer, makeTempDir, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, nkeyAuthenticator } from "@nats-io/transport-node";
@@ -227,6 +228,56 @@ describe("no service's credential does another's job", () => {
     const admin = buses[0]!;
     expect((await admin.streamConfig()).deny_delete).toBe(true);
     expect(await admin.durableState(projectorConsumer)).toBeDefined();
+  });
+
+  it("a gateway cannot make the others hear an event the log does not hold", async () => {
+    // Other gateways tail a run by its republished subject. The forger puts an operator's
+    // resume in its own bucket and has JetStream answer a direct get of it on that subject:
+    // in the gateways' account, where every gateway subscribes.
+    const listener = await as("gateway");
+    const heard: string[] = [];
+    const untail = listener.tail("forged-tail", (event) => heard.push(event.type));
+    const nc = await connect({
+      servers: server.url,
+      authenticator: nkeyAuthenticator(new TextEncoder().encode(seeds.get("gateway")!)),
+      inboxPrefix: "_INBOX_gateway",
+      maxReconnectAttempts: 0,
+    });
+    try {
+      const bucket = `${prefix.toUpperCase()}_FINGERPRINTS`;
+      const kv = await new Kvm(nc).open(bucket);
+      await kv.put("forged", encodeEnvelope(envelope("forged-tail", 1, resumed)));
+      // An event the log holds, of another run, answered the same way.
+      const other = await as("gateway");
+      await other.append(envelope("another-run", 1, started("another-run", 1)), 0);
+      const stream = `${prefix.toUpperCase()}_EVENTS`;
+      const republished = `${prefix}.stored.run.forged-tail.RunResumed`;
+      nc.publish(
+        `$JS.API.DIRECT.GET.KV_${bucket}`,
+        JSON.stringify({ last_by_subj: `$KV.${bucket}.forged` }),
+        {
+          reply: republished,
+        },
+      );
+      nc.publish(
+        `$JS.API.DIRECT.GET.${stream}`,
+        JSON.stringify({ last_by_subj: `${prefix}.run.another-run.StepStarted` }),
+        {
+          reply: republished,
+        },
+      );
+      await nc.flush();
+      await other.append(envelope("forged-tail", 1, started("forged-tail", 1)), 0);
+      await waitFor(() => heard.length > 0, {
+        timeoutMs: 5_000,
+        message: "the run's own event was not heard",
+      });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(heard).toEqual(["StepStarted"]);
+    } finally {
+      untail();
+      await nc.close();
+    }
   });
 
   it("a service cannot write a bucket another keeps", async () => {

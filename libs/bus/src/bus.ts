@@ -765,13 +765,19 @@ export class Bus {
    * of the run's state checks each event follows the last it knew.
    */
   tail(runId: string, handler: (event: WatchedEvent) => void): () => void {
+    // What the stream republished of this run, and nothing else: a credential of the same
+    // account can have JetStream answer a direct get (of its own bucket, of another run) on
+    // this subject, and that answer names the stream and subject it came from.
+    const ofRun = this.subjects.run(runId).slice(0, -1);
     const subscription = this.nc.subscribe(this.subjects.republishedRun(runId), {
       callback: (error, msg) => {
         if (error !== null) return;
         const headers = msg.headers;
-        const subject = headers?.get("Nats-Subject") ?? "";
-        const sequence = Number(headers?.get("Nats-Sequence") ?? Number.NaN);
-        if (subject === "" || !Number.isSafeInteger(sequence)) return;
+        if (headers?.get("Nats-Stream") !== this.eventsStream) return;
+        const subject = headers.get("Nats-Subject");
+        const sequence = Number(headers.get("Nats-Sequence") || Number.NaN);
+        if (!subject.startsWith(ofRun) || subject.indexOf(".", ofRun.length) !== -1) return;
+        if (!Number.isSafeInteger(sequence)) return;
         handler({
           runId,
           type: subject.slice(subject.lastIndexOf(".") + 1),
