@@ -873,7 +873,9 @@ export const configSchema = z
             ),
           read_token: text("a token")
             .optional()
-            .describe("Bearer token that may only read (runs, rules); every change refuses it. Services that only check it take `sha256:<hex SHA-256>` instead, which cannot be presented."),
+            .describe(
+              "Bearer token that may only read (runs, rules); every change refuses it. Services that only check it take `sha256:<hex SHA-256>` instead, which cannot be presented.",
+            ),
           insecure: flag()
             .default(false)
             .describe("Allow the control API off loopback without a token (`--insecure`)."),
