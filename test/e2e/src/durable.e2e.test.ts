@@ -36,10 +36,13 @@ let dir: Awaited<ReturnType<typeof makeTempDir>>;
 const workers: HoldfastWorker[] = [];
 const children: ChildProcess[] = [];
 
-// A provider key with a small window: 1,500 tokens a minute (25 a second); each model call
-// of the metered agent takes about 150, so 10 spend it and the 11th would wait some 6 s,
-// well past the 2 s the gateway waits before it checkpoints the run.
+// A provider key with a small window: 1,000 tokens refilled in 10 s (100 a second). Each
+// model call of the metered agent takes about 590, and the gateway asks the window for its
+// estimate with a margin (the whole window, while the run's calls are too few to say how
+// much they vary): after one call, the next waits some 6 s, however long the first took to
+// record, well past the 2 s the gateway waits before it checkpoints the run.
 const KEY_SMALL_WINDOW = "sk-durable-window-000000000000000000";
+const SMALL_WINDOW = { tokens: 1_000, ms: 10_000 };
 // For runs held back before they start: 3,000 tokens refilled in 15 s (200 a second), half
 // of which one call of the agent that spends it takes (about 1,560).
 const KEY_START_WINDOW = "sk-durable-start-0000000000000000000";
@@ -50,7 +53,7 @@ beforeAll(async () => {
     config: { predict: { wait_threshold_s: 2, max_wait_s: 20 }, hold: { keepalive_ms: 1_000 } },
     provider: {
       limitsByKey: {
-        [KEY_SMALL_WINDOW]: { tpm: 1_500 },
+        [KEY_SMALL_WINDOW]: { tpm: SMALL_WINDOW.tokens, windowMs: SMALL_WINDOW.ms },
         [KEY_START_WINDOW]: { tpm: START_WINDOW.tokens, windowMs: START_WINDOW.ms },
       },
     },
@@ -522,16 +525,22 @@ describe("durable runs", () => {
 
   it("lets go of a run whose next model call cannot fit its key's window (a checkpoint), and re-drives it from its ledger when the window allows", async () => {
     const calls: number[] = [];
+    const CALLS = 3;
     const metered = agent({ name: "metered", version: "v1" }, async (run) => {
       const openai = await run.openai({ apiKey: KEY_SMALL_WINDOW });
       let answered = 0;
-      for (let i = 1; i <= 11; i++) {
+      for (let i = 1; i <= CALLS; i++) {
         await run.step("model", async () => {
           calls.push(i);
           const reply = await openai.chat.completions.create({
             model: "gpt-4o-mini",
             max_tokens: 44,
-            messages: [{ role: "user", content: `${i} ${"y".repeat(400)}` }],
+            messages: [
+              {
+                role: "user",
+                content: `${i} ${"The keeper climbs the stairs to light the lamp. ".repeat(45)}`,
+              },
+            ],
           });
           return reply.choices[0]?.message.content ?? "";
         });
@@ -546,7 +555,7 @@ describe("durable runs", () => {
     await api.deploy(quick);
     const w = await serve(metered, quick);
     const { run } = await api.submit("metered", {});
-    // The 11th call is checkpointed: the run is held and its worker let go of it.
+    // The second call is checkpointed: the run is held and its worker let go of it.
     await waitFor(async () => ofType(await events(run.runId), "RunReleased").length > 0, {
       timeoutMs: 30_000,
       message: "the run was not let go when its window ran out",
@@ -556,7 +565,7 @@ describe("durable runs", () => {
     expect((await api.result(other.run.runId)).status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
     const done = await api.result(run.runId);
     expect(done.status).toBe(DurableStatus.DURABLE_STATUS_FINISHED);
-    expect(JSON.parse(done.outputJson)).toBe(11);
+    expect(JSON.parse(done.outputJson)).toBe(CALLS);
     const all = await events(run.runId);
     const tripped = ofType(all, "RunTripped")[0];
     expect(tripped?.payload?.$case === "runTripped" && tripped.payload.value.trip?.limit).toBe(
@@ -583,12 +592,12 @@ describe("durable runs", () => {
       );
       expect(lease.payload?.$case === "runLeased" && lease.payload.value.reusableSteps).toBe(recorded.length);
     }
-    expect(calls).toHaveLength(11 + released.length);
-    expect(new Set(calls).size).toBe(11);
+    expect(calls).toHaveLength(CALLS + released.length);
+    expect(new Set(calls).size).toBe(CALLS);
     // No 429 from the provider: the wall was seen coming.
     const mine = stack.provider.requests.filter((r) => r.apiKey === KEY_SMALL_WINDOW);
     expect(mine.filter((r) => r.status === 429)).toHaveLength(0);
-    expect(mine.filter((r) => r.status === 200)).toHaveLength(11);
+    expect(mine.filter((r) => r.status === 200)).toHaveLength(CALLS);
     expect(w.running).toBe(0);
   }, 60_000);
 
