@@ -116,6 +116,20 @@ describe("decide: continue, wait or checkpoint", () => {
     );
   });
 
+  it("makes a call wait while calls in flight hold the whole window, past the reading's reset too", () => {
+    // Read at NOW: 5,500 of 6,000 left, whole again 5 s on (100 tokens a second).
+    const window = keyWith(5_500);
+    // Six calls went out since, 1,000 reserved each: as much as the whole window holds.
+    for (let i = 0; i < 6; i++) window.reserve({}, need(1_000), NOW + 1);
+    // 10 s on, past that reset, they still take their 6,000 out of the window as it refills:
+    // 1,000 more is there once 7,000 have refilled since the reading, 15 s after it.
+    const decision = decide({ window, need: need(1_000), nowMs: NOW + 10_000, waitThresholdMs: THRESHOLD });
+    expect(decision).toMatchObject({ action: "wait", figures: { remaining: 0, needed: 1_000 } });
+    if (decision.action !== "wait") return;
+    expect(decision.untilMs).toBeGreaterThanOrEqual(NOW + 15_000);
+    expect(decision.untilMs).toBeLessThan(NOW + 15_200);
+  });
+
   it("does not count twice a call the reading already shows", () => {
     const window = new KeyWindow("k1", "https://api.example");
     const early = {};

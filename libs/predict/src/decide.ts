@@ -90,10 +90,13 @@ export function decide(input: DecideInput): Decision {
       if (untilMs === 0 && (figures.dimension === undefined || slack(here) < slack(figures))) figures = here;
       continue;
     }
-    // What calls in flight reserved is theirs until they answer; past the reset the whole
-    // window is back whatever they took.
+    // What calls in flight reserved is theirs until they answer. They were sent after the
+    // reading, so they take it out of the window as it refills: with the call, more than the
+    // whole window is room only once their part has refilled too (not at the reading's
+    // reset, which may have passed).
     const at =
       window.availableAt(dimension, amount + view.reserved, nowMs) ??
+      window.refilledAt(dimension, amount + view.reserved, nowMs, DEFAULT_REFILL_MS) ??
       view.resetAtMs ??
       nowMs + DEFAULT_REFILL_MS;
     if (at + SETTLE_MS > untilMs) {

@@ -149,6 +149,11 @@ export class KeyWindow {
     return this.dimensions.get(dimension)?.availableAt(amount, nowMs);
   }
 
+  /** When `amount`, more than the whole window of one dimension, will have refilled (see WindowState.refilledAt). */
+  refilledAt(dimension: Dimension, amount: number, nowMs: number, fullMs: number): number | undefined {
+    return this.dimensions.get(dimension)?.refilledAt(amount, nowMs, fullMs);
+  }
+
   /** A call forwarded at `nowMs` reserves `need` until its answer (or failure) comes back. */
   reserve(call: object, need: Need, nowMs: number): void {
     this.inFlight.set(call, { startedAtMs: nowMs, need });

@@ -33,6 +33,20 @@ export class WindowState {
     return Math.min(limit, remaining + ((limit - remaining) * (nowMs - this.readAtMs)) / span);
   }
 
+  /**
+   * When `amount`, more than the whole window, will have refilled since the reading: what
+   * calls made after the reading take comes out of the window as it refills, so it is whole
+   * again only once their part has refilled too. At the rate the reading shows, or, when it
+   * shows none, the whole window in `fullMs`; undefined when the provider gives no limit.
+   */
+  refilledAt(amount: number, nowMs: number, fullMs: number): number | undefined {
+    const { limit, remaining, resetAtMs } = this.reading;
+    if (limit === undefined || limit <= 0) return undefined;
+    const span = resetAtMs === undefined ? 0 : resetAtMs - this.readAtMs;
+    const perMs = span > 0 && limit > remaining ? (limit - remaining) / span : limit / fullMs;
+    return Math.max(nowMs, this.readAtMs + (amount - remaining) / perMs);
+  }
+
   /** When `amount` will be available, at the earliest (`nowMs` when it already is); undefined if never (more than the window). */
   availableAt(amount: number, nowMs: number): number | undefined {
     const { limit, remaining, resetAtMs } = this.reading;

@@ -48,7 +48,8 @@ const MINUTES_MARGIN_MS = 30_000;
 /**
  * Holds, limits and standing rules, as each call meets them. The run's own decider has the
  * last word (under the run's sequence check, so every gateway agrees); this decides from
- * local state, with no round trip, what the call can do before that word comes:
+ * local state, with no round trip (but a read of the standing rules for a run this gateway
+ * does not follow yet), what the call can do before that word comes:
  *
  * - `held` / `stopped`: the run is, as this gateway follows it (or, for a run it has not
  *   served, as the fleet-wide index of held runs says): park the call, or refuse it;
@@ -60,6 +61,8 @@ const MINUTES_MARGIN_MS = 30_000;
 export class Admission {
   readonly onTrip: "hold" | "stop";
   private readonly byTag = new Map<string, ConfiguredLimits>();
+  /** The read of the standing rules in flight, and the one every call arriving meanwhile waits for. */
+  private rulesRead: { readonly done: Promise<void>; next?: Promise<void> } | undefined;
 
   constructor(private readonly options: AdmissionOptions) {
     this.onTrip = options.limits.on_trip;
@@ -72,9 +75,19 @@ export class Admission {
     this.options.fleet.subscribe(FLEET, () => {});
   }
 
-  gate(call: Call): Gate {
+  /** Rejects only when the standing rules could not be read from the log. */
+  async gate(call: Call): Promise<Gate> {
     const runId = call.run.runId;
-    const state = this.options.ledger.cached(runId);
+    let state = this.options.ledger.cached(runId);
+    // A run this gateway does not follow yet (one that never called, or that other gateways
+    // served) meets the standing rules as the log has them now: nothing else stands between
+    // a rule added a moment ago, which the watch may not have brought yet, and such a run's
+    // first start (a hold of the run itself is on the run's own subject, and the start's
+    // append checks that).
+    if (state === undefined || state.status === RunStatus.New) {
+      await this.readRules();
+      state = this.options.ledger.cached(runId);
+    }
     const status = state?.status ?? this.statusFromIndex(runId);
     if (status === RunStatus.Held) return "held";
     // A stopped run's call is refused by the log, not by what this process has heard: a
@@ -86,6 +99,34 @@ export class Admission {
     if (this.ruleMatches(call, state)) return "confirm";
     if (state !== undefined && this.nearLimit(call, state)) return "confirm";
     return "go";
+  }
+
+  /**
+   * Reads the fleet's standing rules from the log. A read already in flight may have gone
+   * out before a rule the caller must see was stored: the caller waits for the next one,
+   * which every call arriving meanwhile shares.
+   */
+  private readRules(): Promise<void> {
+    const reading = this.rulesRead;
+    if (reading === undefined) return this.startRulesRead();
+    reading.next ??= reading.done.then(
+      () => this.startRulesRead(),
+      () => this.startRulesRead(),
+    );
+    return reading.next;
+  }
+
+  private startRulesRead(): Promise<void> {
+    const read: { done: Promise<void>; next?: Promise<void> } = {
+      done: this.options.fleet.latest(FLEET).then(() => undefined),
+    };
+    this.rulesRead = read;
+    void read.done
+      .finally(() => {
+        if (this.rulesRead === read) this.rulesRead = undefined;
+      })
+      .catch(() => undefined);
+    return read.done;
   }
 
   park(call: Call, labels: RunLabels): Promise<Unparked> {

@@ -508,7 +508,9 @@ async function admit(
         action: verdict.action ?? deps.admission.onTrip,
       });
     }
-    const gate = deps.admission.gate(call);
+    const gate = await deps.admission.gate(call).catch((error: unknown) => {
+      throw logUnavailable(error);
+    });
     if (gate === "held") {
       const how = await deps.admission.park(call, labels);
       if (how === "client_gone") return undefined;

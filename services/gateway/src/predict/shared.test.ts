@@ -133,6 +133,39 @@ describe("a gateway's slices of a shared window", () => {
     await shared.close();
   });
 
+  it("hands what is left of a slice that cannot cover the next call back with the ask for it", async () => {
+    const coordinator = new Coordinator();
+    // Room for two calls, then (the window is tight) for the call in hand alone; each call
+    // costs the provider 60 tokens of the 100 it reserves.
+    coordinator.answer = (request) => ({
+      outcome: { $case: "granted", value: grant(request, coordinator.asks.length === 1 ? 2 : 1) },
+    });
+    const clock = { now: 1_000 };
+    const shared = slices(coordinator, clock);
+    const charged: Need = { requests: 1, tokens: 60, inputTokens: 0, outputTokens: 0 };
+    for (let i = 0; i < 2; i++) {
+      const decided = await shared.decide(ask(clock.now));
+      if (decided.kind !== "continue" || decided.slice === undefined)
+        throw new Error(`call ${i} did not go on`);
+      shared.settle(decided.slice, NEED, charged);
+    }
+    await new Promise((resolve) => setImmediate(resolve));
+    // Its requests are spent, its tokens not: the third call asks for room of its own, and
+    // the 80 tokens left of the first slice go back with that ask, before the coordinator
+    // decides on it (a renewal granted for one call only went back on its own).
+    coordinator.answer = () => ({
+      outcome: {
+        $case: "checkpoint",
+        value: { untilMs: clock.now + 5_000, why: "threshold", figures: undefined },
+      },
+    });
+    expect((await shared.decide(ask(clock.now))).kind).toBe("checkpoint");
+    expect(coordinator.asks.map((a) => a.returnedLeaseId)).toEqual(["", "", "lease-1"]);
+    expect(coordinator.asks.at(-1)?.returnedLeft).toMatchObject({ requests: 0, tokens: 80 });
+    await shared.close();
+    expect(coordinator.released.map((r) => r.leaseId)).toEqual(["lease-2"]);
+  });
+
   it("takes only an immediate grant for a renewal: a renewal the coordinator would queue is cancelled", async () => {
     const coordinator = new Coordinator();
     const clock = { now: 1_000 };

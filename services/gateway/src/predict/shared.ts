@@ -144,7 +144,12 @@ export class SharedSlices {
       await withTimeout(asking, FIRST_ANSWER_MS).catch(() => undefined);
     }
     const slice = this.current.get(ask.keyId);
+    // A slice that cannot cover the call is done with: what is left of it goes back with
+    // the ask, so the coordinator decides on all the key has (kept here, it was counted as
+    // spent, and a call found no room in a window that had it).
+    let returned: Slice | undefined;
     if (slice !== undefined && slice.validUntilMs <= this.options.clock()) this.retire(slice);
+    else if (slice !== undefined) returned = this.surrender(slice);
     let answered!: () => void;
     const asked = new Promise<void>((resolve) => {
       answered = resolve;
@@ -152,15 +157,18 @@ export class SharedSlices {
     const mine = this.asking.get(ask.keyId) === undefined;
     if (mine) this.asking.set(ask.keyId, asked);
     try {
-      return await this.ask(ask, this.wantCalls(ask.keyId));
+      return await this.ask(ask, this.wantCalls(ask.keyId), returned);
     } finally {
       if (mine && this.asking.get(ask.keyId) === asked) this.asking.delete(ask.keyId);
       answered();
     }
   }
 
-  /** Asks the coordinator for room for the call (and `wantCalls` - 1 more like it). */
-  private async ask(ask: SharedAsk, wantCalls: number): Promise<SharedDecision> {
+  /**
+   * Asks the coordinator for room for the call (and `wantCalls` - 1 more like it), handing
+   * back what is left of the key's previous slice.
+   */
+  private async ask(ask: SharedAsk, wantCalls: number, returned?: Slice): Promise<SharedDecision> {
     const nowMs = this.options.clock();
     const request: ReserveRequest = {
       keyId: ask.keyId,
@@ -173,8 +181,8 @@ export class SharedSlices {
       sinceMs: ask.sinceMs,
       thresholdMs: Math.round(ask.thresholdMs),
       deadlineMs: ask.deadlineMs ?? 0,
-      returnedLeaseId: "",
-      returnedLeft: undefined,
+      returnedLeaseId: returned?.leaseId ?? "",
+      returnedLeft: returned === undefined ? undefined : amountsOf(returned.left),
     };
     let reservation: Reservation | undefined;
     let first: ReserveResponse;
@@ -341,6 +349,16 @@ export class SharedSlices {
       if (previous !== undefined) this.retire(previous);
       this.current.set(ask.keyId, slice);
     }
+    return slice;
+  }
+
+  /**
+   * No other call spends it now, and what is left of it goes back with the ask at hand
+   * (its calls in flight hand back the rest as they end).
+   */
+  private surrender(slice: Slice): Slice {
+    if (this.current.get(slice.keyId) === slice) this.current.delete(slice.keyId);
+    slice.current = false;
     return slice;
   }
 

@@ -1,5 +1,6 @@
 import { type Bus, connectBus } from "@holdfast/bus";
 import { ActorKind, createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
+import { start } from "@holdfast/events/fixtures";
 import { createLogger } from "@holdfast/log";
 import { KeyWindows } from "@holdfast/predict";
 import type { SchedulerMessage } from "@holdfast/proto";
@@ -9,8 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CapBook } from "./caps.js";
 import { Scheduler, type WorkerLink } from "./scheduler.js";
 
-// The scheduler against a real log: what a worker is told when a lease handed over as it
-// was being written does not land.
+// The scheduler against a real log: a run held back while its agent's key window cannot
+// fit its next call, and what a worker is told when a lease handed over as it was being
+// written does not land.
 
 const log = createLogger({ name: "scheduler-int-test", level: "silent" });
 const labels = { tag: "", tenant: "" };
@@ -84,7 +86,94 @@ const submit = (ledger: Ledger<RunState, RunCommand>, runId: string) =>
 
 const typesOf = async (runId: string) => (await bus.readRun(runId)).events.map((e) => e.envelope.type);
 
+const assignedRuns = (worker: { told: SchedulerMessage["message"][] }) =>
+  worker.told.flatMap((m) => (m?.$case === "assigned" ? [m.value.runId] : []));
+
 describe("scheduler", () => {
+  it("holds a run back until its agent's key window fits its next call, a margin past the whole window cut to it", async () => {
+    let nowMs = Date.now();
+    const ledger = ledgerOf();
+    const windows = new KeyWindows();
+    const scheduler = new Scheduler({
+      ledger,
+      readRun: async (runId) => (await bus.readRun(runId)).events.map((e) => e.envelope),
+      caps: new CapBook(),
+      windows,
+      clock: () => nowMs,
+      log,
+      leaseMs: 30_000,
+      tail: () => () => undefined,
+    });
+    const worker = workerLink("w-window");
+    try {
+      scheduler.joined(worker, []);
+      const first = await submit(ledger, "window-1");
+      scheduler.enqueue("window-1", first.state);
+      await waitFor(async () => ((await typesOf("window-1")).includes("RunLeased") ? true : undefined));
+      // The agent's model call as the gateway starts it: an estimate of 600 tokens, and a
+      // margin (3 σ) of 450 that takes it past its key's whole window of 1,000.
+      const started = await ledger.execute(
+        "window-1",
+        labels,
+        start("call-1", {
+          prediction: {
+            action: 1,
+            keyId: "key-1",
+            dimension: "tokens",
+            limit: 1_000,
+            remaining: 1_000,
+            needed: 1_000,
+            resetAtMs: 0,
+            estimatedInputTokens: 550,
+            estimatedOutputTokens: 50,
+            estimatedTotalTokens: 600,
+            sigma: 150,
+            k: 3,
+            waitedMs: 0,
+            resumeAtMs: 0,
+            exactInput: false,
+          },
+        }),
+      );
+      scheduler.heard("window-1", started.events[0]!);
+      const done = await scheduler.done(worker.id, {
+        requestId: 2,
+        runId: "window-1",
+        lease: 1,
+        ok: true,
+        outputJson: "1",
+        degraded: "",
+        error: "",
+        label: "",
+        ordinal: 0,
+      });
+      expect(done.ok).toBe(true);
+      // The key as the gateway read it after the call: 400 of 1,000 left, whole again in 36 s.
+      windows
+        .of("key-1", "http://provider.test")
+        .learn({ tokens: { limit: 1_000, remaining: 400, resetAtMs: nowMs + 36_000 } }, nowMs, nowMs);
+      const second = await submit(ledger, "window-2");
+      scheduler.enqueue("window-2", second.state);
+      const turn = () => new Promise((resolve) => setImmediate(resolve));
+      await turn();
+      expect(assignedRuns(worker)).toEqual(["window-1"]);
+      // 30 s on, 900 are back: not the whole window yet.
+      nowMs += 30_000;
+      scheduler.dispatch();
+      await turn();
+      expect(assignedRuns(worker)).toEqual(["window-1"]);
+      // The whole window is back: the run is handed out.
+      nowMs += 6_100;
+      scheduler.dispatch();
+      await waitFor(() => (assignedRuns(worker).length === 2 ? true : undefined), {
+        message: "the run was not handed out once its window was whole",
+      });
+      expect(assignedRuns(worker)).toEqual(["window-1", "window-2"]);
+    } finally {
+      scheduler.close();
+    }
+  });
+
   it("hands a run over with its lease, and a step its worker records lands after the lease", async () => {
     const ledger = ledgerOf();
     const scheduler = schedulerOn(ledger);

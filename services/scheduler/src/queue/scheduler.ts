@@ -130,7 +130,7 @@ export class Scheduler {
   /** Runs whose lease is being recorded: a hold or stop heard meanwhile is acted on once it is. */
   private readonly leasing = new Map<string, Leasing>();
   private readonly results: StepResults;
-  private readonly needs = new Map<string, { keyId: string; need: Need }>();
+  private readonly needs = new Map<string, { keyId: string; need: Need; floor: Need }>();
   private dispatchPending = false;
   private wakeAt: { atMs: number; timer: NodeJS.Timeout } | undefined;
   private readonly sweeper: NodeJS.Timeout;
@@ -229,6 +229,14 @@ export class Scheduler {
           tokens: Number(prediction.estimatedTotalTokens) + margin,
           inputTokens: Number(prediction.estimatedInputTokens),
           outputTokens: Number(prediction.estimatedOutputTokens) + margin,
+        },
+        // The estimate without its margin: a margin past the whole window is cut to the
+        // window, as the gateway cuts it, rather than making a call no window could fit.
+        floor: {
+          requests: 1,
+          tokens: Number(prediction.estimatedTotalTokens),
+          inputTokens: Number(prediction.estimatedInputTokens),
+          outputTokens: Number(prediction.estimatedOutputTokens),
         },
       });
     }
@@ -567,6 +575,7 @@ export class Scheduler {
     const decision = decideWindow({
       window,
       need: known.need,
+      floor: known.floor,
       nowMs,
       waitThresholdMs: Number.POSITIVE_INFINITY,
     });
