@@ -1,16 +1,20 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
+  AGENT_EVENT_TYPES,
   Api,
+  AUTHOR_OF,
   createIdGenerator,
+  EVENT_TYPES,
   type EventPayload,
   encodeEnvelope,
+  KEY_EVENT_TYPES,
   makeEnvelope,
   RunSource,
   type StoredEnvelope,
 } from "@holdfast/events";
 import { launchNatsServer, makeTempDir, uniqueNamespace, waitFor } from "@holdfast/test-harness";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, nkeyAuthenticator } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -186,6 +190,43 @@ describe("no service's credential does another's job", () => {
       /may not publish|permission/i,
     );
     expect((await logOf("forged-resume")).map((e) => e.type)).toEqual(["StepStarted"]);
+  });
+
+  it("each event type is published only by its author's credential: no other service can write a durable run's life, an operator's action or a step", async () => {
+    const refused: string[] = [];
+    const allowed: string[] = [];
+    for (const principal of PRINCIPALS.filter((p) => p !== "admin")) {
+      const nc = await connect({
+        servers: server.url,
+        authenticator: nkeyAuthenticator(new TextEncoder().encode(seeds.get(principal)!)),
+        inboxPrefix: `_INBOX_${principal}`,
+        maxReconnectAttempts: 0,
+      });
+      try {
+        for (const type of EVENT_TYPES) {
+          const scope = KEY_EVENT_TYPES.has(type) ? "key" : AGENT_EVENT_TYPES.has(type) ? "agent" : "run";
+          const subject = `${prefix}.${scope}.forged-by-${principal}.${type}`;
+          const answer = await jetstream(nc, { timeout: 2_000 })
+            .publish(subject, new Uint8Array([1]))
+            .then(() => "stored")
+            .catch((error: unknown) => String(error));
+          const line = `${principal} ${type}`;
+          if (answer === "stored") allowed.push(line);
+          else if (/permission/i.test(answer)) refused.push(line);
+          else throw new Error(`${line}: neither stored nor refused for permission: ${answer}`);
+        }
+      } finally {
+        await nc.close();
+      }
+    }
+    const authors: Record<string, Principal> = {
+      gateway: "gateway",
+      control: "control",
+      scheduler: "scheduler",
+    };
+    const expected = EVENT_TYPES.map((type) => `${authors[AUTHOR_OF[type]]} ${type}`);
+    expect(allowed.sort()).toEqual(expected.sort());
+    expect(refused).toHaveLength(EVENT_TYPES.length * (PRINCIPALS.length - 1) - EVENT_TYPES.length);
   });
 
   it("the control service, the budget service, the projector and the CLI's reader cannot write a step", async () => {

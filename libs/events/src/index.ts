@@ -65,6 +65,7 @@ export {
   envelopeToJson,
   eventTypeOf,
   isKnown,
+  KEY_EVENT_TYPES,
   makeEnvelope,
   type NewEvent,
   type PayloadCase,
