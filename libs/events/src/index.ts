@@ -190,6 +190,7 @@ export {
   type RunWindow,
   reservedNanoUsd,
   STOPPED_RUN,
+  stepCostNanoUsd,
   type ToolRepeat,
   tokensInLastMinute,
 } from "./run/state.js";

@@ -79,14 +79,16 @@ describe("a step whose cost is negative, written with a stolen gateway credentia
 
     const rows = await waitFor(
       async () => {
-        const found = await stack.sql<{ cost: number }>(
-          `SELECT toFloat64(ifNull(cost_usd, 0)) AS cost FROM steps WHERE run_id = '${runId}'`,
+        const found = await stack.sql<{ cost: number; cost_problem: string }>(
+          `SELECT toFloat64(ifNull(cost_usd, 0)) AS cost, cost_problem FROM steps WHERE run_id = '${runId}'`,
         );
         return found.length === 1 ? found : undefined;
       },
       { timeoutMs: 15_000, message: "the step was not projected" },
     );
     expect(rows[0]!.cost).toBeGreaterThanOrEqual(0);
+    // An operator can see the figure the log held was not believed.
+    expect(rows[0]!.cost_problem).toBe("cost -5000000 USD is negative; counted as 0");
     const [total] = await stack.sql<{ total: number }>("SELECT toFloat64(sum(cost_usd)) AS total FROM steps");
     expect(total!.total).toBeGreaterThanOrEqual(0);
   });
