@@ -1,3 +1,5 @@
+import { once } from "node:events";
+import { connect as http2Connect } from "node:http2";
 import { RunsApi } from "@holdfast/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { API_KEY } from "../stack.js";
@@ -229,6 +231,20 @@ describe("the projector's analytics API", () => {
     }
     // Its liveness stays open.
     expect((await fetch(`${fleet.projector}/health`)).status).toBe(200);
+  });
+});
+
+describe("every gRPC listener", () => {
+  it("lets one connection open at most 100 streams at once (health takes no token)", async () => {
+    for (const address of [fleet.controlGrpc, fleet.schedulerGrpc]) {
+      const session = http2Connect(`http://${address}`);
+      try {
+        const [settings] = (await once(session, "remoteSettings")) as [{ maxConcurrentStreams?: number }];
+        expect(settings.maxConcurrentStreams, address).toBe(100);
+      } finally {
+        session.destroy();
+      }
+    }
   });
 });
 
