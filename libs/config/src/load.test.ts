@@ -124,7 +124,7 @@ describe("loadConfig", () => {
           headers: {},
         },
         on_trip: "hold",
-        hold: { keepalive_ms: 15_000, keepalive_1xx: true },
+        hold: { keepalive_ms: 15_000, keepalive_1xx: true, max_parked: 10_000, max_parked_per_run: 100 },
         control: { host: "127.0.0.1", port: 4142, grpc_port: 4143, insecure: false },
         budget: { host: "127.0.0.1", insecure: false, port: 0, lease_ms: 30_000 },
         scheduler: { host: "127.0.0.1", grpc_port: 4144, port: 4145, lease_ms: 30_000 },

@@ -847,6 +847,16 @@ export const configSchema = z
             .describe(
               "Send held non-streaming calls the 1xx interim responses their client is known to tolerate.",
             ),
+          max_parked: integer(1, 10_000_000)
+            .default(10_000)
+            .describe(
+              "Most calls one gateway keeps parked at once, over every held run; past it a held run's call is refused 429 (holdfast_too_many_parked, retry-after) and only counted.",
+            ),
+          max_parked_per_run: integer(1, 10_000_000)
+            .default(100)
+            .describe(
+              "Most calls of one held run a gateway keeps parked at once; past it the run's call is refused 429 (holdfast_too_many_parked, retry-after) and only counted.",
+            ),
         },
         mapping,
       )

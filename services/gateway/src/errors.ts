@@ -185,6 +185,32 @@ export class RateLimitWaitExceededError extends GatewayError {
 }
 
 /**
+ * A held run's call found no room to park: its run already has `hold.max_parked_per_run`
+ * calls parked on this gateway, or the gateway `hold.max_parked` in all. Refused at once
+ * rather than holding one more connection for as long as the run is held; nothing was
+ * sent, recorded or charged (the refusal is counted). A 429 with retry-after, which the
+ * SDKs wait out and retry, by which time the run may have been resumed.
+ */
+export class ParkingFullError extends GatewayError {
+  override readonly name = "ParkingFullError";
+  readonly code = "holdfast_too_many_parked";
+  readonly status = 429;
+  readonly type = "rate_limit_error";
+  readonly retryable = true;
+  constructor(runId: string, bound: "per_run" | "per_gateway", limit: number) {
+    super(
+      bound === "per_run"
+        ? `Holdfast is holding run ${JSON.stringify(runId)} and already keeps ${limit} of its calls waiting on this gateway (hold.max_parked_per_run): this call was not parked, sent or recorded. Retry later; the run stays held until an operator resumes it.`
+        : `This Holdfast gateway already keeps ${limit} calls of held runs waiting (hold.max_parked), and run ${JSON.stringify(runId)} is held: this call was not parked, sent or recorded. Retry later, or on another gateway.`,
+      { headers: { "retry-after": String(PARKING_FULL_RETRY_AFTER_S) } },
+    );
+  }
+}
+
+/** How long a call refused for want of parking room is told to wait before it tries again. */
+export const PARKING_FULL_RETRY_AFTER_S = 30;
+
+/**
  * The model has no known price, a cost limit or budget applies to the run, and
  * pricing.unknown is refuse: nothing was forwarded. A 400, which the SDKs raise at once
  * without retrying.

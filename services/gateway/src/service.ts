@@ -12,7 +12,7 @@ import {
 } from "@holdfast/events";
 import { ToolGate } from "@holdfast/gate";
 import { connect } from "@holdfast/grpc";
-import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
+import { counter, gauge, listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import {
   type AcquireRequest,
@@ -30,6 +30,7 @@ import { budgetFeature } from "./budget/feature.js";
 import { gateFeature } from "./gate/feature.js";
 import { healthReaders } from "./health/access.js";
 import { Admission } from "./hold/admission.js";
+import { PARKING_BOUNDS, ParkingLot } from "./hold/lot.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
 import { ResponseIndex } from "./identify/responses.js";
@@ -150,6 +151,7 @@ export async function startGateway(
   // parked call listens to it (thousands may be), which is no leak: each stops when it goes on.
   const shutdown = new AbortController();
   setMaxListeners(0, shutdown.signal);
+  const lot = new ParkingLot({ perRun: config.hold.max_parked_per_run, perGateway: config.hold.max_parked });
   const admission = new Admission({
     ledger,
     fleet,
@@ -163,6 +165,7 @@ export async function startGateway(
     clock,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a parked call"),
     shutdown: shutdown.signal,
+    lot,
   });
   await admission.start();
   const reaper = new Reaper({
@@ -257,7 +260,21 @@ export async function startGateway(
           clock,
           ...(predict === undefined ? {} : { roomOf: predict.roomOf }),
         });
-  const metrics = logReaderMetrics("gateway", () => bus.quarantineCounts);
+  const metrics = [
+    ...logReaderMetrics("gateway", () => bus.quarantineCounts),
+    gauge({
+      name: "holdfast_parked_calls",
+      help: "Calls of held runs this gateway keeps parked now.",
+      labels: {},
+      value: () => lot.parked,
+    }),
+    counter({
+      name: "holdfast_parked_calls_refused_total",
+      help: "Calls of held runs refused since this gateway started because no parking room was left (hold.max_parked_per_run, hold.max_parked), by the bound reached.",
+      labels: { bound: PARKING_BOUNDS },
+      value: ({ bound }) => lot.refused[bound as (typeof PARKING_BOUNDS)[number]],
+    }),
+  ];
   const mayReadHealth = healthReaders({ ...config.control, host: config.gateway.host });
   if (
     config.control.token === undefined &&
@@ -295,6 +312,9 @@ export async function startGateway(
         log_followed: follower.followingEverything ? "every_event" : "urgent_events",
         // Events of the log this process set aside (and went on past) since it started.
         quarantined: bus.quarantineCounts,
+        parked: lot.parked,
+        // Calls of held runs refused for want of parking room, by the bound reached.
+        parked_refused: lot.refused,
       }),
       mayRead: mayReadHealth,
       metrics: () => renderMetrics(metrics),

@@ -1,7 +1,9 @@
 import { type ParkCall, type RunCommand, type RunState, RunStatus, UnparkReason } from "@holdfast/events";
 import type { Executed, Ledger, RunLabels } from "@holdfast/runs";
+import { ParkingFullError } from "../errors.js";
 import type { Call } from "../pipeline/hooks.js";
 import { interimFor } from "./interim.js";
+import type { ParkingLot } from "./lot.js";
 
 export interface ParkingOptions {
   ledger: Ledger<RunState, RunCommand>;
@@ -15,6 +17,8 @@ export interface ParkingOptions {
   onRecordError: (error: unknown, runId: string) => void;
   /** Aborted when this gateway shuts down: its parked calls are answered "retry elsewhere". */
   shutdown: AbortSignal;
+  /** The calls parked here, within hold.max_parked_per_run and hold.max_parked. */
+  lot: ParkingLot;
 }
 
 /** How a parked call left its parking. */
@@ -33,9 +37,25 @@ export const HELD_STREAM_HEADERS = {
  * which the gateway keeps current from the log: a resume issued anywhere releases it here.
  * Nothing is forwarded while it waits; a streaming client gets SSE comment keepalives
  * (its status, 200, is then already sent), a non-streaming one the 1xx its client
- * tolerates, if any. The parking and its end are events of the run.
+ * tolerates, if any. The parking and its end are events of the run. A call past the
+ * parking's bounds (its run's, this gateway's) is refused with ParkingFullError before
+ * anything is written or recorded.
  */
 export async function park(call: Call, labels: RunLabels, options: ParkingOptions): Promise<Unparked> {
+  const { lot } = options;
+  const runId = call.run.runId;
+  const full = lot.take(runId);
+  if (full !== undefined) {
+    throw new ParkingFullError(runId, full, full === "per_run" ? lot.bounds.perRun : lot.bounds.perGateway);
+  }
+  try {
+    return await waitParked(call, labels, options);
+  } finally {
+    lot.leave(runId);
+  }
+}
+
+async function waitParked(call: Call, labels: RunLabels, options: ParkingOptions): Promise<Unparked> {
   const { ledger, clock } = options;
   const runId = call.run.runId;
   const parkId = options.newId();
