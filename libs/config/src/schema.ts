@@ -525,6 +525,12 @@ export const configSchema = z
           instance_id: text("a non-empty string")
             .optional()
             .describe("Identifies this gateway in recorded events; when unset the gateway derives one."),
+          passthrough: z
+            .enum(["allow", "deny_models"], { error: "expected allow or deny_models" })
+            .default("allow")
+            .describe(
+              "The /v1/* paths that are not metered: allow passes them through (a named run's stop, hold and limits govern them all the same); deny_models refuses (403) every write to a path that runs a model unmetered (/v1/completions, /v1/embeddings, /v1/batches, /v1/messages/batches, …), while reads such as /v1/models stay allowed.",
+            ),
         },
         mapping,
       )

@@ -109,6 +109,25 @@ export class RunStoppedGatewayError extends GatewayError {
   }
 }
 
+/**
+ * With `gateway.passthrough: deny_models`, a call on a path that makes the provider run a
+ * model without Holdfast metering it (legacy completions, embeddings, batches, images,
+ * audio, …): refused before its body is read; nothing was sent. A 403, which the SDKs raise
+ * at once (PermissionDeniedError) without retrying.
+ */
+export class PassthroughDeniedError extends GatewayError {
+  override readonly name = "PassthroughDeniedError";
+  readonly code = "holdfast_unmetered_model_path";
+  readonly status = 403;
+  readonly type = "permission_error";
+  readonly retryable = false;
+  constructor(method: string, path: string) {
+    super(
+      `Holdfast does not pass ${method} ${path} through: it makes the provider run a model that Holdfast cannot meter, and this gateway refuses such calls (gateway.passthrough: deny_models). Nothing was sent to the provider. The metered routes are POST /v1/chat/completions, /v1/responses and /v1/messages.`,
+    );
+  }
+}
+
 /** Holdfast itself failed while handling the call. */
 export class InternalGatewayError extends GatewayError {
   override readonly name = "InternalGatewayError";

@@ -40,6 +40,7 @@ import type { GatewayFeature } from "./pipeline/hooks.js";
 import { predictFeature } from "./predict/feature.js";
 import { type RateWindowsApi, type Reservation, SharedSlices } from "./predict/shared.js";
 import { pricingFeature } from "./pricing/feature.js";
+import { passthroughRunNamer } from "./proxy/govern.js";
 import { routingFeature } from "./routing/feature.js";
 import { Router, routesFrom } from "./routing/router.js";
 import { TenantKeys } from "./tenants/keys.js";
@@ -300,6 +301,7 @@ export async function startGateway(
     ...(Object.keys(config.tenants).length === 0 ? {} : { tenantKeys: new TenantKeys(config.tenants) }),
     responses,
     admission,
+    passthrough: { mode: config.gateway.passthrough, runOf: passthroughRunNamer(rules) },
     logConnected: () => bus.connected,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
     health: {
