@@ -19,7 +19,10 @@ const NO_LABELS = { tag: "", tenant: "" };
 
 beforeAll(async () => {
   stack = await startStack({
-    config: { hold: { keepalive_ms: 1_000 }, limits_by_tag: { [ONE_STEP_TAG]: { max_steps: 1 } } },
+    config: {
+      hold: { keepalive_ms: 1_000, max_parked_per_run: 1 },
+      limits_by_tag: { [ONE_STEP_TAG]: { max_steps: 1 } },
+    },
   });
   const bus = await stack.connect("control");
   runs = new Ledger({
@@ -101,6 +104,11 @@ describe("a passed-through call that names a run", () => {
       message: "the passed-through call was not parked",
     });
     expect(await stillPending(parkedCall, 1_000)).toBe(true);
+    // Parking is bounded for these calls too (hold.max_parked_per_run: 1 here).
+    const past = await call("POST", "/v1/completions", "pt-held", LEGACY);
+    expect(past.status).toBe(429);
+    expect(past.headers.get("retry-after")).toBe("30");
+    expect(JSON.parse(past.body)).toMatchObject({ error: { code: "holdfast_too_many_parked" } });
     expect(forwardedSince(before)).toEqual([]);
 
     await runs.execute("pt-held", NO_LABELS, {
