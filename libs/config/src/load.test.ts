@@ -62,6 +62,7 @@ describe("loadConfig", () => {
           heartbeat_ms: 10_000,
           outcome_defer_ms: 2,
           upstream_connections: 0,
+          passthrough: "allow",
         },
         nats: { host: "127.0.0.1", port: 0, prefix: "hf", replicas: 1, watch_linger_ms: 100 },
         clickhouse: { database: "holdfast", username: "default", password: "", reader_password: "" },
@@ -411,6 +412,15 @@ describe("loadConfig", () => {
       expect(error.key).toBe("pricing.unknown");
       expect(error.message).toBe(
         'HOLDFAST_PRICING__UNKNOWN: pricing.unknown: expected charge or refuse, got "free"',
+      );
+    });
+
+    it("a gateway.passthrough that is neither allow nor deny_models", () => {
+      const error = loadError({ env: { HOLDFAST_GATEWAY__PASSTHROUGH: "deny" } });
+
+      expect(error.key).toBe("gateway.passthrough");
+      expect(error.message).toBe(
+        'HOLDFAST_GATEWAY__PASSTHROUGH: gateway.passthrough: expected allow or deny_models, got "deny"',
       );
     });
 
