@@ -81,6 +81,20 @@ export class AccessPolicy {
     }
     throw new AccessDeniedError("unauthenticated", `the bearer token is not one this ${this.api.name} knows`);
   }
+
+  /**
+   * Whether `authorization` may do what `need` asks, for a route that answers everyone but
+   * shows more to those allowed (a health route: liveness to anyone, details to a reader).
+   */
+  allows(authorization: string | undefined, need: Access): boolean {
+    try {
+      this.authorize(authorization, need);
+      return true;
+    } catch (error) {
+      if (error instanceof AccessDeniedError) return false;
+      throw error;
+    }
+  }
 }
 
 /** A listener the tokens guard, as bindingProblem names it. */

@@ -69,6 +69,7 @@ function step(
     cache_write_tokens: 0,
     reasoning_tokens: 0,
     cost_usd: cost,
+    cost_problem: "",
     estimated: false,
     usage_estimate: "",
     usage_problem: "",
@@ -167,6 +168,7 @@ describe("analytics store (embedded ClickHouse)", () => {
       values: [step("old", 2, "0.000000005")].map(
         ({
           tenant: _t,
+          cost_problem: _c,
           cache_write_tokens: _w,
           reasoning_tokens: _r,
           estimated: _e,
@@ -226,6 +228,33 @@ describe("analytics store (embedded ClickHouse)", () => {
       },
     );
     expect(exact.rows[0]?.total).toBe("0.100000001");
+  });
+
+  it("counts a negative cost projected before its check as 0, flagged, when it migrates", async () => {
+    // As the projection wrote a forged negative cost before it applied the fold's bounds.
+    await insertRows(analytics, "raw_events_v2", [
+      raw("neg", 1, "StepStarted"),
+      raw("neg", 2, "StepCompleted"),
+    ]);
+    await insertRows(analytics, "steps_v2", [step("neg", 2, "-5000000.000000000"), step("neg", 3, "0.25")]);
+    const checks = (await loadMigrations()).filter((m) => m.name === "016_cost_checks.sql");
+    expect(checks).toHaveLength(1);
+    // Twice, as after a migration interrupted before it was recorded.
+    for (let i = 0; i < 2; i++) {
+      for (const statement of checks.flatMap((m) => m.statements))
+        await analytics.client.command({ query: statement });
+    }
+    const rows = await runSql(
+      analytics,
+      "SELECT step_id, toString(cost_usd) AS cost, cost_problem FROM steps WHERE run_id = 'neg' ORDER BY step_id",
+      { maxRows: 10 },
+    );
+    expect(rows.rows).toEqual([
+      { step_id: "neg-s2", cost: "0", cost_problem: "cost -5000000 USD is negative; counted as 0" },
+      { step_id: "neg-s3", cost: "0.25", cost_problem: "" },
+    ]);
+    const [run] = (await listRuns(analytics, { limit: 100 })).filter((r) => r.run_id === "neg");
+    expect(run?.cost_usd).toBe(0.25);
   });
 
   it("names the problem in a bad query", async () => {

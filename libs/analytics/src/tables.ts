@@ -35,8 +35,10 @@ export interface StepRow {
   cached_input_tokens: number;
   cache_write_tokens: number;
   reasoning_tokens: number;
-  /** Decimal text in USD (exact), or null when unknown. */
+  /** Decimal text in USD (exact), or null when unknown; as every reader counts it (never below 0). */
   cost_usd: string | null;
+  /** Why the cost the log holds was not counted as it is (a negative figure); "" when it was. */
+  cost_problem: string;
   /** The cost is Holdfast's estimate: its usage was (usage_estimate), or its model was unpriced (unknown_price). */
   estimated: boolean;
   /** Why the usage is Holdfast's estimate: "gateway_lost", "invalid", "missing", "partial"; "" when it is the provider's. */

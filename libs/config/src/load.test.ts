@@ -62,6 +62,7 @@ describe("loadConfig", () => {
           heartbeat_ms: 10_000,
           outcome_defer_ms: 2,
           upstream_connections: 0,
+          passthrough: "allow",
         },
         nats: { host: "127.0.0.1", port: 0, prefix: "hf", replicas: 1, watch_linger_ms: 100 },
         clickhouse: { database: "holdfast", username: "default", password: "", reader_password: "" },
@@ -124,7 +125,7 @@ describe("loadConfig", () => {
           headers: {},
         },
         on_trip: "hold",
-        hold: { keepalive_ms: 15_000, keepalive_1xx: true },
+        hold: { keepalive_ms: 15_000, keepalive_1xx: true, max_parked: 10_000, max_parked_per_run: 100 },
         control: { host: "127.0.0.1", port: 4142, grpc_port: 4143, insecure: false },
         budget: { host: "127.0.0.1", insecure: false, port: 0, lease_ms: 30_000 },
         scheduler: { host: "127.0.0.1", grpc_port: 4144, port: 4145, lease_ms: 30_000 },
@@ -411,6 +412,15 @@ describe("loadConfig", () => {
       expect(error.key).toBe("pricing.unknown");
       expect(error.message).toBe(
         'HOLDFAST_PRICING__UNKNOWN: pricing.unknown: expected charge or refuse, got "free"',
+      );
+    });
+
+    it("a gateway.passthrough that is neither allow nor deny_models", () => {
+      const error = loadError({ env: { HOLDFAST_GATEWAY__PASSTHROUGH: "deny" } });
+
+      expect(error.key).toBe("gateway.passthrough");
+      expect(error.message).toBe(
+        'HOLDFAST_GATEWAY__PASSTHROUGH: gateway.passthrough: expected allow or deny_models, got "deny"',
       );
     });
 

@@ -525,6 +525,12 @@ export const configSchema = z
           instance_id: text("a non-empty string")
             .optional()
             .describe("Identifies this gateway in recorded events; when unset the gateway derives one."),
+          passthrough: z
+            .enum(["allow", "deny_models"], { error: "expected allow or deny_models" })
+            .default("allow")
+            .describe(
+              "The /v1/* paths that are not metered: allow passes them through (a named run's stop, hold and limits govern them all the same); deny_models refuses (403) every write to a path that runs a model unmetered (/v1/completions, /v1/embeddings, /v1/batches, /v1/messages/batches, …), while reads such as /v1/models stay allowed.",
+            ),
         },
         mapping,
       )
@@ -846,6 +852,16 @@ export const configSchema = z
             .default(true)
             .describe(
               "Send held non-streaming calls the 1xx interim responses their client is known to tolerate.",
+            ),
+          max_parked: integer(1, 10_000_000)
+            .default(10_000)
+            .describe(
+              "Most calls one gateway keeps parked at once, over every held run; past it a held run's call is refused 429 (holdfast_too_many_parked, retry-after) and only counted.",
+            ),
+          max_parked_per_run: integer(1, 10_000_000)
+            .default(100)
+            .describe(
+              "Most calls of one held run a gateway keeps parked at once; past it the run's call is refused 429 (holdfast_too_many_parked, retry-after) and only counted.",
             ),
         },
         mapping,

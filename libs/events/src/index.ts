@@ -191,6 +191,7 @@ export {
   type RunWindow,
   reservedNanoUsd,
   STOPPED_RUN,
+  stepCostNanoUsd,
   type ToolRepeat,
   tokensInLastMinute,
 } from "./run/state.js";

@@ -1,10 +1,13 @@
+import { once } from "node:events";
+import { connect as http2Connect } from "node:http2";
 import { type AddressInfo, createServer } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { freePort } from "@holdfast/test-harness";
+import { service as healthService } from "grpc-health-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { connect } from "./connect.js";
 import { checkHealth } from "./inspect.js";
-import { type GrpcServer, serve } from "./serve.js";
+import { type GrpcServer, SERVER_BOUNDS, type ServerBounds, serve } from "./serve.js";
 import { unary } from "./unary.js";
 
 // A one-method service with JSON messages: enough to see what connect() and serve() add.
@@ -37,8 +40,9 @@ afterEach(async () => {
   for (const server of servers.splice(0)) await server.close();
 });
 
-async function echoServer(handler: Handler, port = 0): Promise<GrpcServer> {
+async function echoServer(handler: Handler, port = 0, bounds?: Partial<ServerBounds>): Promise<GrpcServer> {
   const server = await serve({
+    ...(bounds === undefined ? {} : { bounds }),
     host: "127.0.0.1",
     port,
     services: [
@@ -165,3 +169,130 @@ describe("serve()", () => {
     expect(server.address).toBe(`127.0.0.1:${server.port}`);
   });
 });
+
+// grpc.health.v1.Health, as any client (a load balancer, grpcurl, an attacker) calls it.
+const HealthClient = grpc.makeClientConstructor(healthService as grpc.ServiceDefinition, "Health");
+type HealthAnswer = { status: string | number };
+type HealthStub = grpc.Client & {
+  watch(request: { service: string }): grpc.ClientReadableStream<HealthAnswer>;
+  check(
+    request: { service: string },
+    callback: (error: grpc.ServiceError | null, answer: HealthAnswer) => void,
+  ): void;
+};
+
+/** A client on a connection of its own (grpc-js shares one per target unless told not to). */
+function ownConnection(address: string): HealthStub {
+  return new HealthClient(address, grpc.credentials.createInsecure(), {
+    "grpc.use_local_subchannel_pool": 1,
+  }) as unknown as HealthStub;
+}
+
+/** A Watch stream, and its first answer (or the error that ended it first). */
+function watch(client: HealthStub) {
+  const call = client.watch({ service: "" });
+  const first = new Promise<string>((resolve) => {
+    call.on("data", (answer: { status: string | number }) => resolve(String(answer.status)));
+    call.on("error", (error: grpc.ServiceError) => resolve(grpc.status[error.code]));
+  });
+  return { call, first };
+}
+
+function check(client: HealthStub, service = ""): Promise<string> {
+  return new Promise((resolve) =>
+    client.check({ service }, (error, answer) =>
+      resolve(error ? grpc.status[error.code] : String(answer.status)),
+    ),
+  );
+}
+
+describe("serve(), against a caller with no token", () => {
+  it("tells every connection it may open at most 100 streams at once", async () => {
+    const server = await echoServer(async (request) => request);
+    const session = http2Connect(`http://${server.address}`);
+    try {
+      const [settings] = (await once(session, "remoteSettings")) as [{ maxConcurrentStreams?: number }];
+      expect(settings.maxConcurrentStreams).toBe(SERVER_BOUNDS.maxStreamsPerConnection);
+      expect(SERVER_BOUNDS.maxStreamsPerConnection).toBe(100);
+    } finally {
+      session.destroy();
+    }
+  });
+
+  it("does not refuse one connection's streams past its bound: they wait for a slot", async () => {
+    const server = await echoServer(async (request) => request, 0, { maxStreamsPerConnection: 3 });
+    const client = ownConnection(server.address);
+    try {
+      const watches = Array.from({ length: 5 }, () => watch(client));
+      // Three open at once; the other two go on as soon as two of those end.
+      const answered = await Promise.all(watches.slice(0, 3).map((w) => w.first));
+      expect(answered).toEqual(["SERVING", "SERVING", "SERVING"]);
+      for (const w of watches.slice(0, 2)) w.call.cancel();
+      expect(await Promise.all(watches.slice(3).map((w) => w.first))).toEqual(["SERVING", "SERVING"]);
+      for (const w of watches) w.call.cancel();
+    } finally {
+      client.close();
+    }
+  });
+
+  it("refuses a Watch past the server's bound of open streams, whatever the connections, and still answers a Check", async () => {
+    const server = await echoServer(async (request) => request, 0, {
+      maxStreamsPerConnection: 2,
+      maxOpenUnauthenticatedStreams: 4,
+    });
+    const clients = Array.from({ length: 3 }, () => ownConnection(server.address));
+    try {
+      const open = [0, 0, 1, 1].map((i) => watch(clients[i]!));
+      expect(await Promise.all(open.map((w) => w.first))).toEqual([
+        "SERVING",
+        "SERVING",
+        "SERVING",
+        "SERVING",
+      ]);
+      // A fifth, on a connection of its own with room to spare: refused.
+      const fifth = watch(clients[2]!);
+      expect(await fifth.first).toBe("RESOURCE_EXHAUSTED");
+      expect(await check(clients[2]!)).toBe("SERVING");
+      // One ends: there is room for one more.
+      open[0]!.call.cancel();
+      await new Promise<void>((resolve) => open[0]!.call.on("error", () => resolve()));
+      const again = await waitForWatch(clients[2]!);
+      expect(again).toBe("SERVING");
+    } finally {
+      for (const client of clients) client.close();
+    }
+  });
+
+  it("closes a connection that holds no call open", async () => {
+    const server = await echoServer(async (request) => request, 0, { idleConnectionMs: 200 });
+    const session = http2Connect(`http://${server.address}`);
+    session.on("error", () => undefined);
+    await once(session, "remoteSettings");
+    // Closed by the server, with nothing but the connection held: no timeout of the test's own.
+    await once(session, "close");
+    expect(session.destroyed).toBe(true);
+  });
+
+  it("refuses a message over its bound, before any handler reads it", async () => {
+    const server = await echoServer(async (request) => request, 0, { maxMessageBytes: 1_024 });
+    const client = ownConnection(server.address);
+    try {
+      expect(await check(client, "x".repeat(2_048))).toBe("RESOURCE_EXHAUSTED");
+      expect(await check(client)).toBe("SERVING");
+    } finally {
+      client.close();
+    }
+  });
+});
+
+/** A new Watch's first answer, trying again while the server has not yet seen the last one end. */
+async function waitForWatch(client: HealthStub): Promise<string> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const w = watch(client);
+    const first = await w.first;
+    w.call.cancel();
+    if (first !== "RESOURCE_EXHAUSTED") return first;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return "RESOURCE_EXHAUSTED";
+}

@@ -21,8 +21,10 @@ export { checkHealth, listServices } from "./inspect.js";
 export {
   type GrpcServer,
   type Refusal,
+  SERVER_BOUNDS,
   type ServedService,
   type ServeOptions,
+  type ServerBounds,
   serve,
   serviceName,
 } from "./serve.js";

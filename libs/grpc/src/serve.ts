@@ -36,7 +36,39 @@ export interface ServeOptions {
    * that status, before any handler runs, whether it is unary or a stream.
    */
   authorize?: (metadata: grpc.Metadata, method: string) => Refusal | undefined;
+  /** What one caller may hold open (defaults: SERVER_BOUNDS); tests lower them. */
+  bounds?: Partial<ServerBounds>;
 }
+
+/**
+ * What a caller can hold on to, on every server `serve` starts. Health and reflection take
+ * no token, so these bound what anyone who can reach the port can make the process keep:
+ * streams on one connection, connections left idle, the size of one message, and the
+ * open streams of the services that take no token, whatever the number of connections.
+ */
+export interface ServerBounds {
+  /** Streams (calls) open at once on one connection; HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS. */
+  maxStreamsPerConnection: number;
+  /** A connection with no call open for this long is closed (a client reconnects by itself). */
+  idleConnectionMs: number;
+  /** The largest message the server reads, in bytes; larger is refused RESOURCE_EXHAUSTED. */
+  maxMessageBytes: number;
+  /**
+   * Streaming calls open at once, on all connections, to the services that take no token
+   * (grpc.health.v1.Health/Watch, reflection); past it a new one is refused RESOURCE_EXHAUSTED.
+   * A unary Check is never refused for it, so a probe still gets its answer.
+   */
+  maxOpenUnauthenticatedStreams: number;
+}
+
+export const SERVER_BOUNDS: ServerBounds = Object.freeze({
+  // RFC 9113 recommends at least 100; nginx has 128, Go's gRPC server unlimited.
+  maxStreamsPerConnection: 100,
+  idleConnectionMs: 5 * 60_000,
+  // grpc's own default, said here: no message of these APIs is near it (a run's input is at most 1 MB).
+  maxMessageBytes: 4 * 1024 * 1024,
+  maxOpenUnauthenticatedStreams: 1_000,
+});
 
 /** Why a call was turned away: its gRPC status and the message the client reads. */
 export interface Refusal {
@@ -85,24 +117,77 @@ function guardedCall(
   });
 }
 
+/**
+ * A streaming call to a service that takes no token, counted while it is open; refused at
+ * once (RESOURCE_EXHAUSTED) when `open` is already at its bound, before its handler hears of it.
+ */
+function boundedCall(
+  call: grpc.ServerInterceptingCallInterface,
+  open: { count: number },
+  max: number,
+): grpc.ServerInterceptingCall {
+  if (open.count >= max) {
+    return new grpc.ServerInterceptingCall(call, {
+      start(next) {
+        next({
+          onReceiveMetadata() {
+            call.sendStatus({
+              code: grpc.status.RESOURCE_EXHAUSTED,
+              details: `this server has ${max} streams open to its services that take no token (health, reflection): try again later`,
+              metadata: new grpc.Metadata(),
+            });
+          },
+        });
+      },
+    });
+  }
+  open.count += 1;
+  let ended = false;
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    open.count -= 1;
+  };
+  return new grpc.ServerInterceptingCall(call, {
+    start(next) {
+      next({
+        onCancel() {
+          end();
+        },
+      });
+    },
+    sendStatus(status, next) {
+      end();
+      next(status);
+    },
+  });
+}
+
 /** Starts a grpc-js server (plaintext) with the given services, health and reflection. */
 export async function serve(options: ServeOptions): Promise<GrpcServer> {
   const names = options.services.map((s) => serviceName(s.definition));
   const authorize = options.authorize;
   const guarded = new Set(names);
+  const bounds = { ...SERVER_BOUNDS, ...options.bounds };
+  const unauthenticatedStreams = { count: 0 };
   const server = new grpc.Server({
     // Clients may ping to keep idle connections through NATs and load balancers.
     "grpc.keepalive_permit_without_calls": 1,
-    ...(authorize === undefined
-      ? {}
-      : {
-          interceptors: [
-            (
-              method: grpc.ServerMethodDefinition<unknown, unknown>,
-              call: grpc.ServerInterceptingCallInterface,
-            ) => guardedCall(method, call, guarded, authorize),
-          ],
-        }),
+    "grpc.max_concurrent_streams": bounds.maxStreamsPerConnection,
+    "grpc.max_connection_idle_ms": bounds.idleConnectionMs,
+    "grpc.max_receive_message_length": bounds.maxMessageBytes,
+    interceptors: [
+      (method: grpc.ServerMethodDefinition<unknown, unknown>, call: grpc.ServerInterceptingCallInterface) => {
+        const service = method.path.slice(1, method.path.lastIndexOf("/"));
+        if (guarded.has(service)) {
+          return authorize === undefined
+            ? new grpc.ServerInterceptingCall(call)
+            : guardedCall(method, call, guarded, authorize);
+        }
+        if (!method.requestStream && !method.responseStream) return new grpc.ServerInterceptingCall(call);
+        return boundedCall(call, unauthenticatedStreams, bounds.maxOpenUnauthenticatedStreams);
+      },
+    ],
   });
   for (const service of options.services) server.addService(service.definition, service.implementation);
 

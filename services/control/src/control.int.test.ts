@@ -531,11 +531,16 @@ describe("approving and denying answers the tool-call gate holds", () => {
 });
 
 describe("tokens on REST", () => {
-  it("answers health without a token", async () => {
-    expect(await rest("GET", "/health", undefined, null)).toMatchObject({
-      status: 200,
-      body: { status: "ok", nats: "connected" },
-    });
+  it("answers health's liveness without a token, and its details (pid, NATS) only with one", async () => {
+    for (const token of [null, "not-a-token"]) {
+      expect(await rest("GET", "/health", undefined, token)).toEqual({ status: 200, body: { status: "ok" } });
+    }
+    for (const token of [READ, CONTROL]) {
+      expect(await rest("GET", "/health", undefined, token)).toMatchObject({
+        status: 200,
+        body: { status: "ok", nats: "connected", pid: process.pid, quarantined: { total: 0 } },
+      });
+    }
   });
 
   it.each(ROUTES)(
@@ -758,7 +763,7 @@ describe("on a log holding what no reader can use", () => {
       completed: 2,
       quarantined: [{ stream_sequence: seq, reason: "undecodable", bytes: 4, preview: "ffffff00" }],
     });
-    const health = await rest("GET", "/health", undefined, null);
+    const health = await rest("GET", "/health", undefined, READ);
     expect(health.body.quarantined).toMatchObject({ by_reason: { undecodable: 1 } });
   });
 

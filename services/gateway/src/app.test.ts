@@ -38,6 +38,14 @@ beforeAll(async () => {
     pricer: tripwire("pricer"),
     responses: tripwire("responses"),
     admission: tripwire("admission"),
+    passthrough: {
+      mode: "allow",
+      runOf: () => {
+        throw new Error(
+          "the passed-through call's run was read: this request should have been refused first",
+        );
+      },
+    },
     instanceId: "test#0",
     newId: () => {
       throw new Error("an id was made: this request should not have been recorded");
@@ -347,4 +355,47 @@ describe("with tenants configured, a call without its tenant's gateway key", () 
     const response = await tenanted.inject({ method: "GET", url: "/holdfast/health" });
     expect(response.statusCode).toBe(200);
   });
+});
+
+describe("with gateway.passthrough: deny_models", () => {
+  let denying: FastifyInstance;
+  beforeAll(async () => {
+    denying = buildApp({ ...deps, passthrough: { ...deps.passthrough, mode: "deny_models" } });
+    await denying.ready();
+  });
+  afterAll(async () => {
+    await denying?.close();
+  });
+
+  it.each([
+    { path: "/v1/completions", family: "openai", payload: { model: "gpt-3.5-turbo-instruct", prompt: "hi" } },
+    {
+      path: "/v1/embeddings?x=1",
+      family: "openai",
+      payload: { model: "text-embedding-3-small", input: "hi" },
+    },
+    {
+      path: "/v1/batches",
+      family: "openai",
+      payload: { input_file_id: "file-1", endpoint: "/v1/chat/completions" },
+    },
+    { path: "/v1/messages/batches", family: "anthropic", payload: { requests: [] } },
+    { path: "/v1/complete", family: "anthropic", payload: { model: "claude-2.1", prompt: "hi" } },
+  ] as const)(
+    "POST $path: a 403 in its API's shape, before anything is forwarded or its run read",
+    async ({ path, family, payload }) => {
+      const response = await denying.inject({
+        method: "POST",
+        url: path,
+        payload,
+        headers: { "x-holdfast-run": "r" },
+      });
+      expect(response.statusCode).toBe(403);
+      const error = errorOf(family, response.body);
+      expect(error.type).toBe("permission_error");
+      if (family === "openai") expect(error).toMatchObject({ code: "holdfast_unmetered_model_path" });
+      expect(error.message).toMatch(/gateway\.passthrough: deny_models/);
+      expect(error.message).toContain(path.split("?")[0]);
+    },
+  );
 });

@@ -22,7 +22,7 @@ import { normalizeTarget } from "./http/path.js";
 import type { PipelineDeps } from "./pipeline/call.js";
 import { type GatewayFeature, shared } from "./pipeline/hooks.js";
 import { pipelineRoutes, shapeForPath } from "./pipeline/routes.js";
-import { passthrough } from "./proxy/passthrough.js";
+import { type PassthroughDeps, passthrough } from "./proxy/passthrough.js";
 import { authenticate } from "./tenants/authenticate.js";
 import type { TenantKeys } from "./tenants/keys.js";
 import type { Upstreams } from "./upstream/upstream.js";
@@ -39,6 +39,8 @@ export interface GatewayAppDeps extends Omit<PipelineDeps, "maxJsonDepth"> {
   features?: readonly GatewayFeature[];
   /** The tenants' gateway keys, with `tenants` configured: every /v1/* call must carry one. */
   tenantKeys?: TenantKeys;
+  /** The paths passed through: `gateway.passthrough`, and the run a call names (if any). */
+  passthrough: Pick<PassthroughDeps, "mode" | "runOf">;
 }
 
 /**
@@ -127,7 +129,8 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof GatewayError) {
       if (error.status >= 500) request.log.warn({ err: error }, "call not completed");
-      return answer(request, reply, error.status, error.message, error);
+      // A stop's x-should-retry: false, a full parking's retry-after.
+      return answer(request, reply.headers(error.headers), error.status, error.message, error);
     }
     if (error instanceof HttpLimitError) return answer(request, reply, error.status, error.message, error);
     if (error instanceof UnsupportedContentEncodingError) {
@@ -196,7 +199,7 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
   app.register(authenticate(deps.tenantKeys));
   app.register(pipelineRoutes({ ...deps, maxJsonDepth: deps.limits.max_json_depth }));
   for (const feature of deps.features ?? []) app.register(shared(feature));
-  app.register(passthrough(deps.upstreams));
+  app.register(passthrough({ ...deps.passthrough, upstreams: deps.upstreams, admission: deps.admission }));
   return app;
 }
 

@@ -109,6 +109,25 @@ export class RunStoppedGatewayError extends GatewayError {
   }
 }
 
+/**
+ * With `gateway.passthrough: deny_models`, a call on a path that makes the provider run a
+ * model without Holdfast metering it (legacy completions, embeddings, batches, images,
+ * audio, …): refused before its body is read; nothing was sent. A 403, which the SDKs raise
+ * at once (PermissionDeniedError) without retrying.
+ */
+export class PassthroughDeniedError extends GatewayError {
+  override readonly name = "PassthroughDeniedError";
+  readonly code = "holdfast_unmetered_model_path";
+  readonly status = 403;
+  readonly type = "permission_error";
+  readonly retryable = false;
+  constructor(method: string, path: string) {
+    super(
+      `Holdfast does not pass ${method} ${path} through: it makes the provider run a model that Holdfast cannot meter, and this gateway refuses such calls (gateway.passthrough: deny_models). Nothing was sent to the provider. The metered routes are POST /v1/chat/completions, /v1/responses and /v1/messages.`,
+    );
+  }
+}
+
 /** Holdfast itself failed while handling the call. */
 export class InternalGatewayError extends GatewayError {
   override readonly name = "InternalGatewayError";
@@ -183,6 +202,32 @@ export class RateLimitWaitExceededError extends GatewayError {
     });
   }
 }
+
+/**
+ * A held run's call found no room to park: its run already has `hold.max_parked_per_run`
+ * calls parked on this gateway, or the gateway `hold.max_parked` in all. Refused at once
+ * rather than holding one more connection for as long as the run is held; nothing was
+ * sent, recorded or charged (the refusal is counted). A 429 with retry-after, which the
+ * SDKs wait out and retry, by which time the run may have been resumed.
+ */
+export class ParkingFullError extends GatewayError {
+  override readonly name = "ParkingFullError";
+  readonly code = "holdfast_too_many_parked";
+  readonly status = 429;
+  readonly type = "rate_limit_error";
+  readonly retryable = true;
+  constructor(runId: string, bound: "per_run" | "per_gateway", limit: number) {
+    super(
+      bound === "per_run"
+        ? `Holdfast is holding run ${JSON.stringify(runId)} and already keeps ${limit} of its calls waiting on this gateway (hold.max_parked_per_run): this call was not parked, sent or recorded. Retry later; the run stays held until an operator resumes it.`
+        : `This Holdfast gateway already keeps ${limit} calls of held runs waiting (hold.max_parked), and run ${JSON.stringify(runId)} is held: this call was not parked, sent or recorded. Retry later, or on another gateway.`,
+      { headers: { "retry-after": String(PARKING_FULL_RETRY_AFTER_S) } },
+    );
+  }
+}
+
+/** How long a call refused for want of parking room is told to wait before it tries again. */
+export const PARKING_FULL_RETRY_AFTER_S = 30;
 
 /**
  * The model has no known price, a cost limit or budget applies to the run, and

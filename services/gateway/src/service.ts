@@ -13,7 +13,7 @@ import {
 } from "@holdfast/events";
 import { ToolGate } from "@holdfast/gate";
 import { connect } from "@holdfast/grpc";
-import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
+import { counter, gauge, listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import {
   type AcquireRequest,
@@ -31,6 +31,7 @@ import { budgetFeature } from "./budget/feature.js";
 import { gateFeature } from "./gate/feature.js";
 import { healthReaders } from "./health/access.js";
 import { Admission } from "./hold/admission.js";
+import { PARKING_BOUNDS, ParkingLot } from "./hold/lot.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
 import { ResponseIndex } from "./identify/responses.js";
@@ -40,6 +41,7 @@ import type { GatewayFeature } from "./pipeline/hooks.js";
 import { predictFeature } from "./predict/feature.js";
 import { type RateWindowsApi, type Reservation, SharedSlices } from "./predict/shared.js";
 import { pricingFeature } from "./pricing/feature.js";
+import { passthroughRunNamer } from "./proxy/govern.js";
 import { routingFeature } from "./routing/feature.js";
 import { Router, routesFrom } from "./routing/router.js";
 import { TenantKeys } from "./tenants/keys.js";
@@ -151,6 +153,7 @@ export async function startGateway(
   // parked call listens to it (thousands may be), which is no leak: each stops when it goes on.
   const shutdown = new AbortController();
   setMaxListeners(0, shutdown.signal);
+  const lot = new ParkingLot({ perRun: config.hold.max_parked_per_run, perGateway: config.hold.max_parked });
   const admission = new Admission({
     ledger,
     fleet,
@@ -164,6 +167,7 @@ export async function startGateway(
     clock,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a parked call"),
     shutdown: shutdown.signal,
+    lot,
   });
   await admission.start();
   const reaper = new Reaper({
@@ -258,7 +262,21 @@ export async function startGateway(
           clock,
           ...(predict === undefined ? {} : { roomOf: predict.roomOf }),
         });
-  const metrics = logReaderMetrics("gateway", () => bus.quarantineCounts);
+  const metrics = [
+    ...logReaderMetrics("gateway", () => bus.quarantineCounts),
+    gauge({
+      name: "holdfast_parked_calls",
+      help: "Calls of held runs this gateway keeps parked now.",
+      labels: {},
+      value: () => lot.parked,
+    }),
+    counter({
+      name: "holdfast_parked_calls_refused_total",
+      help: "Calls of held runs refused since this gateway started because no parking room was left (hold.max_parked_per_run, hold.max_parked), by the bound reached.",
+      labels: { bound: PARKING_BOUNDS },
+      value: ({ bound }) => lot.refused[bound as (typeof PARKING_BOUNDS)[number]],
+    }),
+  ];
   const mayReadHealth = healthReaders({ ...config.control, host: config.gateway.host });
   if (
     config.control.token === undefined &&
@@ -284,6 +302,7 @@ export async function startGateway(
     ...(Object.keys(config.tenants).length === 0 ? {} : { tenantKeys: new TenantKeys(config.tenants) }),
     responses,
     admission,
+    passthrough: { mode: config.gateway.passthrough, runOf: passthroughRunNamer(rules) },
     logConnected: () => bus.connected,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
     health: {
@@ -296,6 +315,9 @@ export async function startGateway(
         log_followed: follower.followingEverything ? "every_event" : "urgent_events",
         // Events of the log this process set aside (and went on past) since it started.
         quarantined: bus.quarantineCounts,
+        parked: lot.parked,
+        // Calls of held runs refused for want of parking room, by the bound reached.
+        parked_refused: lot.refused,
       }),
       mayRead: mayReadHealth,
       metrics: () => renderMetrics(metrics),

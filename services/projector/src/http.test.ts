@@ -89,10 +89,19 @@ describe("the analytics API", () => {
     );
   });
 
-  it("answers /health to anyone", async () => {
-    const response = await app.inject({ method: "GET", url: "/health" });
-    expect(response.statusCode).toBe(200);
-    expect(response.json()).toMatchObject({ status: "ok", lag_events: 0 });
+  it("answers /health's liveness to anyone, and its details (lag, lease holder, pid) to a reader only", async () => {
+    for (const headers of [{}, { authorization: "Bearer not-the-token" }]) {
+      const response = await app.inject({ method: "GET", url: "/health", headers });
+      expect(response.statusCode).toBe(200);
+      expect(response.json()).toEqual({ status: "ok" });
+    }
+    const read = await app.inject({
+      method: "GET",
+      url: "/health",
+      headers: { authorization: `Bearer ${READ}` },
+    });
+    expect(read.statusCode).toBe(200);
+    expect(read.json()).toMatchObject({ status: "ok", lag_events: 0, lease_holder: "p", pid: process.pid });
   });
 
   it("answers a body over 1 MiB with a 413, not a 500", async () => {

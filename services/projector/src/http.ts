@@ -36,8 +36,9 @@ export const MAX_BODY_BYTES = 1_048_576;
 /**
  * The projector's HTTP API: operator SQL over the projection and the named read models.
  * With embedded ClickHouse the engine lives in this process, so every reader goes
- * through here. /health is open (liveness and lag); the rest (/metrics too) needs a
- * control token (read-only or not) when one is configured. Errors are `{"error": {"code", "message"}}`.
+ * through here. /health answers liveness to anyone, and its details (lag, the lease
+ * holder, the pid) like the rest (/metrics too) only with a control token (read-only or
+ * not) when one is configured. Errors are `{"error": {"code", "message"}}`.
  */
 export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
   const logger: FastifyBaseLogger = deps.log;
@@ -77,10 +78,12 @@ export function buildAnalyticsApi(deps: AnalyticsApiDeps): FastifyInstance {
     return reply.code(500).send({ error: { message: (error as Error).message, code: "internal" } });
   });
 
-  app.get("/health", async () => {
+  app.get("/health", async (request) => {
     const s = deps.status();
+    const status = s.running && s.lastError === null ? "ok" : "degraded";
+    if (!deps.access.allows(request.headers.authorization, "read")) return { status };
     return {
-      status: s.running && s.lastError === null ? "ok" : "degraded",
+      status,
       // One projector per consumer writes; the others stand by until its lease lapses.
       role: s.role,
       lease_holder: s.leaseHolder,

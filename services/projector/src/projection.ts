@@ -1,6 +1,14 @@
 import { nanoUsdToDecimal, type RawEventRow, type StepRow } from "@holdfast/analytics";
 import type { StoredEvent } from "@holdfast/bus";
-import { apiName, envelopeToJson, failureReasonName, isKnown, usageEstimateName } from "@holdfast/events";
+import {
+  apiName,
+  envelopeToJson,
+  failureReasonName,
+  isKnown,
+  type StepOutcome,
+  stepCostNanoUsd,
+  usageEstimateName,
+} from "@holdfast/events";
 
 /** The rows one event becomes. Pure: the same event always gives the same rows. */
 export interface ProjectedRows {
@@ -52,7 +60,9 @@ export function project({ envelope, streamSequence }: StoredEvent): ProjectedRow
     cached_input_tokens: e.usage?.cachedInputTokens ?? 0,
     cache_write_tokens: e.usage?.cacheWriteTokens ?? 0,
     reasoning_tokens: e.usage?.reasoningTokens ?? 0,
-    cost_usd: e.cost?.known ? nanoUsdToDecimal(e.cost.nanoUsd) : null,
+    // Counted as the run's fold and the budgets count it; what the log said is kept beside it.
+    cost_usd: e.cost?.known ? nanoUsdToDecimal(stepCostNanoUsd(e)) : null,
+    cost_problem: costProblem(e),
     estimated: e.estimated || e.unknownPrice,
     usage_estimate: usageEstimateName(e.usageEstimate, e.estimated),
     usage_problem: e.usageProblem,
@@ -67,4 +77,13 @@ export function project({ envelope, streamSequence }: StoredEvent): ProjectedRow
     stream_seq: streamSequence,
   };
   return { raw, step };
+}
+
+/** Why a step's recorded cost was not counted as it is: only a writer's error (or a forgery) makes one. */
+function costProblem(outcome: StepOutcome): string {
+  const cost = outcome.cost;
+  if (cost?.known !== true || cost.nanoUsd >= 0) return "";
+  // Written as ClickHouse writes a Decimal (no trailing zeros), as the migration flagged older rows.
+  const usd = nanoUsdToDecimal(cost.nanoUsd).replace(/\.?0+$/, "");
+  return `cost ${usd} USD is negative; counted as 0`;
 }

@@ -30,7 +30,7 @@ import {
   type ShapeLoad,
   sleep,
 } from "./load.js";
-import { firstMatch, ROOT, startExtraGateway, startProvider, startUp } from "./processes.js";
+import { firstMatch, ROOT, readerHeaders, startExtraGateway, startProvider, startUp } from "./processes.js";
 
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 4_000);
 const WARMUP_MS = 1_000;
@@ -74,7 +74,7 @@ interface Measured {
 
 async function main(): Promise<void> {
   const stack = await startStack();
-  const lag = new LagSampler(stack.analyticsUrl);
+  const lag = new LagSampler(stack.analyticsUrl, readerHeaders(stack.dataDir));
   try {
     console.log(
       `Holdfast gateway benchmark — ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), node ${process.version}`,
@@ -456,14 +456,19 @@ class LagSampler {
   private running = true;
   private readonly loop: Promise<void>;
 
-  constructor(private readonly analyticsUrl: string) {
+  constructor(
+    private readonly analyticsUrl: string,
+    private readonly headers: Record<string, string>,
+  ) {
     this.loop = this.run();
   }
 
   private async run(): Promise<void> {
     while (this.running) {
       try {
-        const health = (await (await fetch(`${this.analyticsUrl}/health`)).json()) as {
+        const health = (await (
+          await fetch(`${this.analyticsUrl}/health`, { headers: this.headers })
+        ).json()) as {
           stream_last_seq: number;
           projected_seq: number;
         };

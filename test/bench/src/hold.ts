@@ -31,7 +31,7 @@ import {
 import { createLogger } from "@holdfast/log";
 import { fleetAggregate, Ledger, runAggregate } from "@holdfast/runs";
 import { percentile, runPhase, SHAPE_LOADS, sleep } from "./load.js";
-import { startExtraGateway, startProvider, startUp } from "./processes.js";
+import { readerHeaders, startExtraGateway, startProvider, startUp } from "./processes.js";
 
 const HELD = Number(process.env.BENCH_HELD ?? 10_000);
 const PHASE_MS = Number(process.env.BENCH_PHASE_MS ?? 4_000);
@@ -57,7 +57,9 @@ async function main(): Promise<void> {
     );
     const { file: stack } = await startUp({ dataDir, providerUrl, configFile }, children);
     const gatewayOrigin = new URL(stack.gatewayUrl).origin;
-    const gatewayPid = (await (await fetch(`${gatewayOrigin}/holdfast/health`)).json()) as { pid: number };
+    const gatewayPid = (await (
+      await fetch(`${gatewayOrigin}/holdfast/health`, { headers: readerHeaders(dataDir) })
+    ).json()) as { pid: number };
 
     const bus = await connectBus({ servers: stack.natsUrl, prefix: "hf", name: "bench-operator" });
     const common = {
@@ -144,7 +146,7 @@ async function main(): Promise<void> {
     // Measured once the projector has caught up with the resumes' 30,000-odd events, so
     // neither side shares the machine with that work.
     const settleStart = performance.now();
-    await projectionCaughtUp(stack.analyticsUrl);
+    await projectionCaughtUp(stack.analyticsUrl, readerHeaders(dataDir));
     console.log(`(projection caught up ${((performance.now() - settleStart) / 1000).toFixed(1)} s later)`);
     const plain = await startExtraGateway(
       { dataDir, natsUrl: stack.natsUrl, providerUrl, instanceId: "bench-plain" },
@@ -188,9 +190,9 @@ async function main(): Promise<void> {
 }
 
 /** Resolves once the projector's health says everything in the stream is projected. */
-async function projectionCaughtUp(analyticsUrl: string): Promise<void> {
+async function projectionCaughtUp(analyticsUrl: string, headers: Record<string, string>): Promise<void> {
   for (const deadline = Date.now() + 300_000; Date.now() < deadline; await sleep(250)) {
-    const health = (await (await fetch(`${analyticsUrl}/health`)).json().catch(() => ({}))) as {
+    const health = (await (await fetch(`${analyticsUrl}/health`, { headers })).json().catch(() => ({}))) as {
       stream_last_seq?: number;
       projected_seq?: number;
     };

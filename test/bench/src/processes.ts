@@ -19,6 +19,15 @@ export interface UpFile {
   schedulerUrl: string;
 }
 
+/**
+ * What a reader sends for a service's health details (lag, pid): the read token `holdfast
+ * up` made in the data dir. Without it a health route answers liveness only.
+ */
+export function readerHeaders(dataDir: string): Record<string, string> {
+  const token = readFileSync(join(dataDir, "credentials", "read.token"), "utf8").trim();
+  return { authorization: `Bearer ${token}` };
+}
+
 /** Resolves with the first capture of `pattern` in the child's stdout; rejects if it exits first. */
 export function firstMatch(child: ChildProcess, pattern: RegExp): Promise<string> {
   return new Promise((resolve, reject) => {

@@ -704,7 +704,11 @@ export function windowLimits(configured: ConfiguredLimits, state: RunState): Con
  * The limit this call would find crossed, if any: what the window's finished steps cost
  * (cost), its steps, its minutes, the last minute's tokens.
  */
-export function limitCrossed(command: StartStep, state: RunState, nowMs: number): Trip | undefined {
+export function limitCrossed(
+  command: Pick<StartStep, "limits" | "model">,
+  state: RunState,
+  nowMs: number,
+): Trip | undefined {
   const limits = windowLimits(command.limits, state);
   const window = state.window;
   const trip = (limit: LimitKind, limitValue: number, spentValue: number): Trip => ({

@@ -245,9 +245,13 @@ const MINUTE_MS = 60_000;
  */
 export const MAX_NANO_USD = Number.MAX_SAFE_INTEGER;
 const addNano = (a: number, b: number): number => Math.min(MAX_NANO_USD, a + b);
-/** A step's cost as it counts: known, and never below zero (a reader tolerates what a writer got wrong). */
-const costOf = (outcome: StepOutcome): number =>
+/**
+ * A step's cost as it counts: known, and never below zero (a reader tolerates what a writer
+ * got wrong). Every reader that counts spend (the fold, the budgets, the projection) counts this.
+ */
+export const stepCostNanoUsd = (outcome: Pick<StepOutcome, "cost">): number =>
   outcome.cost?.known === true ? Math.max(0, outcome.cost.nanoUsd) : 0;
+const costOf = stepCostNanoUsd;
 
 export function initialState(runId: string): RunState {
   return {

@@ -36,4 +36,9 @@ export class AccessPolicy {
         : new PermissionDeniedError(error.message);
     }
   }
+
+  /** Whether `authorization` may do what `need` asks (the health details: a reader's). */
+  allows(authorization: string | undefined, need: Access): boolean {
+    return this.tokens.allows(authorization, need);
+  }
 }

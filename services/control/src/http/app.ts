@@ -24,7 +24,7 @@ export interface ControlAppDeps {
   log: Logger;
   /** Timeouts, header count and JSON depth (the `http` section). */
   limits: HttpLimitsConfig;
-  /** What `GET /holdfast/v1/health` reports besides "ok". */
+  /** What `GET /holdfast/v1/health` reports besides "ok", to a caller who may read (the pid, NATS, quarantined events). */
   health: () => Record<string, unknown>;
   /** What `GET /holdfast/v1/metrics` answers: the process's metrics in Prometheus's text format. */
   metrics: () => string;
@@ -36,7 +36,7 @@ export const API_PREFIX = "/holdfast/v1";
 export const MAX_BODY_BYTES = 64 * 1024;
 
 /**
- * The control REST API under /holdfast/v1/. Every route but health needs a token when
+ * The control REST API under /holdfast/v1/. Every route but health (whose details do) needs a token when
  * control.token is set; changes need the control token. Errors are `{"error": {"code",
  * "message"}}` with the status errors.ts gives their class.
  */
@@ -82,7 +82,12 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
       .send(errorBody(new NotFoundError(`no route ${request.method} ${request.url.split("?")[0]}`))),
   );
 
-  app.get(`${API_PREFIX}/health`, async () => ({ status: "ok", ...deps.health() }));
+  // Liveness to anyone (a probe has no token); the process's details to a reader only.
+  app.get(`${API_PREFIX}/health`, async (request) =>
+    deps.access.allows(request.headers.authorization, "read")
+      ? { status: "ok", ...deps.health() }
+      : { status: "ok" },
+  );
   app.get(`${API_PREFIX}/metrics`, needs("read"), async (_request, reply) =>
     reply.type(METRICS_CONTENT_TYPE).send(deps.metrics()),
   );

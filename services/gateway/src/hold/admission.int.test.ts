@@ -17,6 +17,7 @@ import { natsUrl, uniqueNamespace } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Call } from "../pipeline/hooks.js";
 import { Admission } from "./admission.js";
+import { ParkingLot } from "./lot.js";
 
 // Admission against a real log, with no watch running: what it decides when a standing rule
 // is in the log and this gateway's watch has not brought it yet (a loaded machine delivers
@@ -63,6 +64,7 @@ async function admissionOf(gateway: ReturnType<typeof ledgers>): Promise<Admissi
     clock: Date.now,
     onRecordError: () => undefined,
     shutdown: new AbortController().signal,
+    lot: new ParkingLot({ perRun: config.hold.max_parked_per_run, perGateway: config.hold.max_parked }),
   });
   await admission.start();
   return admission;

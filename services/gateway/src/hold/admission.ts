@@ -5,11 +5,14 @@ import {
   type FleetCommand,
   type FleetState,
   type HoldRule,
+  limitCrossed,
   MAX_NANO_USD,
+  NO_LIMITS,
   type RunState,
   RunStatus,
   reservedNanoUsd,
   rulesHolding,
+  type Trip,
   tokensInLastMinute,
   windowLimits,
 } from "@holdfast/events";
@@ -17,7 +20,7 @@ import type { Pricer, RequestView } from "@holdfast/providers";
 import type { HeldRuns, Ledger, RunLabels } from "@holdfast/runs";
 import type { Call } from "../pipeline/hooks.js";
 import type { Upstream } from "../upstream/upstream.js";
-import { type ParkingOptions, park, pause, type Unparked, waitForRoom } from "./park.js";
+import { type Parkable, type ParkingOptions, park, pause, type Unparked, waitForRoom } from "./park.js";
 
 export interface AdmissionOptions extends ParkingOptions {
   fleet: Ledger<FleetState, FleetCommand>;
@@ -34,6 +37,41 @@ export interface Reservation {
    * reservation is at the unknown rate (pricing.unknown: charge), or the call is refused.
    */
   readonly unpriced: boolean;
+}
+
+/** What a passed-through call that names a run meets (Admission.passthroughGate). */
+export type PassthroughGate = "go" | "held" | "stopped";
+
+/**
+ * Whether a passed-through call's run must be read from the log before it is decided:
+ * only when this process has heard it held or stopped (its own fold, or the fleet's index
+ * of held runs for a run it does not follow), or cannot be sure it has not.
+ */
+export function mustReadLog(
+  cached: RunState | undefined,
+  indexed: RunStatus | undefined,
+  uncertain: boolean,
+): boolean {
+  const status = cached?.status ?? indexed;
+  return status === RunStatus.Held || status === RunStatus.Stopped || (cached === undefined && uncertain);
+}
+
+/**
+ * What a passed-through call of a run in this state meets: the run's hold or stop, or, for
+ * a run that is neither but has crossed one of its limits (its window's steps, cost,
+ * minutes, tokens in the last minute), the trip its next metered call would record.
+ * A run not seen (undefined) goes on: it has spent nothing.
+ */
+export function passthroughVerdict(
+  state: RunState | undefined,
+  limits: ConfiguredLimits,
+  nowMs: number,
+): PassthroughGate | { readonly trip: Trip; readonly action: "hold" | "stop" } {
+  if (state === undefined) return "go";
+  if (state.status === RunStatus.Stopped) return "stopped";
+  if (state.status === RunStatus.Held) return "held";
+  const trip = limitCrossed({ limits, model: "" }, state, nowMs);
+  return trip === undefined ? "go" : { trip, action: limits.onTrip };
 }
 
 /** What admission says of a call before its start is appended. */
@@ -129,8 +167,33 @@ export class Admission {
     return read.done;
   }
 
-  park(call: Call, labels: RunLabels): Promise<Unparked> {
+  park(call: Parkable, labels: RunLabels): Promise<Unparked> {
     return park(call, labels, this.options);
+  }
+
+  /**
+   * What a passed-through call naming this run meets: it goes on, is parked (held), or is
+   * refused (stopped). Decided from local state, with no round trip, for the common call;
+   * only a run this process has heard held or stopped (or one whose held answers it could
+   * not all see at start) costs a read of the log, which has the last word: a resume
+   * appended elsewhere a moment ago may not have reached this process yet. A run past one
+   * of its limits is tripped first, as its next metered call would trip it (held or stopped
+   * as `on_trip` says).
+   */
+  async passthroughGate(runId: string, labels: RunLabels): Promise<PassthroughGate> {
+    const cached = this.options.ledger.cached(runId);
+    const state = mustReadLog(cached, this.statusFromIndex(runId), this.options.held.uncertain(runId))
+      ? await this.options.ledger.latest(runId)
+      : cached;
+    const verdict = passthroughVerdict(state, this.limitsFor(state?.tag || labels.tag), this.options.clock());
+    if (typeof verdict === "string") return verdict;
+    const tripped = await this.options.ledger.execute(runId, labels, {
+      type: "TripRun",
+      trip: verdict.trip,
+      action: verdict.action,
+    });
+    const after = passthroughVerdict(tripped.state, NO_LIMITS, this.options.clock());
+    return typeof after === "string" ? after : "go";
   }
 
   /** Waits for a call of the run in flight to finish (the run is busy near its cost limit). */

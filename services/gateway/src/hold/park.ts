@@ -1,7 +1,17 @@
-import { type ParkCall, type RunCommand, type RunState, RunStatus, UnparkReason } from "@holdfast/events";
+import type { IncomingHttpHeaders } from "node:http";
+import {
+  type Api,
+  type ParkCall,
+  type RunCommand,
+  type RunState,
+  RunStatus,
+  UnparkReason,
+} from "@holdfast/events";
 import type { Executed, Ledger, RunLabels } from "@holdfast/runs";
-import type { Call } from "../pipeline/hooks.js";
+import { ParkingFullError } from "../errors.js";
+import type { ResponseWriter } from "../pipeline/writer.js";
 import { interimFor } from "./interim.js";
+import type { ParkingLot } from "./lot.js";
 
 export interface ParkingOptions {
   ledger: Ledger<RunState, RunCommand>;
@@ -15,6 +25,26 @@ export interface ParkingOptions {
   onRecordError: (error: unknown, runId: string) => void;
   /** Aborted when this gateway shuts down: its parked calls are answered "retry elsewhere". */
   shutdown: AbortSignal;
+  /** The calls parked here, within hold.max_parked_per_run and hold.max_parked. */
+  lot: ParkingLot;
+}
+
+/**
+ * What waiting needs of a call: its run, what it asks for (as recorded), its client's side.
+ * A metered call (the pipeline's `Call`) is one; so is a passed-through call that names a
+ * held run.
+ */
+export interface Parkable {
+  readonly run: { readonly runId: string };
+  /** The API shape it speaks; API_UNSPECIFIED for a passed-through path. */
+  readonly api: Api;
+  readonly view: { readonly model: string; readonly stream: boolean };
+  readonly request: { readonly headers: IncomingHttpHeaders };
+  readonly writer: ResponseWriter;
+  /** Aborted when the client goes away. */
+  readonly clientGone: AbortSignal;
+  /** Aborted when a feature gives up on the call while it waits. */
+  readonly giveUp: AbortController;
 }
 
 /** How a parked call left its parking. */
@@ -33,9 +63,25 @@ export const HELD_STREAM_HEADERS = {
  * which the gateway keeps current from the log: a resume issued anywhere releases it here.
  * Nothing is forwarded while it waits; a streaming client gets SSE comment keepalives
  * (its status, 200, is then already sent), a non-streaming one the 1xx its client
- * tolerates, if any. The parking and its end are events of the run.
+ * tolerates, if any. The parking and its end are events of the run. A call past the
+ * parking's bounds (its run's, this gateway's) is refused with ParkingFullError before
+ * anything is written or recorded.
  */
-export async function park(call: Call, labels: RunLabels, options: ParkingOptions): Promise<Unparked> {
+export async function park(call: Parkable, labels: RunLabels, options: ParkingOptions): Promise<Unparked> {
+  const { lot } = options;
+  const runId = call.run.runId;
+  const full = lot.take(runId);
+  if (full !== undefined) {
+    throw new ParkingFullError(runId, full, full === "per_run" ? lot.bounds.perRun : lot.bounds.perGateway);
+  }
+  try {
+    return await waitParked(call, labels, options);
+  } finally {
+    lot.leave(runId);
+  }
+}
+
+async function waitParked(call: Parkable, labels: RunLabels, options: ParkingOptions): Promise<Unparked> {
   const { ledger, clock } = options;
   const runId = call.run.runId;
   const parkId = options.newId();
@@ -90,7 +136,7 @@ const UNPARK: Record<Unparked, UnparkReason> = {
  * this gateway shuts down.
  */
 function released(
-  call: Call,
+  call: Parkable,
   ledger: Ledger<RunState, RunCommand>,
   now: RunState,
   shutdown: AbortSignal,
@@ -108,7 +154,7 @@ function released(
  * the subscription.
  */
 export function untilRun<T>(
-  call: Call,
+  call: Parkable,
   ledger: Ledger<RunState, RunCommand>,
   shutdown: AbortSignal,
   now: RunState | undefined,
@@ -146,7 +192,7 @@ export function untilRun<T>(
 
 /** Keeps the waiting client from timing out; returns the function that stops it. */
 export function startKeepalive(
-  call: Call,
+  call: Pick<Parkable, "view" | "writer" | "request">,
   options: Pick<ParkingOptions, "keepaliveMs" | "keepalive1xx">,
 ): () => void {
   const { writer } = call;
@@ -170,7 +216,7 @@ export function startKeepalive(
  * down; the waiting client gets the same keepalives as a parked one.
  */
 export async function waitForRoom(
-  call: Call,
+  call: Parkable,
   options: Pick<ParkingOptions, "ledger" | "keepaliveMs" | "keepalive1xx" | "shutdown">,
 ): Promise<"ready" | "client_gone" | "shutdown" | "gave_up"> {
   const keepalive = startKeepalive(call, options);
@@ -192,7 +238,7 @@ export async function waitForRoom(
  * client leaves, the gateway shuts down, or a feature gives up on the call.
  */
 export function pause(
-  call: Call,
+  call: Parkable,
   ms: number,
   options: Pick<ParkingOptions, "keepaliveMs" | "keepalive1xx" | "shutdown">,
 ): Promise<"ready" | "client_gone" | "shutdown" | "gave_up"> {
@@ -225,7 +271,7 @@ export function pause(
  * leaves, the gateway shuts down, or a feature gives up on the call.
  */
 export function pauseUntil<T>(
-  call: Call,
+  call: Parkable,
   promise: Promise<T>,
   ms: number,
   options: Pick<ParkingOptions, "keepaliveMs" | "keepalive1xx" | "shutdown">,

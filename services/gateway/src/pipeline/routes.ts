@@ -30,6 +30,7 @@ export function shapeForPath(path: string): ApiShape {
 }
 
 function familyShape(path: string): ApiShape {
-  // Anthropic's other routes (/v1/messages/count_tokens, …) expect Anthropic's errors.
-  return (path.startsWith("/v1/messages") && SHAPES.find((s) => s.family === "anthropic")) || openAIChatShape;
+  // Anthropic's other routes (/v1/messages/count_tokens, …, its legacy /v1/complete) expect Anthropic's errors.
+  const anthropic = path.startsWith("/v1/messages") || path === "/v1/complete";
+  return (anthropic && SHAPES.find((s) => s.family === "anthropic")) || openAIChatShape;
 }

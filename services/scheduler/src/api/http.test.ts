@@ -92,6 +92,45 @@ describe("the runs API's limits", () => {
   });
 });
 
+describe("GET /holdfast/health", () => {
+  it("answers liveness to anyone, and the pid and the queue's counts to a reader only", async () => {
+    const READ = "read-token-for-runs-health";
+    const guarded = buildRunsApp({
+      operations: {} as RunsOperations,
+      access: new AccessPolicy(
+        { host: "127.0.0.1", read_token: READ, insecure: false },
+        { name: "runs API", readOnly: "read" },
+      ),
+      log: createLogger({ name: "scheduler-test", level: "silent" }),
+      limits: {
+        header_timeout_ms: 1_000,
+        request_timeout_ms: 2_000,
+        idle_timeout_ms: 3_000,
+        max_headers: 30,
+        max_json_depth: 10,
+      },
+      health: () => ({ pid: process.pid, queued: 3 }),
+      metrics: () => "",
+    });
+    try {
+      for (const headers of [{}, { authorization: "Bearer not-the-token" }]) {
+        const anyone = await guarded.inject({ method: "GET", url: "/holdfast/health", headers });
+        expect(anyone.statusCode).toBe(200);
+        expect(anyone.json()).toEqual({ status: "ok" });
+      }
+      const read = await guarded.inject({
+        method: "GET",
+        url: "/holdfast/health",
+        headers: { authorization: `Bearer ${READ}` },
+      });
+      expect(read.statusCode).toBe(200);
+      expect(read.json()).toEqual({ status: "ok", pid: process.pid, queued: 3 });
+    } finally {
+      await guarded.close();
+    }
+  });
+});
+
 describe("GET /holdfast/metrics", () => {
   it("answers a reader in Prometheus's text format, and a caller without a token with a 401", async () => {
     const READ = "read-token-for-runs";

@@ -25,6 +25,7 @@ export interface RunsHttpDeps {
   log: Logger;
   /** Timeouts, header count and JSON depth (the `http` section). */
   limits: HttpLimitsConfig;
+  /** What `GET /holdfast/health` reports besides "ok", to a caller who may read (the pid, the queue's counts). */
   health: () => Record<string, unknown>;
   /** What `GET /holdfast/metrics` answers: the process's metrics in Prometheus's text format. */
   metrics: () => string;
@@ -42,7 +43,7 @@ export const MAX_BODY_BYTES = 2_000_000;
  *   POST /v1/runs/{id}/cancel|redrive|replay   ({reason})
  *   GET  /v1/agents                      deployed agents
  *   POST /v1/agents/{agent}/deployments  deploy ({version, max_duration_seconds, concurrency_per_key, rate_limit})
- *   GET  /holdfast/health                liveness and counts, to anyone
+ *   GET  /holdfast/health                liveness to anyone; the pid and counts to a reader
  *   GET  /holdfast/metrics               Prometheus's text format (a reader's)
  *
  * Bodies and answers are JSON with snake_case keys; errors are {"error": {"code", "message"}}.
@@ -87,7 +88,11 @@ export function buildRunsApp(deps: RunsHttpDeps): FastifyInstance {
       .code(404)
       .send({ error: { code: "unknown_url", message: `no ${request.method} ${request.url.split("?")[0]}` } }),
   );
-  app.get("/holdfast/health", async () => ({ status: "ok", ...deps.health() }));
+  app.get("/holdfast/health", async (request) =>
+    deps.access.allows(request.headers.authorization, "read")
+      ? { status: "ok", ...deps.health() }
+      : { status: "ok" },
+  );
   app.get("/holdfast/metrics", async (request, reply) => {
     authorize(request, "read");
     return reply.type(METRICS_CONTENT_TYPE).send(deps.metrics());

@@ -14,6 +14,8 @@ export interface Fleet {
   scheduler: string;
   /** host:port of the scheduler's gRPC API (holdfast.v1.Runs). */
   schedulerGrpc: string;
+  /** host:port of the control gRPC API (holdfast.v1.Control). */
+  controlGrpc: string;
   /** A model call through the gateway, and its outcome in the log: the system goes on. */
   metered(runId: string): Promise<void>;
   close(): Promise<void>;
@@ -61,6 +63,7 @@ export async function startFleet(config: DeepPartial<Config>): Promise<Fleet> {
     projector: stack.analyticsUrl,
     scheduler: scheduler.url,
     schedulerGrpc: scheduler.grpcAddress,
+    controlGrpc: control.grpcAddress,
     async metered(runId) {
       await stack.client({ headers: { "X-Holdfast-Run": runId } }).chat.completions.create({
         model: "gpt-4o-mini",

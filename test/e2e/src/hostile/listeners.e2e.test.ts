@@ -1,3 +1,5 @@
+import { once } from "node:events";
+import { connect as http2Connect } from "node:http2";
 import { RunsApi } from "@holdfast/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { API_KEY } from "../stack.js";
@@ -8,7 +10,7 @@ import { rawExchange, requestBytes } from "./wire.js";
 // the projector's analytics API, the scheduler's REST API) refuses more header fields than
 // http.max_headers with a 431 (where Node would drop those past its 2,000th unread), a JSON
 // body nested deeper than http.max_json_depth with a 400, and a body over its limit with a
-// 413, each in its own error shape; the projector's SQL and the gateway's health details
+// 413, each in its own error shape; the projector's SQL and every service's health details
 // need a control token. After each attack a model call through the gateway is still metered.
 const TOKEN = "control-token-for-hostile-listeners";
 const READ = "read-token-for-hostile-listeners-0";
@@ -229,6 +231,45 @@ describe("the projector's analytics API", () => {
     }
     // Its liveness stays open.
     expect((await fetch(`${fleet.projector}/health`)).status).toBe(200);
+  });
+});
+
+describe("every gRPC listener", () => {
+  it("lets one connection open at most 100 streams at once (health takes no token)", async () => {
+    for (const address of [fleet.controlGrpc, fleet.schedulerGrpc]) {
+      const session = http2Connect(`http://${address}`);
+      try {
+        const [settings] = (await once(session, "remoteSettings")) as [{ maxConcurrentStreams?: number }];
+        expect(settings.maxConcurrentStreams, address).toBe(100);
+      } finally {
+        session.destroy();
+      }
+    }
+  });
+});
+
+describe("the health of control, the projector and the scheduler", () => {
+  it("answers liveness to anyone, and the pid, queues and lease holder only with a token", async () => {
+    const routes = [
+      [`${fleet.control}/holdfast/v1/health`, ["pid", "nats", "quarantined"]],
+      [`${fleet.projector}/health`, ["pid", "lease_holder", "lag_events", "quarantined"]],
+      [`${fleet.scheduler}/holdfast/health`, ["pid", "nats", "quarantined"]],
+    ] as const;
+    for (const [url, details] of routes) {
+      const health = async (authorization?: string) => {
+        const response = await fetch(url, { headers: authorization === undefined ? {} : { authorization } });
+        expect(response.status, url).toBe(200);
+        return (await response.json()) as Record<string, unknown>;
+      };
+      for (const anyone of [undefined, `Bearer ${API_KEY}`, "Bearer not-a-token"]) {
+        expect(await health(anyone), `${url} as ${anyone ?? "nobody"}`).toEqual({ status: "ok" });
+      }
+      for (const token of [READ, TOKEN]) {
+        const shown = await health(`Bearer ${token}`);
+        expect(shown.status, url).toBe("ok");
+        expect(Object.keys(shown), url).toEqual(expect.arrayContaining([...details]));
+      }
+    }
   });
 });
 
