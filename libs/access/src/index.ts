@@ -10,6 +10,7 @@ export {
   isTokenDigest,
   listenerProblem,
   presentedToken,
+  RUNS_API,
   ServiceToken,
   tokenDigest,
 } from "./tokens.js";

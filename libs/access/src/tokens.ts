@@ -113,6 +113,13 @@ const CONTROL_API: GuardedListener = {
   exposes: "hold, resume and stop runs",
 };
 
+/** The scheduler's runs API (gRPC and REST): durable runs and the agents they run. */
+export const RUNS_API: GuardedListener = {
+  name: "runs API",
+  hostKey: "scheduler.host",
+  exposes: "submit, stop and read durable runs, and deploy agents",
+};
+
 /** The projector's analytics API: operator SQL over everything recorded, and the runs. */
 export const ANALYTICS_API: GuardedListener = {
   name: "analytics API",

@@ -1,5 +1,5 @@
 import { hostname } from "node:os";
-import { AccessPolicy, bindingProblem, ServiceToken } from "@holdfast/access";
+import { AccessPolicy, bindingProblem, RUNS_API, ServiceToken } from "@holdfast/access";
 import { connectBus } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
 import {
@@ -52,9 +52,8 @@ const CONTROL = [
  */
 export async function startScheduler(config: Config, log: Logger): Promise<RunningScheduler> {
   const access = { ...config.control, host: config.scheduler.host };
-  const problem = bindingProblem(access);
-  if (problem !== undefined)
-    throw new Error(`The runs API will not start: ${problem.replaceAll("control API", "runs API")}`);
+  const problem = bindingProblem(access, RUNS_API);
+  if (problem !== undefined) throw new Error(`The scheduler will not start: ${problem}`);
   if (!config.nats.url)
     throw new Error("nats.url is not set: the scheduler needs a NATS server (holdfast up sets it)");
   const clock = Date.now;
