@@ -34,6 +34,8 @@ export class AnswerTooLargeError extends ProvidersError {
   constructor(
     readonly what: "answer" | "event",
     readonly limitBytes: number,
+    /** Bytes read from the provider before the cut, as they came (compressed, if they were). */
+    readonly receivedBytes = 0,
   ) {
     super(
       what === "answer"
