@@ -61,6 +61,7 @@ import {
   withCredential,
 } from "../upstream/upstream.js";
 import type { Answer, Call, PipelineHooks } from "./hooks.js";
+import { recordOutcome } from "./outcome.js";
 import { ResponseWriter } from "./writer.js";
 
 export interface PipelineDeps {
@@ -221,9 +222,7 @@ export async function handleCall(
         latencyMs,
         status: command.outcome.upstreamStatus,
       });
-      deps.ledger
-        .executeDurably(run.runId, labels, command)
-        .catch((error: unknown) => deps.onRecordError(error, run.runId));
+      recordOutcome(deps.ledger, run.runId, labels, command, (error) => deps.onRecordError(error, run.runId));
     };
     // A follow-up naming this response (previous_response_id) may reach any gateway as soon
     // as the client has the answer: publish which run it belongs to the moment the provider
