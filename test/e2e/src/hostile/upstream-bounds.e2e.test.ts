@@ -63,6 +63,12 @@ beforeAll(async () => {
   upstream = createServer(async (request, response) => {
     let body = "";
     for await (const piece of request) body += piece;
+    if (request.url === "/v1/files/big/content") {
+      // A path passed through unmetered: an answer twice gateway.max_answer_bytes, compressed.
+      response.writeHead(200, { "content-type": "application/octet-stream", "content-encoding": "gzip" });
+      response.end(gzipSync(Buffer.alloc(2 * MAX_ANSWER, 0x61)));
+      return;
+    }
     const { model } = JSON.parse(body) as { model: string };
     const sse = { "content-type": "text/event-stream" };
     switch (model) {
@@ -225,6 +231,16 @@ describe("a non-streamed answer past gateway.max_answer_bytes", () => {
       await goesOn(runId);
     },
   );
+});
+
+describe("an answer on a path passed through unmetered", () => {
+  it("is relayed whole as it came, compressed, whatever its size: never held, so never cut", async () => {
+    const response = await fetch(`${stack.gatewayUrl}/files/big/content`);
+    expect(response.status).toBe(200);
+    expect(response.headers.get("content-encoding")).toBe("gzip");
+    // fetch decompresses it: all of it arrived.
+    expect((await response.arrayBuffer()).byteLength).toBe(2 * MAX_ANSWER);
+  });
 });
 
 describe("a client's model name longer than Holdfast records", () => {
