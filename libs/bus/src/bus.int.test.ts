@@ -13,7 +13,7 @@ import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Bus, connectBus } from "./bus.js";
-import { ConcurrencyError } from "./errors.js";
+import { BusRejectedError, ConcurrencyError } from "./errors.js";
 
 const newId = createIdGenerator();
 let bus: Bus;
@@ -295,6 +295,21 @@ describe("event bus", () => {
       results.filter((r) => r.status === "rejected" && r.reason instanceof ConcurrencyError),
     ).toHaveLength(1);
     expect((await bus.readRun("race")).events.map((e) => e.envelope.sequence)).toEqual([1, 2]);
+  });
+
+  it("refuses an event larger than the server takes as for good (BusRejectedError), not as the log being away", async () => {
+    const oversized = started(1);
+    if (oversized.$case === "stepStarted") oversized.value.model = "x".repeat(2_000_000);
+    const appended = bus.append(envelope("too-large", 1, oversized), 0);
+    await expect(appended).rejects.toBeInstanceOf(BusRejectedError);
+    await expect(appended).rejects.toMatchObject({
+      retryable: false,
+      message: expect.stringMatching(/max_payload/),
+    });
+    // Nothing of it landed, and the run takes its next event as if it had never been tried.
+    expect((await bus.readRun("too-large")).events).toHaveLength(0);
+    await bus.append(envelope("too-large", 1), 0);
+    expect((await bus.readRun("too-large")).events).toHaveLength(1);
   });
 
   it("writes a retried append once and reports it as a duplicate", async () => {

@@ -47,7 +47,7 @@ import {
   BusUnavailableError,
   ConcurrencyError,
 } from "./errors.js";
-import { AsyncPublisher, PERMISSION_DENIED, type PubAck } from "./publisher.js";
+import { AsyncPublisher, PERMISSION_DENIED, type PubAck, TOO_LARGE } from "./publisher.js";
 import { type PulledMessage, Puller } from "./puller.js";
 import { QuarantineBook, type QuarantineCounts, type QuarantineLog } from "./quarantine.js";
 
@@ -418,7 +418,12 @@ export class Bus {
         wrongLastSequence(ack.description),
       );
     }
-    if (ack.errCode === PERMISSION_DENIED || ack.errCode === 0 || SETTLES_LATER.has(ack.errCode)) {
+    if (
+      ack.errCode === PERMISSION_DENIED ||
+      ack.errCode === TOO_LARGE ||
+      ack.errCode === 0 ||
+      SETTLES_LATER.has(ack.errCode)
+    ) {
       throw publishFailed(ack, `append to ${this.eventsStream}`);
     }
     throw new BusRejectedError(`JetStream refused the append (${ack.errCode}): ${ack.description}`);
@@ -1110,7 +1115,9 @@ function isApiError(error: unknown, code: number): boolean {
 
 /** Why a publish failed, as the error a caller can act on: refused for good, or worth a retry. */
 function publishFailed(ack: Extract<PubAck, { ok: false }>, what: string): BusError {
-  if (ack.errCode === PERMISSION_DENIED) return new BusRejectedError(`${what} refused: ${ack.description}`);
+  if (ack.errCode === PERMISSION_DENIED || ack.errCode === TOO_LARGE) {
+    return new BusRejectedError(`${what} refused: ${ack.description}`);
+  }
   return new BusUnavailableError(`${what} failed: ${ack.description}`);
 }
 

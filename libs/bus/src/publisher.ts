@@ -1,5 +1,6 @@
 import {
   createInbox,
+  errors,
   type Msg,
   type MsgHdrs,
   type NatsConnection,
@@ -13,10 +14,14 @@ export type PubAck =
   /** Nobody answered: no stream took the subject (503 no responders), or the ack timed out. */
   | { readonly ok: false; readonly errCode: 0; readonly description: string }
   /** The server refused the publish: this connection's credential may not publish to the subject. */
-  | { readonly ok: false; readonly errCode: typeof PERMISSION_DENIED; readonly description: string };
+  | { readonly ok: false; readonly errCode: typeof PERMISSION_DENIED; readonly description: string }
+  /** The message is larger than the server takes (its max_payload): it was never sent. */
+  | { readonly ok: false; readonly errCode: typeof TOO_LARGE; readonly description: string };
 
 /** The errCode of a publish this connection's credential was not allowed (not JetStream's own codes). */
 export const PERMISSION_DENIED = -1;
+/** The errCode of a publish larger than the server's max_payload, refused before it was sent. */
+export const TOO_LARGE = -2;
 
 interface Pending {
   readonly resolve: (ack: PubAck) => void;
@@ -131,7 +136,16 @@ export class AsyncPublisher {
     } catch (error) {
       const pending = this.pending.get(token);
       this.pending.delete(token);
-      pending?.resolve({ ok: false, errCode: 0, description: (error as Error).message });
+      // Too large for the server is for good: sent again it is as large. Anything else (the
+      // connection closing) may pass.
+      const tooLarge = error instanceof errors.InvalidArgumentError && /max_payload/.test(error.message);
+      pending?.resolve({
+        ok: false,
+        errCode: tooLarge ? TOO_LARGE : 0,
+        description: tooLarge
+          ? `the message (${data.length} bytes and its headers) is larger than the server's max_payload (${this.nc.info?.max_payload ?? "unknown"} bytes)`
+          : (error as Error).message,
+      });
     }
   }
 

@@ -75,6 +75,26 @@ const parked: EventPayload = {
 };
 
 describe("holdfast show", () => {
+  it("lists a step's tool calls and says how many more its event left out, and that it was cut", () => {
+    const cut: EventPayload = {
+      $case: "stepCompleted",
+      value: StepCompleted.fromPartial({
+        outcome: { stepId: "s1", step: 1, model: "gpt-4o", upstreamStatus: 200, truncated: true },
+        finishReason: "tool_calls",
+        toolCalls: ["search", "fetch"],
+        toolCallsOmitted: 19_998,
+      }),
+    };
+    const view = run([started, cut]);
+    expect(view.steps[0]).toMatchObject({
+      toolCalls: ["search", "fetch"],
+      toolCallsOmitted: 19_998,
+      truncated: true,
+      abridged: false,
+    });
+    expect(renderRun(view, T0 + 10_000)).toContain("tool calls: search, fetch and 19998 more");
+  });
+
   it("says a tripped run is held by which limit, with the figures in USD, and its parked calls", () => {
     const text = renderRun(run([started, completed, tripped, parked]), T0 + 60_000);
     expect(text).toMatch(/^status {6}held$/m);

@@ -120,8 +120,8 @@ export function renderRun(s: RunView, now = Date.now()): string {
       predictCell(step),
       step.failure
         ? `${step.failure.reason}: ${step.failure.message}`.slice(0, 80)
-        : step.toolCalls.length > 0
-          ? `tool calls: ${step.toolCalls.join(", ")}`
+        : step.toolCalls.length > 0 || step.toolCallsOmitted > 0
+          ? `tool calls: ${step.toolCalls.join(", ")}${step.toolCallsOmitted > 0 ? ` and ${step.toolCallsOmitted} more` : ""}`
           : step.finishReason,
     ]),
   );

@@ -58,6 +58,8 @@ describe("loadConfig", () => {
           upstream: "auto",
           upstreams: {},
           max_body_bytes: 33_554_432,
+          max_answer_bytes: 67_108_864,
+          max_event_bytes: 16_777_216,
           upstream_timeout_ms: 600_000,
           heartbeat_ms: 10_000,
           outcome_defer_ms: 2,

@@ -502,6 +502,16 @@ export const configSchema = z
           max_body_bytes: positiveInteger()
             .default(33_554_432)
             .describe("Largest request body the gateway accepts, in bytes."),
+          max_answer_bytes: integer(1_024, 4_294_967_296)
+            .default(67_108_864)
+            .describe(
+              "Largest answer the gateway reads from a provider, in bytes, decompressed: a non-streamed answer (or error) whole, a stream in all its events. Past it the answer is cut off: the client gets a 502 upstream_answer_too_large in its API's shape (mid-stream, the stream's error event) and the step is recorded failed (upstream_too_large), charged from Holdfast's estimate.",
+            ),
+          max_event_bytes: integer(1_024, 4_294_967_296)
+            .default(16_777_216)
+            .describe(
+              "Largest single event (its lines together) of a provider's stream the gateway holds while it is incomplete, in bytes; past it the stream is cut off as past gateway.max_answer_bytes.",
+            ),
           upstream_timeout_ms: positiveInteger()
             .default(600_000)
             .describe(

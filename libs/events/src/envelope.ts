@@ -261,6 +261,8 @@ function flatOutcome(v1: StepCompleted | StepFailed): StepOutcome {
     usageEstimate: UsageEstimate.USAGE_ESTIMATE_UNSPECIFIED,
     usageProblem: "",
     unknownPrice: false,
+    truncated: false,
+    abridged: false,
   };
 }
 

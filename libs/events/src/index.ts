@@ -54,6 +54,7 @@ export {
   WindowLimits,
 } from "@holdfast/proto";
 export { AUTHOR_OF, type Author, typesAuthoredBy } from "./authors.js";
+export { boundText, EVENT_BOUNDS, MAX_GATE_EVENT_BYTES, MAX_OUTCOME_EVENT_BYTES } from "./bounds.js";
 export {
   AGENT_EVENT_TYPES,
   type DecodedEnvelope,

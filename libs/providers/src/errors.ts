@@ -20,3 +20,27 @@ export class InvalidPriceOverrideError extends ProvidersError {
     );
   }
 }
+
+/**
+ * A provider's answer went past a bound the gateway reads it within: the whole answer
+ * (`answer`, its bytes decompressed) or one event of its stream while still incomplete
+ * (`event`). What is past the bound is never read; the answer is cut off there.
+ */
+export class AnswerTooLargeError extends ProvidersError {
+  override readonly name = "AnswerTooLargeError";
+  readonly code = "HF_PROVIDERS_ANSWER_TOO_LARGE";
+  readonly retryable = false;
+
+  constructor(
+    readonly what: "answer" | "event",
+    readonly limitBytes: number,
+    /** Bytes read from the provider before the cut, as they came (compressed, if they were). */
+    readonly receivedBytes = 0,
+  ) {
+    super(
+      what === "answer"
+        ? `The provider's answer is larger than ${limitBytes} bytes.`
+        : `An event of the provider's stream is larger than ${limitBytes} bytes.`,
+    );
+  }
+}

@@ -18,7 +18,7 @@ export type {
   ProviderError,
 } from "./error-shape.js";
 export { anthropicErrorBody, openAIErrorBody, readProviderError } from "./error-shape.js";
-export { InvalidPriceOverrideError, ProvidersError } from "./errors.js";
+export { AnswerTooLargeError, InvalidPriceOverrideError, ProvidersError } from "./errors.js";
 export type { ChatRequestResult, ChatRequestView } from "./openai-chat/request.js";
 export { readChatRequest, withStreamUsage } from "./openai-chat/request.js";
 export type { ChatChunkObservation } from "./openai-chat/response.js";
@@ -49,6 +49,13 @@ export type {
 } from "./shape.js";
 export { SHAPES, shapeNamed } from "./shapes.js";
 export type { SseEvent } from "./sse.js";
-export { formatSseComment, formatSseData, formatSseEvent, SSE_DONE, SseParser } from "./sse.js";
+export {
+  formatSseComment,
+  formatSseData,
+  formatSseEvent,
+  SSE_DONE,
+  SseParser,
+  type SseParserOptions,
+} from "./sse.js";
 export type { UsageReport } from "./usage.js";
 export { MAX_TOKENS_PER_CALL, NO_USAGE, UsageCheck } from "./usage.js";

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { AnswerTooLargeError } from "./errors.js";
 import {
   eventType,
   formatSseComment,
@@ -178,6 +179,59 @@ describe("SseParser", () => {
     const chunks: string[] = [];
     for (let i = 0; i < text.length; i += 7) chunks.push(text.slice(i, i + 7));
     expect(parse(chunks).map((e) => e.data)).toEqual([payload]);
+  });
+});
+
+describe("SseParser with maxEventBytes", () => {
+  const bounded = () => new SseParser({ maxEventBytes: 1_024 });
+  const kib = new Uint8Array(512).fill(0x61); // "a" × 512
+
+  it("given a line that never ends, then it refuses the event once it is past the bound, and nothing after", () => {
+    const parser = bounded();
+    expect(parser.push("data: ")).toEqual([]);
+    expect(parser.push(kib)).toEqual([]);
+    expect(() => parser.push(kib)).toThrow(AnswerTooLargeError);
+    expect(() => parser.push("\n\n")).toThrow(/larger than 1024 bytes/);
+    expect(() => parser.flush()).toThrow(AnswerTooLargeError);
+  });
+
+  it("given lines that never meet a blank one, then the event they make is refused too", () => {
+    const parser = bounded();
+    expect(() => {
+      for (let i = 0; i < 100; i++) parser.push("data: some more\n");
+    }).toThrow(expect.objectContaining({ what: "event", limitBytes: 1_024 }));
+  });
+
+  it("counts bytes, not characters", () => {
+    // 400 three-byte characters: 1,200 bytes in 400 characters.
+    expect(() => bounded().push(`data: ${"€".repeat(400)}`)).toThrow(AnswerTooLargeError);
+    expect(bounded().push(`data: ${"€".repeat(300)}\n\n`)).toHaveLength(1);
+  });
+
+  it("given the events a chunk completed before one past the bound, then they come out first", () => {
+    const parser = bounded();
+    const events = parser.push(`data: a\n\ndata: b\n\ndata: ${"c".repeat(2_000)}`);
+    expect(events.map((e) => e.data)).toEqual(["a", "b"]);
+    expect(() => parser.push("\n\n")).toThrow(AnswerTooLargeError);
+  });
+
+  it("given many events each within the bound, then none is refused however long the stream", () => {
+    const parser = bounded();
+    const event = `data: ${"x".repeat(900)}\n\n`;
+    let count = 0;
+    for (let i = 0; i < 2_000; i++)
+      count += parser.push(event.slice(0, 450)).length + parser.push(event.slice(450)).length;
+    expect(count + parser.flush().length).toBe(2_000);
+  });
+
+  it("given a 16 MiB line in 64 KiB chunks, then it is read whole, once", () => {
+    const parser = new SseParser({ maxEventBytes: 32 * 1024 * 1024 });
+    const chunk = new Uint8Array(64 * 1024).fill(0x78);
+    expect(parser.push("data: ")).toEqual([]);
+    for (let i = 0; i < 256; i++) expect(parser.push(chunk)).toEqual([]);
+    const [event] = parser.push("\n\n");
+    expect(event?.data).toHaveLength(16 * 1024 * 1024);
+    expect(event?.raw).toHaveLength(16 * 1024 * 1024 + "data: \n\n".length);
   });
 });
 

@@ -462,6 +462,7 @@ async function gatedCall(runId: string, gateId: string, tool: string): Promise<v
         promptHash: "p",
         gateway: "gw#1",
         runStopped: false,
+        toolCallsOmitted: 0,
       },
     },
   ]);

@@ -1,5 +1,5 @@
 import type { Config } from "@holdfast/config";
-import type { Api, GateAnswer, RunState, ToolRepeat } from "@holdfast/events";
+import { type Api, EVENT_BOUNDS, type GateAnswer, type RunState, type ToolRepeat } from "@holdfast/events";
 import type { ToolCall } from "@holdfast/providers";
 import { ArgumentRedactor } from "./redact.js";
 import { type GateMatch, ToolGateRules } from "./rules.js";
@@ -86,7 +86,11 @@ export class ToolGate {
 
   /** The command that records a held answer on its run. */
   command(answer: GatedAnswer, hold: Hold, call: HeldCall): GateAnswer {
-    const recorded = answer.toolCalls.map((toolCall) => this.redactor.redact(toolCall, call.secrets));
+    // An answer may ask for any number of calls: the event records the first few, the
+    // matched one always among them, and how many more there were.
+    const matched = hold.kind === "gate" ? hold.match.toolCall : undefined;
+    const chosen = recordedCalls(answer.toolCalls, matched);
+    const recorded = chosen.map((toolCall) => this.redactor.redact(toolCall, call.secrets));
     return {
       type: "GateAnswer",
       gateId: call.gateId,
@@ -96,11 +100,12 @@ export class ToolGate {
       model: call.model,
       stream: call.stream,
       toolCalls: recorded,
+      toolCallsOmitted: answer.toolCalls.length - chosen.length,
       match:
         hold.kind === "gate"
           ? {
               kind: "gate",
-              toolCall: recorded[answer.toolCalls.indexOf(hold.match.toolCall)] ?? recorded[0]!,
+              toolCall: recorded[chosen.indexOf(hold.match.toolCall)] ?? recorded[0]!,
               rule: hold.match.rule,
               ruleText: hold.match.ruleText,
             }
@@ -118,6 +123,14 @@ export class ToolGate {
     this.counted.set(runId, repeat);
     if (this.counted.size > LOCAL_REPEATS_KEPT) this.counted.delete(this.counted.keys().next().value!);
   }
+}
+
+/** The tool calls a gate's event records: the first EVENT_BOUNDS.toolCallsGated, `matched` always among them. */
+function recordedCalls(toolCalls: readonly ToolCall[], matched: ToolCall | undefined): readonly ToolCall[] {
+  const max = EVENT_BOUNDS.toolCallsGated;
+  if (toolCalls.length <= max) return toolCalls;
+  const first = toolCalls.slice(0, max);
+  return matched === undefined || first.includes(matched) ? first : [...first.slice(0, max - 1), matched];
 }
 
 /** The tool a held answer is about: the one the rule matched, or (a loop) the first. */

@@ -1,5 +1,5 @@
 import { GATE_REGEX_FLAGS } from "@holdfast/config";
-import type { GatedToolCall } from "@holdfast/events";
+import { boundText, EVENT_BOUNDS, type GatedToolCall } from "@holdfast/events";
 import { scrubSecrets, type ToolCall } from "@holdfast/providers";
 import { canonicalJson } from "./rules.js";
 
@@ -12,7 +12,7 @@ const REDACTED = "[redacted]";
  * Tool calls as they are recorded in gate events: arguments as the model sent them (or,
  * when they spell characters as \u escapes, as JSON writes them back), scrubbed of credentials (the request's own and
  * anything shaped like one) and of every match of `redact.patterns`, then cut to a
- * bounded length.
+ * bounded length; ids and names are cut to EVENT_BOUNDS.toolNameChars.
  */
 export class ArgumentRedactor {
   private readonly patterns: readonly RegExp[];
@@ -29,8 +29,8 @@ export class ArgumentRedactor {
     for (const pattern of this.patterns) text = text.replace(pattern, REDACTED);
     const truncated = text.length > MAX_RECORDED_ARGUMENTS;
     return {
-      id: call.id,
-      name: scrubSecrets(call.name, secrets),
+      id: boundText(call.id, EVENT_BOUNDS.toolNameChars),
+      name: boundText(scrubSecrets(call.name, secrets), EVENT_BOUNDS.toolNameChars),
       arguments: truncated ? text.slice(0, MAX_RECORDED_ARGUMENTS) : text,
       argumentsTruncated: truncated,
     };

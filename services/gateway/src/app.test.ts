@@ -26,6 +26,8 @@ beforeAll(async () => {
   deps = {
     log: createLogger({ name: "gateway-test", level: "silent" }),
     maxBodyBytes: 1_024,
+    maxAnswerBytes: 1_024,
+    maxEventBytes: 1_024,
     limits: {
       header_timeout_ms: 1_000,
       request_timeout_ms: 2_000,
@@ -122,6 +124,31 @@ describe("requests the gateway refuses itself, in the client's own error shape",
       expect(error.type).toBe("invalid_request_error");
       if (family === "openai") expect(error.param).toBe(field);
       else expect(error.message).toContain(field);
+    },
+  );
+
+  it.each([
+    [OPENAI, { messages: [{ role: "user", content: "hi" }] }],
+    [RESPONSES, { input: "hi" }],
+    [MESSAGES, { max_tokens: 5, messages: [{ role: "user", content: "hi" }] }],
+  ])(
+    "%o: a model's name longer than its events record is a 400 naming the field and the bound, before anything is recorded or forwarded",
+    async ({ path, family }, rest) => {
+      const response = await app.inject({
+        method: "POST",
+        url: path,
+        payload: { model: "m".repeat(300), ...rest },
+      });
+      expect(response.statusCode).toBe(400);
+      const error = errorOf(family, response.body) as {
+        type: string;
+        message: string;
+        param?: unknown;
+        code?: unknown;
+      };
+      expect(error.type).toBe("invalid_request_error");
+      expect(error.message).toMatch(/model is 300 characters long; Holdfast accepts at most 256/);
+      if (family === "openai") expect(error).toMatchObject({ param: "model", code: "field_too_long" });
     },
   );
 

@@ -63,6 +63,41 @@ export class HoldfastKeyUnknownError extends GatewayError {
   }
 }
 
+/**
+ * A field of the request that would go into the call's events is longer than Holdfast
+ * records (the model's name past EVENT_BOUNDS.modelChars): refused before anything is
+ * recorded or forwarded, since no retry makes it shorter.
+ */
+export class FieldTooLongError extends GatewayError {
+  override readonly name = "FieldTooLongError";
+  readonly code = "field_too_long";
+  readonly status = 400;
+  readonly type = "invalid_request_error";
+  readonly retryable = false;
+  constructor(field: string, length: number, max: number) {
+    super(
+      `The request's ${field} is ${length} characters long; Holdfast accepts at most ${max}. Nothing was sent to the provider.`,
+      { param: field },
+    );
+  }
+}
+
+/**
+ * The provider's answer went past gateway.max_answer_bytes (or an event of its stream past
+ * gateway.max_event_bytes): it was cut off there and not delivered. Asking again would most
+ * likely be answered the same way, and charged again, so the SDKs are told not to retry.
+ */
+export class UpstreamAnswerTooLargeError extends GatewayError {
+  override readonly name = "UpstreamAnswerTooLargeError";
+  readonly code = "upstream_answer_too_large";
+  readonly status = 502;
+  readonly type = "server_error";
+  readonly retryable = false;
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super(message, { ...options, headers: { "x-should-retry": "false" } });
+  }
+}
+
 /** The event log cannot record the call, so it is not forwarded: an unrecorded call is unmetered. */
 export class LogUnavailableError extends GatewayError {
   override readonly name = "LogUnavailableError";

@@ -243,6 +243,7 @@ export async function startGateway(
         keepalive1xx: config.hold.keepalive_1xx,
         shutdown: shutdown.signal,
         summaryTimeoutMs: config.gateway.upstream_timeout_ms,
+        maxAnswerBytes: config.gateway.max_answer_bytes,
         ...(shared === undefined ? {} : { shared }),
       })
     : undefined;
@@ -291,6 +292,8 @@ export async function startGateway(
   const app = buildApp({
     log,
     maxBodyBytes: config.gateway.max_body_bytes,
+    maxAnswerBytes: config.gateway.max_answer_bytes,
+    maxEventBytes: config.gateway.max_event_bytes,
     limits: config.http,
     ledger,
     upstreams,

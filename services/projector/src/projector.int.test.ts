@@ -133,6 +133,7 @@ describe("projector", () => {
         promptHash: "p",
         gateway: "gw#1",
         runStopped: true,
+        toolCallsOmitted: 0,
       },
     });
     const bus = await connectBus({ servers: natsUrl(), prefix, name: "projector-c" });

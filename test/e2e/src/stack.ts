@@ -62,6 +62,8 @@ export async function startStack(
      * its principals, each with its permissions, as `holdfast up` runs one.
      */
     nats?: { url: string; replicas?: number; prefix?: string; credentials?: TestCredentials };
+    /** The max_payload of the stack's own nats-server (its default is 1 MiB). */
+    natsMaxPayload?: number;
   } = {},
 ): Promise<Stack> {
   const dir = await makeTempDir("stack");
@@ -73,7 +75,11 @@ export async function startStack(
       prefix,
       projectorConsumer: options.config?.projector?.consumer ?? "projector",
     });
-    server = await launchNatsServer({ label: "stack", accounts: credentials.accounts });
+    server = await launchNatsServer({
+      label: "stack",
+      accounts: credentials.accounts,
+      ...(options.natsMaxPayload === undefined ? {} : { maxPayload: options.natsMaxPayload }),
+    });
   }
   const nats = options.nats ?? { url: server!.url };
   const provider = await startFakeProvider(options.provider ?? {});

@@ -22,6 +22,7 @@ import {
   UsageEstimate,
   type WindowLimits,
 } from "@holdfast/proto";
+import { boundText, EVENT_BOUNDS } from "../bounds.js";
 import type { EventPayload } from "../envelope.js";
 import { NothingGatedError, RunBusyError, RunGatedError, RunHeldError, RunStoppedError } from "../errors.js";
 import { type HoldRule, rulesHolding } from "../fleet/rules.js";
@@ -103,6 +104,10 @@ export interface ObservedOutcome {
   readonly usageProblem?: string;
   /** Charged at the unknown rate: the model has no price, and a cost limit or budget applies. */
   readonly unknownPrice?: boolean;
+  /** Something the provider said was cut to its bound before this command (the decider cuts the rest). */
+  readonly truncated?: boolean;
+  /** Recorded again without the provider's texts: the log refused the outcome as first decided. */
+  readonly abridged?: boolean;
 }
 
 /** Record that a call in flight was answered. */
@@ -114,6 +119,8 @@ export interface CompleteStep {
   readonly toolCalls: readonly string[];
   /** The answer's tool calls as one signature (loop detection); empty when it asked for none. */
   readonly toolCallsSignature: string;
+  /** Tool calls the answer asked for beyond those in `toolCalls` (an abridged outcome lists none). */
+  readonly toolCallsOmitted?: number;
 }
 
 /** Record that a call in flight failed (or was lost). */
@@ -224,7 +231,10 @@ export interface GateAnswer {
   readonly api: Api;
   readonly model: string;
   readonly stream: boolean;
+  /** The answer's tool calls as recorded (at most EVENT_BOUNDS.toolCallsGated, the matched one among them). */
   readonly toolCalls: readonly GatedToolCall[];
+  /** Tool calls of the answer beyond those recorded. */
+  readonly toolCallsOmitted?: number;
   readonly match:
     | {
         readonly kind: "gate";
@@ -323,39 +333,55 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
     case "FailStep": {
       const open = state.open.get(command.stepId);
       if (open === undefined) return [];
+      // What the provider said is held to its bounds here, where it becomes an event: no
+      // answer can make an outcome the log refuses for its size.
+      const bounded = new Bounded(command.outcome.truncated === true);
+      const said = command.outcome;
       const outcome: StepOutcome = {
         stepId: open.stepId,
         step: open.step,
         api: open.api,
         stream: open.stream,
-        ...command.outcome,
-        model: command.outcome.model || open.model,
-        usageEstimate: command.outcome.usageEstimate ?? UsageEstimate.USAGE_ESTIMATE_UNSPECIFIED,
-        usageProblem: command.outcome.usageProblem ?? "",
-        unknownPrice: command.outcome.unknownPrice ?? false,
+        ...said,
+        model: bounded.text(said.model, EVENT_BOUNDS.modelChars) || open.model,
+        responseId: bounded.text(said.responseId, EVENT_BOUNDS.responseIdChars),
+        usageEstimate: said.usageEstimate ?? UsageEstimate.USAGE_ESTIMATE_UNSPECIFIED,
+        usageProblem: bounded.text(said.usageProblem ?? "", EVENT_BOUNDS.usageProblemChars),
+        unknownPrice: said.unknownPrice ?? false,
+        truncated: false,
+        abridged: said.abridged ?? false,
       };
       if (command.type === "CompleteStep") {
+        const listed = command.toolCalls.slice(0, EVENT_BOUNDS.toolCallsListed);
+        const toolCallsOmitted =
+          command.toolCalls.length - listed.length + Math.max(0, command.toolCallsOmitted ?? 0);
+        const toolCalls = listed.map((name) => bounded.text(name, EVENT_BOUNDS.toolNameChars));
+        const finishReason = bounded.text(command.finishReason, EVENT_BOUNDS.finishReasonChars);
         return [
           {
             $case: "stepCompleted",
             value: StepCompleted.fromPartial({
-              outcome,
-              finishReason: command.finishReason,
-              toolCalls: [...command.toolCalls],
+              outcome: { ...outcome, truncated: bounded.cut || toolCallsOmitted > 0 },
+              finishReason,
+              toolCalls,
               toolCallsSignature: command.toolCallsSignature,
+              toolCallsOmitted,
             }),
           },
         ];
       }
+      const errorType = bounded.text(command.errorType, EVENT_BOUNDS.errorLabelChars);
+      const errorCode = bounded.text(command.errorCode, EVENT_BOUNDS.errorLabelChars);
+      const errorMessage = bounded.text(command.errorMessage, EVENT_BOUNDS.errorMessageChars);
       return [
         {
           $case: "stepFailed",
           value: StepFailed.fromPartial({
-            outcome,
+            outcome: { ...outcome, truncated: bounded.cut },
             reason: command.reason,
-            errorType: command.errorType,
-            errorCode: command.errorCode,
-            errorMessage: command.errorMessage,
+            errorType,
+            errorCode,
+            errorMessage,
           }),
         },
       ];
@@ -576,6 +602,7 @@ function gatedEvent(
         runStopped,
         toolCall: match.toolCall,
         toolCalls: [...command.toolCalls],
+        toolCallsOmitted: command.toolCallsOmitted ?? 0,
         rule: match.rule,
         ruleText: match.ruleText,
         actor: { kind: ActorKind.ACTOR_KIND_GATE, name: match.rule },
@@ -597,6 +624,7 @@ function loopEvent(
         ...common,
         runStopped,
         toolCalls: [...command.toolCalls],
+        toolCallsOmitted: command.toolCallsOmitted ?? 0,
         repeats: match.repeats,
         maxRepeats: match.maxRepeats,
         toolCallsSignature: match.signature,
@@ -768,4 +796,15 @@ export function heldByCheckpoint(state: RunState): boolean {
     state.hold?.kind === "trip" &&
     state.hold.trip?.limit === LimitKind.LIMIT_KIND_RATE_LIMIT
   );
+}
+
+/** Texts held to their bounds, remembering whether any was cut. */
+class Bounded {
+  constructor(public cut: boolean) {}
+
+  text(text: string, max: number): string {
+    if (text.length <= max) return text;
+    this.cut = true;
+    return boundText(text, max);
+  }
 }

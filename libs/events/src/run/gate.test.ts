@@ -81,6 +81,7 @@ describe("the tool-call gate holds an answer until an operator decides", () => {
           runStopped: false,
           toolCall: send,
           toolCalls: [send],
+          toolCallsOmitted: 0,
           rule: "tool_gate.deny[0]",
           ruleText: "send_email",
           actor: { kind: ActorKind.ACTOR_KIND_GATE, name: "tool_gate.deny[0]" },

@@ -75,6 +75,12 @@ export interface StepView {
   responseId: string;
   finishReason: string;
   toolCalls: string[];
+  /** Tool calls the answer asked for beyond those in `toolCalls` (which lists at most 128). */
+  toolCallsOmitted: number;
+  /** Something the provider said was longer than Holdfast records and was cut (a cut text ends in "…"). */
+  truncated: boolean;
+  /** The log refused the outcome as first decided: it was recorded without the provider's texts. */
+  abridged: boolean;
   failure: { reason: string; errorType: string; errorCode: string; message: string } | null;
   /** What rate-limit prediction decided before the call, with its figures; null when it was off. */
   prediction: PredictionView | null;
@@ -553,6 +559,9 @@ export function describeRun(runId: string, history: Iterable<StoredEnvelope> | R
         responseId: "",
         finishReason: "",
         toolCalls: [],
+        toolCallsOmitted: 0,
+        truncated: false,
+        abridged: false,
         failure: null,
         prediction: predictionView(e.prediction),
         route: routeView(e.route),
@@ -585,9 +594,12 @@ export function describeRun(runId: string, history: Iterable<StoredEnvelope> | R
     step.latencyMs = outcome.latencyMs;
     step.firstByteMs = outcome.firstByteMs;
     step.responseId = outcome.responseId;
+    step.truncated = outcome.truncated;
+    step.abridged = outcome.abridged;
     if (payload.$case === "stepCompleted") {
       step.finishReason = payload.value.finishReason;
       step.toolCalls = [...payload.value.toolCalls];
+      step.toolCallsOmitted = payload.value.toolCallsOmitted;
     } else {
       const f = payload.value;
       step.failure = {

@@ -1,7 +1,8 @@
 import type { IncomingHttpHeaders } from "node:http";
-import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
+import type { Readable } from "node:stream";
 import {
   apiFromName,
+  EVENT_BOUNDS,
   FailureReason,
   RunBusyError,
   type RunCommand,
@@ -16,6 +17,7 @@ import { JsonTooDeepError, jsonDepthExceeds } from "@holdfast/http";
 import type { RouteChoice } from "@holdfast/proto";
 import {
   type AnswerSummary,
+  AnswerTooLargeError,
   type ApiShape,
   type ErrorFields,
   NO_USAGE,
@@ -33,12 +35,14 @@ import type { Executed, Ledger, RunLabels } from "@holdfast/runs";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { Dispatcher } from "undici";
 import {
+  FieldTooLongError,
   GatewayError,
   InternalGatewayError,
   InvalidRequestError,
   LogUnavailableError,
   RunStoppedGatewayError,
   ShuttingDownError,
+  UpstreamAnswerTooLargeError,
   UpstreamTimeoutError,
   UpstreamUnreachableError,
 } from "../errors.js";
@@ -48,6 +52,7 @@ import type { ResolveRun } from "../identify/resolve.js";
 import type { ResponseIndex } from "../identify/responses.js";
 import { type Answered, meterOutcome } from "../metering/meter.js";
 import { renamedBody, renamedEvent } from "../routing/rename.js";
+import { decodedStream, readAnswer } from "../upstream/answer.js";
 import {
   forwardHeaders,
   isTimeout,
@@ -56,6 +61,7 @@ import {
   withCredential,
 } from "../upstream/upstream.js";
 import type { Answer, Call, PipelineHooks } from "./hooks.js";
+import { recordOutcome } from "./outcome.js";
 import { ResponseWriter } from "./writer.js";
 
 export interface PipelineDeps {
@@ -74,6 +80,10 @@ export interface PipelineDeps {
   onRecordError: (error: unknown, runId: string) => void;
   /** How deep a request body may nest (http.max_json_depth): deeper is refused before anything walks it. */
   maxJsonDepth: number;
+  /** The most of a provider's answer read, decompressed (gateway.max_answer_bytes). */
+  maxAnswerBytes: number;
+  /** The most one event of a provider's stream may take while incomplete (gateway.max_event_bytes). */
+  maxEventBytes: number;
 }
 
 /**
@@ -130,6 +140,11 @@ export async function handleCall(
   const read = shape.readRequest(body);
   if (!read.ok) throw new InvalidRequestError(read.error.message, { param: read.error.param });
   const view = read.request;
+  // The model's name goes into the call's events: one longer than they record is refused
+  // here, before the call is identified, recorded or forwarded.
+  if (view.model.length > EVENT_BOUNDS.modelChars) {
+    throw new FieldTooLongError("model", view.model.length, EVENT_BOUNDS.modelChars);
+  }
   const run = await deps.resolveRun(
     new RequestHeaders(request.raw.rawHeaders),
     body,
@@ -207,9 +222,7 @@ export async function handleCall(
         latencyMs,
         status: command.outcome.upstreamStatus,
       });
-      deps.ledger
-        .executeDurably(run.runId, labels, command)
-        .catch((error: unknown) => deps.onRecordError(error, run.runId));
+      recordOutcome(deps.ledger, run.runId, labels, command, (error) => deps.onRecordError(error, run.runId));
     };
     // A follow-up naming this response (previous_response_id) may reach any gateway as soon
     // as the client has the answer: publish which run it belongs to the moment the provider
@@ -233,23 +246,33 @@ export async function handleCall(
         nameResponse,
         shared: deps.ledger.shared(run.runId),
         ledger: deps.ledger,
+        maxAnswerBytes: deps.maxAnswerBytes,
+        maxEventBytes: deps.maxEventBytes,
       });
       return;
     }
 
     let bytes: Buffer;
+    let text: string;
     try {
-      bytes = Buffer.from(await response.body.arrayBuffer());
+      ({ bytes, text } = await readAnswer(response.body, response.headers, deps.maxAnswerBytes));
       markFirstByte();
     } catch (error) {
       if (left) return void record(clientAborted(NO_USAGE, call.model));
+      if (error instanceof AnswerTooLargeError) {
+        // Cut off unread: a 2xx is charged from the estimate (the provider did the work),
+        // an error status as the refusal it was.
+        const status = response.statusCode;
+        const answered = status < 300 ? "unreadable" : "refused";
+        record(tooLarge(error, NO_USAGE, call.model, status, answered, seenTokens(error.receivedBytes)));
+        return answerError(call, answerTooLarge(error));
+      }
       const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;
       // The provider wrote its whole answer before sending it: what it did is billed.
       record(upstreamReset(message, NO_USAGE, call.model, response.statusCode, "unreadable", 0));
       return answerError(call, new UpstreamUnreachableError(message, { cause: error }));
     }
 
-    const text = decodeBody(bytes, response.headers["content-encoding"]);
     if (response.statusCode >= 300) {
       const error = readProviderError(response.statusCode, text, call.secrets);
       record({
@@ -273,7 +296,7 @@ export async function handleCall(
       return;
     }
     const json = safeJson(text);
-    const seenOutputTokens = Math.ceil(bytes.length / CHARS_PER_TOKEN);
+    const seenOutputTokens = seenTokens(bytes.length);
     if (typeof json !== "object" || json === null || Array.isArray(json)) {
       // Not its API's answer: the client gets it as sent, and the step is charged from the
       // estimate (the provider did the work), never recorded as a clean answer.
@@ -427,17 +450,17 @@ export async function handleCall(
           attempt,
         );
         if (waitMs === undefined) return answered;
-        const refusal = Buffer.from(await answered.body.arrayBuffer().catch(() => new ArrayBuffer(0)));
+        // The refusal is read within the bound too; one past it is kept as nothing.
+        const refusal = await readAnswer(answered.body, answered.headers, deps.maxAnswerBytes).catch(() => ({
+          bytes: Buffer.alloc(0),
+          text: "",
+        }));
         recordRetry(attempt + 1, status, waitMs);
         const how = await deps.admission.pause(call, waitMs);
         if (how === "client_gone") return void record(clientAborted(NO_USAGE, call.model));
         if (how !== "ready") {
           // Shutting down (or given up on) before the retry: the client has the provider's refusal.
-          const error = readProviderError(
-            429,
-            decodeBody(refusal, answered.headers["content-encoding"]),
-            call.secrets,
-          );
+          const error = readProviderError(429, refusal.text, call.secrets);
           record({
             kind: "failed",
             reason: FailureReason.FAILURE_REASON_UPSTREAM_STATUS,
@@ -452,7 +475,7 @@ export async function handleCall(
           if (call.writer.headersSent) {
             endStreamWithError(call, error.message, { type: error.type, code: error.code });
           } else {
-            call.writer.send(429, returnHeaders(answered.headers, refusal.length), refusal);
+            call.writer.send(429, returnHeaders(answered.headers, refusal.bytes.length), refusal.bytes);
           }
           return undefined;
         }
@@ -673,6 +696,10 @@ async function relayStream(
     /** Another gateway also serves this run (see outcomeOnItsWay). */
     shared: boolean;
     ledger: Pick<Ledger<RunState, RunCommand>, "sendAppends">;
+    /** The most of the stream read, all its events together (gateway.max_answer_bytes). */
+    maxAnswerBytes: number;
+    /** The most one event may take while incomplete (gateway.max_event_bytes). */
+    maxEventBytes: number;
   },
 ): Promise<void> {
   const { writer, clientGone, shape } = call;
@@ -681,8 +708,12 @@ async function relayStream(
   // A routed alias's stream names the alias, not the model that served it (unless expose_model).
   const answerModel = call.route?.answerModel;
   let unnamed = shape.continues;
-  writer.startStream(response.statusCode, returnHeaders(response.headers, undefined));
-  const parser = new SseParser();
+  // A compressed stream is read (and relayed) as it decompresses.
+  const { stream: body, decoded } = decodedStream(response.body, response.headers["content-encoding"]);
+  const { "content-encoding": _encoding, ...plain } = response.headers;
+  writer.startStream(response.statusCode, returnHeaders(decoded ? plain : response.headers, undefined));
+  const parser = new SseParser({ maxEventBytes: on.maxEventBytes });
+  let received = 0;
   let terminal = false;
   let held = "";
   // What the answer had produced as far as it was relayed, should it be cut off: about a
@@ -710,7 +741,9 @@ async function relayStream(
     return out.length === 0 || writer.writeEvents(out, count, last);
   };
   try {
-    await readChunks(response.body, clientGone, (chunk) => {
+    await readChunks(body, clientGone, (chunk) => {
+      received += chunk.length;
+      if (received > on.maxAnswerBytes) throw new AnswerTooLargeError("answer", on.maxAnswerBytes, received);
       markFirstByte();
       const flowing = relay(parser.push(chunk));
       if (unnamed) {
@@ -732,6 +765,23 @@ async function relayStream(
         answered,
         seenOutputTokens: relayed,
       });
+    }
+    if (error instanceof AnswerTooLargeError) {
+      // Cut off at the bound: what was relayed stands, charged as any answer cut midway.
+      record({
+        ...tooLarge(
+          error,
+          summary.usage,
+          summary.model ?? call.model,
+          response.statusCode,
+          answered,
+          relayed,
+        ),
+        responseId: summary.responseId,
+      });
+      const refusal = answerTooLarge(error);
+      endStreamWithError(call, refusal.message, refusal);
+      return;
     }
     if (meter.errorEvent !== undefined) {
       // The provider said why before it hung up, and the client already has its words.
@@ -786,7 +836,7 @@ async function relayStream(
  * right after it, and that last chunk is often the provider's own error event.
  */
 function readChunks(
-  body: Dispatcher.ResponseData["body"],
+  body: Readable,
   clientGone: AbortSignal,
   onChunk: (chunk: Buffer) => Promise<void> | undefined,
 ): Promise<void> {
@@ -799,7 +849,16 @@ function readChunks(
     clientGone.addEventListener("abort", gone, { once: true });
     const settle = () => clientGone.removeEventListener("abort", gone);
     body.on("data", (chunk: Buffer) => {
-      const wait = onChunk(chunk);
+      let wait: Promise<void> | undefined;
+      try {
+        wait = onChunk(chunk);
+      } catch (error) {
+        // The chunk cannot be taken (past a bound): nothing more is read.
+        settle();
+        body.destroy();
+        reject(error);
+        return;
+      }
       if (wait === undefined) return;
       body.pause();
       void wait.then(() => body.resume());
@@ -979,6 +1038,48 @@ function invalidAnswer(status: number, model: string, seenOutputTokens: number):
   };
 }
 
+/** An answer cut off at one of the gateway's bounds (gateway.max_answer_bytes, max_event_bytes). */
+function tooLarge(
+  error: AnswerTooLargeError,
+  usage: UsageReport,
+  model: string | undefined,
+  status: number,
+  answered: Answered,
+  seenOutputTokens: number,
+): Failed {
+  return {
+    kind: "failed",
+    reason: FailureReason.FAILURE_REASON_UPSTREAM_TOO_LARGE,
+    status,
+    error: {
+      type: "upstream_too_large",
+      code: error.what === "answer" ? "max_answer_bytes" : "max_event_bytes",
+      message: tooLargeMessage(error),
+    },
+    usage,
+    model,
+    responseId: undefined,
+    answered,
+    seenOutputTokens,
+  };
+}
+
+/** What the client is told of an answer cut off at a bound, in its API's shape. */
+function answerTooLarge(error: AnswerTooLargeError): UpstreamAnswerTooLargeError {
+  return new UpstreamAnswerTooLargeError(tooLargeMessage(error), { cause: error });
+}
+
+function tooLargeMessage(error: AnswerTooLargeError): string {
+  return error.what === "answer"
+    ? `The provider's answer was larger than ${error.limitBytes} bytes (gateway.max_answer_bytes, decompressed): Holdfast cut it off there.`
+    : `An event of the provider's stream was larger than ${error.limitBytes} bytes (gateway.max_event_bytes): Holdfast cut the stream off there.`;
+}
+
+/** Output tokens estimated from how much of an answer was received (about four characters a token). */
+function seenTokens(bytes: number): number {
+  return Math.ceil(bytes / CHARS_PER_TOKEN);
+}
+
 function logUnavailable(cause?: unknown): GatewayError {
   return new LogUnavailableError(
     "Holdfast could not record this call in its event log, so it was not sent to the provider. Retry shortly.",
@@ -1018,24 +1119,6 @@ function safeJson(text: string): unknown {
     return JSON.parse(text);
   } catch {
     return undefined;
-  }
-}
-
-/** The response as text, undoing a compression the provider applied anyway. */
-function decodeBody(bytes: Buffer, encoding: string | string[] | undefined): string {
-  try {
-    switch (String(encoding ?? "").toLowerCase()) {
-      case "gzip":
-        return gunzipSync(bytes).toString("utf8");
-      case "deflate":
-        return inflateSync(bytes).toString("utf8");
-      case "br":
-        return brotliDecompressSync(bytes).toString("utf8");
-      default:
-        return bytes.toString("utf8");
-    }
-  } catch {
-    return "";
   }
 }
 

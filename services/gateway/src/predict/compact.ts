@@ -1,4 +1,4 @@
-import type { Compaction, RunCommand, RunState } from "@holdfast/events";
+import { boundText, type Compaction, type RunCommand, type RunState } from "@holdfast/events";
 import { CompactionMode, type RunCompacted } from "@holdfast/proto";
 import {
   applyCompaction,
@@ -12,6 +12,7 @@ import {
 } from "@holdfast/providers";
 import type { Ledger, RunLabels } from "@holdfast/runs";
 import type { Call, UpstreamAnswer } from "../pipeline/hooks.js";
+import { readAnswer } from "../upstream/answer.js";
 import { forwardHeaders, withCredential } from "../upstream/upstream.js";
 
 export interface CompactorOptions {
@@ -23,6 +24,8 @@ export interface CompactorOptions {
   gateway: string;
   /** Longest a summary call may take. */
   timeoutMs: number;
+  /** The most of a summary model's answer read, decompressed (gateway.max_answer_bytes). */
+  maxAnswerBytes: number;
 }
 
 /** The most tokens a summary (or each part of one) is written in. */
@@ -32,6 +35,9 @@ const CHARS_PER_TOKEN = 4;
 // A summary call is counted a fifth larger than four characters a token, and tried this often.
 const ESTIMATE_SLACK = 1.2;
 const SUMMARY_ATTEMPTS = 3;
+// The most characters of summary a compaction records (its RunCompacted event carries it):
+// many times what the summary model is asked for, and far inside what an event may take.
+const MAX_SUMMARY_CHARS = 64 * 1024;
 
 export type CompactionOutcome =
   | { readonly kind: "compacted"; readonly event: RunCompacted }
@@ -203,7 +209,8 @@ export class Compactor {
       texts.push(summary.text);
       usage = addUsage(usage, summary.usage);
     }
-    return { text: texts.join("\n\n"), usage };
+    // A summary model that writes more than it was asked for is cut: the event carries it.
+    return { text: boundText(texts.join("\n\n"), MAX_SUMMARY_CHARS), usage };
   }
 
   /** One summary call, sent when the window has room for it, again after a 429 (its reading is the window's). */
@@ -246,7 +253,7 @@ export class Compactor {
       signal: AbortSignal.any([call.clientGone, AbortSignal.timeout(this.options.timeoutMs)]),
     });
     budget.answered({ statusCode: answered.statusCode, headers: answered.headers, sentAtMs });
-    const text = await answered.body.text();
+    const { text } = await readAnswer(answered.body, answered.headers, this.options.maxAnswerBytes);
     if (answered.statusCode === 429) return "refused";
     if (answered.statusCode >= 300) {
       throw new Error(`the summary model answered ${answered.statusCode}: ${text.slice(0, 200)}`);

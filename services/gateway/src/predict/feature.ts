@@ -100,6 +100,8 @@ export interface PredictFeatureOptions {
   shared?: SharedSlices;
   /** Longest a compaction's summary call may take. */
   summaryTimeoutMs: number;
+  /** The most of a summary model's answer read (gateway.max_answer_bytes). */
+  maxAnswerBytes: number;
 }
 
 /** A provider key as the gateway knows it: its id (a hash, never the key) and its window. */
@@ -243,6 +245,7 @@ export function predictFeature(options: PredictFeatureOptions): {
     ledger,
     gateway: options.gateway,
     timeoutMs: options.summaryTimeoutMs,
+    maxAnswerBytes: options.maxAnswerBytes,
   });
   const atTheWall =
     config.compaction === "summarize"
