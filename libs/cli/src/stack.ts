@@ -75,12 +75,12 @@ export function requireStack(config: Config): StackFile {
 }
 
 /**
- * NATS for commands that read the log: the configured server (with the configured
- * credential), else the running stack's, as its reader (a credential that may read the
- * log and write nothing).
+ * NATS for commands that read the log, as the reader (a credential that may read the log
+ * and write nothing; its replies come to the reader's own inbox): the configured server with
+ * the configured credential (the reader's, or the admin's), else the running stack's.
  */
 export function readerConnection(config: Config) {
-  if (config.nats.url) return natsConnection(config.nats);
+  if (config.nats.url) return { ...natsConnection(config.nats), principal: "reader" as const };
   const stack = requireStack(config);
   return {
     ...natsConnection(config.nats),
