@@ -224,7 +224,7 @@ describe("SseParser with maxEventBytes", () => {
     expect(count + parser.flush().length).toBe(2_000);
   });
 
-  it("given a 16 MiB line in 64 KiB chunks, then it is read whole, once", () => {
+  it("given a 16 MiB line in 64 KiB chunks, then it is read whole", () => {
     const parser = new SseParser({ maxEventBytes: 32 * 1024 * 1024 });
     const chunk = new Uint8Array(64 * 1024).fill(0x78);
     expect(parser.push("data: ")).toEqual([]);
