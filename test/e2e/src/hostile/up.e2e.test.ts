@@ -57,6 +57,9 @@ async function startUp(): Promise<void> {
       HOLDFAST_SCHEDULER__GRPC_PORT: "0",
       // A slow client is cut off after a second of silence in its headers.
       HOLDFAST_HTTP__HEADER_TIMEOUT_MS: "1000",
+      // With budgets, the budget service folds the month's steps at start: a poisoned event
+      // or an absurd usage once made it throw there, and `up` exited.
+      HOLDFAST_BUDGETS: '{"*": {"monthly_usd": 1000}}',
     },
     detached: true,
   });
@@ -311,7 +314,7 @@ describe("holdfast up, against a hostile process on the same host", () => {
     await goesOn("after-slow-client");
   });
 
-  it("restarts cleanly on the same data dir and finds every run, the poisoned one included", async () => {
+  it("restarts cleanly on the same data dir, budgets configured, and finds every run, the poisoned one included", async () => {
     expect(await stopUp()).toBe(0);
     await startUp();
     const listed = JSON.parse((await holdfast("ls", "--json")).stdout) as { run_id: string }[];
