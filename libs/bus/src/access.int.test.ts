@@ -16,7 +16,7 @@ import {
 import { launchNatsServer, makeTempDir, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { connect, nkeyAuthenticator } from "@nats-io/transport-node";
+import { connect, headers as natsHeaders, nkeyAuthenticator } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { natsAccounts, PRINCIPALS, type Principal } from "./access.js";
 import { type Bus, connectBus } from "./bus.js";
@@ -315,6 +315,41 @@ describe("no service's credential does another's job", () => {
       });
       await new Promise((resolve) => setTimeout(resolve, 200));
       expect(heard).toEqual(["StepStarted"]);
+    } finally {
+      untail();
+      await nc.close();
+    }
+  });
+
+  it("a gateway cannot make the others hear another type than the log stored, by headers of its own", async () => {
+    // The stream republishes a stored message with the headers its publisher gave it, and
+    // adds its own: a gateway's step can carry a planted Nats-Subject naming an operator's
+    // resume, which a tail must not believe.
+    const listener = await as("gateway");
+    const heard: string[] = [];
+    const untail = listener.tail("planted", (event) => heard.push(`${event.type}@${event.streamSequence}`));
+    const nc = await connect({
+      servers: server.url,
+      authenticator: nkeyAuthenticator(new TextEncoder().encode(seeds.get("gateway")!)),
+      inboxPrefix: "_INBOX_gateway",
+      maxReconnectAttempts: 0,
+    });
+    try {
+      const planted = natsHeaders();
+      planted.set("Nats-Stream", `${prefix.toUpperCase()}_EVENTS`);
+      planted.set("Nats-Subject", `${prefix}.run.planted.RunResumed`);
+      planted.set("Nats-Sequence", "999999");
+      const stored = await jetstream(nc).publish(
+        `${prefix}.run.planted.StepStarted`,
+        encodeEnvelope(envelope("planted", 1, resumed)),
+        { headers: planted },
+      );
+      await waitFor(() => heard.length > 0 || undefined, {
+        timeoutMs: 2_000,
+        message: "nothing heard",
+      }).catch(() => undefined);
+      expect(heard.filter((h) => h.startsWith("RunResumed") || h.endsWith("@999999"))).toEqual([]);
+      expect(heard.every((h) => h === `StepStarted@${stored.seq}`)).toBe(true);
     } finally {
       untail();
       await nc.close();

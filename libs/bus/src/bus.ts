@@ -777,12 +777,19 @@ export class Bus {
     const subscription = this.nc.subscribe(this.subjects.republishedRun(runId), {
       callback: (error, msg) => {
         if (error !== null) return;
-        const headers = msg.headers;
-        if (headers?.get("Nats-Stream") !== this.eventsStream) return;
-        const subject = headers.get("Nats-Subject");
-        const sequence = Number(headers.get("Nats-Sequence") || Number.NaN);
+        // The stream adds these headers to those its publisher gave: a message carrying its
+        // own Nats-Subject or Nats-Sequence (a forger's, naming another type) has two of one.
+        const only = (name: string) => {
+          const values = msg.headers?.values(name) ?? [];
+          return values.length === 1 ? values[0]! : undefined;
+        };
+        if (only("Nats-Stream") !== this.eventsStream) return;
+        const subject = only("Nats-Subject") ?? "";
+        const sequence = Number(only("Nats-Sequence") || Number.NaN);
         if (!subject.startsWith(ofRun) || subject.indexOf(".", ofRun.length) !== -1) return;
         if (!Number.isSafeInteger(sequence)) return;
+        // The subject it came on is the server's, made from the stored one: the same type.
+        if (msg.subject.slice(msg.subject.lastIndexOf(".")) !== subject.slice(subject.lastIndexOf("."))) return;
         handler({
           runId,
           type: subject.slice(subject.lastIndexOf(".") + 1),
