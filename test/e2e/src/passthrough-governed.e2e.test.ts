@@ -1,6 +1,16 @@
-import { type Actor, ActorKind, createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
+import {
+  type Actor,
+  ActorKind,
+  createIdGenerator,
+  emptySelector,
+  FLEET,
+  type FleetCommand,
+  type FleetState,
+  type RunCommand,
+  type RunState,
+} from "@holdfast/events";
 import { createLogger } from "@holdfast/log";
-import { Ledger, runAggregate } from "@holdfast/runs";
+import { fleetAggregate, Ledger, runAggregate } from "@holdfast/runs";
 import { waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { API_KEY, type Stack, startStack, stillPending } from "./stack.js";
@@ -12,6 +22,7 @@ import { API_KEY, type Stack, startStack, stillPending } from "./stack.js";
 
 let stack: Stack;
 let runs: Ledger<RunState, RunCommand>;
+let fleet: Ledger<FleetState, FleetCommand>;
 let closeOperator: () => Promise<void>;
 const operator: Actor = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "test" };
 const ONE_STEP_TAG = "one-step";
@@ -25,13 +36,14 @@ beforeAll(async () => {
     },
   });
   const bus = await stack.connect("control");
-  runs = new Ledger({
-    aggregate: runAggregate,
+  const common = {
     bus,
     log: createLogger({ name: "operator", level: "silent" }),
     clock: Date.now,
     newId: createIdGenerator(),
-  });
+  };
+  runs = new Ledger({ aggregate: runAggregate, ...common });
+  fleet = new Ledger({ aggregate: fleetAggregate, ...common });
   closeOperator = () => bus.close();
 });
 afterAll(async () => {
@@ -140,5 +152,50 @@ describe("a passed-through call that names a run", () => {
     await runs.execute("pt-over", NO_LABELS, { type: "StopRun", actor: operator, reason: "over its limit" });
     expect((await parkedCall).status).toBe(409);
     expect(forwardedSince(before)).toEqual([]);
+  });
+
+  it("of a run a standing hold matches, one that never made a metered call, is parked as its first step would be", async () => {
+    const selector = { ...emptySelector(), tag: "pt-frozen" };
+    await fleet.execute(FLEET, NO_LABELS, {
+      type: "AddHoldRule",
+      ruleId: "rule-pt-frozen",
+      selector,
+      actor: operator,
+      reason: "freeze pt-frozen",
+    });
+    const before = stack.provider.requests.length;
+    const parkedCall = call(
+      "POST",
+      "/v1/embeddings",
+      "pt-ruled",
+      { model: "text-embedding-3-small", input: "x" },
+      "pt-frozen",
+    );
+    const run = await waitFor(
+      async () => {
+        const view = await stack.run("pt-ruled");
+        return view.status === "held" && view.parked > 0 ? view : undefined;
+      },
+      { timeoutMs: 10_000, message: "the rule did not hold the run and park its call" },
+    );
+    expect(run.hold).toMatchObject({ kind: "rule", ruleId: "rule-pt-frozen" });
+    expect(forwardedSince(before)).toEqual([]);
+
+    await fleet.execute(FLEET, NO_LABELS, {
+      type: "LiftHoldRules",
+      selector,
+      actor: operator,
+      reason: "thaw",
+    });
+    await runs.execute("pt-ruled", NO_LABELS, {
+      type: "ResumeRun",
+      actor: operator,
+      reason: "thaw",
+      onlyIfHeld: false,
+      limits: undefined,
+    });
+    // Forwarded once resumed (the fake provider has no embeddings: its own 404).
+    expect((await parkedCall).status).toBe(404);
+    expect(forwardedSince(before)).toEqual(["POST /v1/embeddings"]);
   });
 });

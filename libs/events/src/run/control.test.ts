@@ -256,6 +256,31 @@ describe("standing hold rules", () => {
       });
   });
 
+  it("hold a run at a call that is no step (a passed-through path): by its tag, though it never called before", () => {
+    given()
+      .when({ type: "HoldByRule", rules: [rule("r1", NOW)], tag: "t" })
+      .then({
+        $case: "runHeldByRule",
+        value: { ruleId: "r1", reason: "freeze prod", selector: { ...emptySelector(), tag: "t" } },
+      });
+    given()
+      .when({ type: "HoldByRule", rules: [rule("r1", NOW)], tag: "other" })
+      .then();
+    given(started("s1"), held)
+      .when({ type: "HoldByRule", rules: [rule("r1", NOW)], tag: "t" })
+      .then();
+    given(started("s1"), stopped)
+      .when({ type: "HoldByRule", rules: [rule("r1", NOW)], tag: "t" })
+      .then();
+  });
+
+  it("hold no call that is no step by a rule on a model: it names none", () => {
+    const byModel = rule("r2", NOW, { ...emptySelector(), modelPrefix: "gpt-4o" });
+    given(started("s1"))
+      .when({ type: "HoldByRule", rules: [byModel], tag: "t" })
+      .then();
+  });
+
   it("say the rule held the run, in the fold and in show, as a RunHeld naming the rule once did", () => {
     const byRule = given(started("s1"), {
       $case: "runHeldByRule",

@@ -200,6 +200,16 @@ export interface TripRun {
   readonly action: "hold" | "stop";
 }
 
+/**
+ * A call that is no step (a passed-through path naming the run) meets the standing rules:
+ * the run is held by the first that matches, as its next step's start would be.
+ */
+export interface HoldByRule {
+  readonly type: "HoldByRule";
+  readonly rules: readonly HoldRule[];
+  readonly tag: string;
+}
+
 /** Park a call of a held run on this gateway. */
 export interface ParkCall {
   readonly type: "ParkCall";
@@ -289,6 +299,7 @@ export type RunCommand =
   | ClearCheckpoint
   | StopRun
   | TripRun
+  | HoldByRule
   | ParkCall
   | UnparkCall
   | GateAnswer
@@ -522,6 +533,8 @@ export function decide(command: RunCommand, state: RunState, nowMs: number): Eve
     case "TripRun":
       if (state.status === RunStatus.Held || state.status === RunStatus.Stopped) return [];
       return [{ $case: "runTripped", value: { trip: command.trip, action: actionOf(command.action) } }];
+    case "HoldByRule":
+      return decideHoldByRule(command, state);
     case "ParkCall":
       // Resumed (or never held) meanwhile: nothing to park, the call goes on.
       if (state.status !== RunStatus.Held || state.parked.has(command.parkId)) return [];
@@ -660,30 +673,41 @@ function denial(gate: PendingGate, actor: Actor, reason: string, runStopped: boo
   };
 }
 
+/** The hold of the first standing rule that matches the run (and the call), if one does. */
+function holdByRule(
+  rules: readonly HoldRule[],
+  state: RunState,
+  call: { readonly tag: string; readonly model: string; readonly promptHash: string },
+): EventPayload[] {
+  const [rule] = rulesHolding(
+    { lastSequence: 0, rules: new Map(rules.map((r) => [r.ruleId, r])), unknownEvents: 0 },
+    {
+      runId: state.runId,
+      tag: state.tag || call.tag,
+      model: call.model,
+      promptHash: call.promptHash,
+      status: state.status === RunStatus.New ? "idle" : state.status,
+    },
+    state.lastResumedMs,
+  );
+  if (rule === undefined) return [];
+  return [
+    { $case: "runHeldByRule", value: { ruleId: rule.ruleId, reason: rule.reason, selector: rule.selector } },
+  ];
+}
+
+function decideHoldByRule(command: HoldByRule, state: RunState): EventPayload[] {
+  if (state.status === RunStatus.Held || state.status === RunStatus.Stopped) return [];
+  return holdByRule(command.rules, state, { tag: command.tag, model: "", promptHash: "" });
+}
+
 function decideStart(command: StartStep, state: RunState, nowMs: number): EventPayload[] {
   if (state.open.has(command.stepId)) return [];
   if (state.status === RunStatus.Stopped) throw new RunStoppedError(state.runId);
   if (state.status === RunStatus.Held) throw new RunHeldError(state.runId);
 
-  const [rule] = rulesHolding(
-    { lastSequence: 0, rules: new Map(command.rules.map((r) => [r.ruleId, r])), unknownEvents: 0 },
-    {
-      runId: state.runId,
-      tag: state.tag || command.tag,
-      model: command.model,
-      promptHash: command.promptHash,
-      status: state.status === RunStatus.New ? "idle" : state.status,
-    },
-    state.lastResumedMs,
-  );
-  if (rule !== undefined) {
-    return [
-      {
-        $case: "runHeldByRule",
-        value: { ruleId: rule.ruleId, reason: rule.reason, selector: rule.selector },
-      },
-    ];
-  }
+  const held = holdByRule(command.rules, state, command);
+  if (held.length > 0) return held;
 
   const trip = limitCrossed(command, state, nowMs);
   if (trip !== undefined) {

@@ -181,11 +181,29 @@ export class Admission {
    * as `on_trip` says).
    */
   async passthroughGate(runId: string, labels: RunLabels): Promise<PassthroughGate> {
-    const cached = this.options.ledger.cached(runId);
+    let cached = this.options.ledger.cached(runId);
+    // As for a metered call: a run this gateway does not follow yet meets the standing
+    // rules as the log has them now.
+    if (cached === undefined || cached.status === RunStatus.New) {
+      await this.readRules();
+      cached = this.options.ledger.cached(runId);
+    }
     const state = mustReadLog(cached, this.statusFromIndex(runId), this.options.held.uncertain(runId))
       ? await this.options.ledger.latest(runId)
       : cached;
     const verdict = passthroughVerdict(state, this.limitsFor(state?.tag || labels.tag), this.options.clock());
+    if (verdict === "go") {
+      // A standing rule holds the run (by its id, its tag, every run) at this call as at
+      // its next step; a rule on a model or a prompt meets only the metered calls.
+      if (!this.ruleMatchesRun(runId, labels.tag, state)) return "go";
+      const held = await this.options.ledger.execute(runId, labels, {
+        type: "HoldByRule",
+        rules: this.rules(),
+        tag: labels.tag,
+      });
+      const after = passthroughVerdict(held.state, NO_LIMITS, this.options.clock());
+      return typeof after === "string" ? after : "go";
+    }
     if (typeof verdict === "string") return verdict;
     const tripped = await this.options.ledger.execute(runId, labels, {
       type: "TripRun",
@@ -287,13 +305,27 @@ export class Admission {
   }
 
   private ruleMatches(call: Call, state: RunState | undefined): boolean {
+    return this.ruleHolds(call.run.runId, call.run.tag, call.view.model, call.run.promptHash, state);
+  }
+
+  private ruleMatchesRun(runId: string, tag: string, state: RunState | undefined): boolean {
+    return this.ruleHolds(runId, tag, "", "", state);
+  }
+
+  private ruleHolds(
+    runId: string,
+    tag: string,
+    model: string,
+    promptHash: string,
+    state: RunState | undefined,
+  ): boolean {
     const fleet = this.options.fleet.cached(FLEET);
     if (fleet === undefined || fleet.rules.size === 0) return false;
     const attributes = {
-      runId: call.run.runId,
-      tag: state?.tag || call.run.tag,
-      model: call.view.model,
-      promptHash: call.run.promptHash,
+      runId,
+      tag: state?.tag || tag,
+      model,
+      promptHash,
       status: state === undefined || state.status === RunStatus.New ? "idle" : state.status,
     };
     return rulesHolding(fleet, attributes, state?.lastResumedMs ?? null).length > 0;
