@@ -16,8 +16,9 @@ budget, control, scheduler, reader) and the tokens (control, read, budget, worke
 DIR/credentials/ (--dir: a directory of your own, for a deployment's secrets), readable by
 their owner alone. Nothing secret is printed.
 
---rotate                replaces every one of them; restart holdfast up to use them (the
-                        running stack keeps the old ones until then)
+--rotate                replaces every one of them; stop the stack on this data dir first
+                        (it is refused while one runs), then start it again. To replace
+                        one only, delete its file: what is missing is made
 --nats-authorization    prints the accounts block a nats-server of your own needs for them
                         (the log's account with JetStream, an account per principal with
                         its public key, permissions and imports, for nats.prefix and
@@ -41,10 +42,18 @@ export async function credentials(argv: string[]): Promise<void> {
   if (positionals.length > 0) throw new CliError(`credentials takes no arguments\n\n${CREDENTIALS_USAGE}`, 2);
   const config = configFrom(values);
   const dir = values.dir === undefined ? credentialsDir(config.data_dir) : resolve(values.dir);
+  const running = values.rotate ? readStack(config.data_dir) : undefined;
+  if (running !== undefined && dir === credentialsDir(config.data_dir)) {
+    // Its services and this CLI read these files: replaced under them, a service restarted
+    // by the supervisor, or the next `hold` or `stop`, would present a credential the
+    // running nats-server and services do not know, and be locked out.
+    throw new CliError(
+      `Holdfast is running on ${config.data_dir} (pid ${running.pid}) with these credentials: stop it (Ctrl-C), rotate, then start it again with ${holdfastCommand()} up.`,
+    );
+  }
   const made = ensureCredentialsIn(dir, { rotate: values.rotate });
   const access = { prefix: config.nats.prefix, projectorConsumer: config.projector.consumer };
   if (values["nats-authorization"]) return void process.stdout.write(natsAuthorization(made, access));
-  const running = values.rotate ? readStack(config.data_dir) : undefined;
   const rows = [
     ...PRINCIPALS.map(
       (principal) =>
@@ -55,11 +64,6 @@ export async function credentials(argv: string[]): Promise<void> {
     ),
   ];
   console.log(`${values.rotate ? "Replaced" : "The"} credentials in ${made.dir}:\n${rows.join("\n")}`);
-  if (running !== undefined) {
-    console.log(
-      `\nHoldfast is running on ${config.data_dir} (pid ${running.pid}) with the old ones: restart it (Ctrl-C, then ${holdfastCommand()} up) to use these.`,
-    );
-  }
 }
 
 export const PROVISION_USAGE = `holdfast provision [--config FILE]

@@ -236,6 +236,11 @@ export async function up(argv: string[]): Promise<void> {
       {
         ...natsEnv("projector", natsUrl),
         ...checksOperators,
+        // ClickHouse's passwords are the projector's alone (a server's, by clickhouse.url).
+        ...(config.clickhouse.password ? { HOLDFAST_CLICKHOUSE__PASSWORD: config.clickhouse.password } : {}),
+        ...(config.clickhouse.reader_password
+          ? { HOLDFAST_CLICKHOUSE__READER_PASSWORD: config.clickhouse.reader_password }
+          : {}),
         HOLDFAST_PROJECTOR__PORT: String(config.projector.port),
       },
       /projector listening on (http:\/\/\S+)/,

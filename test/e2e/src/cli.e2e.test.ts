@@ -241,6 +241,17 @@ describe("holdfast CLI", () => {
     expect(result.stderr).toMatch(/already running/);
   });
 
+  it("refuses to rotate the credentials of the stack that runs on them, and keeps every one", async () => {
+    const before = token("control");
+    const result = await holdfast("credentials", "--rotate");
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      /Holdfast is running on .* stop it \(Ctrl-C\), rotate, then start it again/,
+    );
+    expect(token("control")).toBe(before);
+    expect((await holdfast("ls")).code).toBe(0);
+  });
+
   it("answers an endless query with the rows asked for, the projector's memory bounded", async () => {
     const projector = await health(`${stack().analyticsUrl}/health`);
     const rssBefore = rssBytes(projector!.pid);
