@@ -55,6 +55,8 @@ describe("the reader's credential", () => {
     } finally {
       await nc.close();
     }
+    // SECURITY.md: the reader's credential "makes no consumer at all".
+    expect(made).toBe(0);
 
     const gateway = await stack.extraGateway({});
     const answer = await gateway

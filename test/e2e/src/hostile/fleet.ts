@@ -1,3 +1,4 @@
+import { type RunningBudget, startBudget } from "@holdfast/budget";
 import { type Config, type DeepPartial, loadConfig } from "@holdfast/config";
 import { type RunningControl, startControl } from "@holdfast/control";
 import { createLogger } from "@holdfast/log";
@@ -16,6 +17,8 @@ export interface Fleet {
   schedulerGrpc: string;
   /** host:port of the control gRPC API (holdfast.v1.Control). */
   controlGrpc: string;
+  /** host:port of the budget service's gRPC API (the stack's, or one started for the fleet). */
+  budgetGrpc: string;
   /** A model call through the gateway, and its outcome in the log: the system goes on. */
   metered(runId: string): Promise<void>;
   close(): Promise<void>;
@@ -26,7 +29,9 @@ export async function startFleet(config: DeepPartial<Config>): Promise<Fleet> {
   const log = createLogger({ name: "hostile", level: "silent" });
   let control: RunningControl | undefined;
   let scheduler: RunningScheduler | undefined;
+  let budget: RunningBudget | undefined;
   const close = async () => {
+    await budget?.close();
     await scheduler?.close();
     await control?.close();
     await stack.close();
@@ -52,6 +57,15 @@ export async function startFleet(config: DeepPartial<Config>): Promise<Fleet> {
       }),
       log,
     );
+    // The stack starts a budget service only for budgets; without, one of the fleet's own.
+    if (stack.config.budget.url === undefined)
+      budget = await startBudget(
+        loadConfig({
+          env: {},
+          overrides: { ...stack.configFor("budget"), budget: { ...stack.config.budget, port: 0 } },
+        }),
+        log,
+      );
   } catch (error) {
     await close();
     throw error;
@@ -64,6 +78,7 @@ export async function startFleet(config: DeepPartial<Config>): Promise<Fleet> {
     scheduler: scheduler.url,
     schedulerGrpc: scheduler.grpcAddress,
     controlGrpc: control.grpcAddress,
+    budgetGrpc: budget?.address ?? stack.config.budget.url!,
     async metered(runId) {
       await stack.client({ headers: { "X-Holdfast-Run": runId } }).chat.completions.create({
         model: "gpt-4o-mini",

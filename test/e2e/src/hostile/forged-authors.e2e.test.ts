@@ -1,9 +1,10 @@
 import { readFileSync } from "node:fs";
 import { type BucketName, bucketName, inboxPrefix, type Principal } from "@holdfast/bus";
 import { ActorKind, createIdGenerator, encodeEnvelope, makeEnvelope } from "@holdfast/events";
+import { publishRaw } from "@holdfast/test-harness";
 import { connect as natsConnect, nkeyAuthenticator } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Stack, sleep, startStack } from "../stack.js";
+import { type Stack, startStack } from "../stack.js";
 
 // An attack run found that every service credential that keeps a KV bucket can append an
 // event of any type to any run, whatever AUTHOR_OF says. The thief puts the event's bytes
@@ -14,7 +15,10 @@ import { type Stack, sleep, startStack } from "../stack.js";
 // log holds an operator's `RunStopped` that no control credential wrote. Readers fold it
 // (the envelope is well formed, on its own type's subject, at the run's next sequence):
 // `show` says "stopped by operator (control token)" and the gateway refuses the run's
-// calls with 409. The same forges a `RunResumed` of a run an operator stopped.
+// calls with 409. The same forges a `RunResumed` of a run an operator stopped. A
+// credential with no bucket (the reader's, the scheduler's) may still direct-get from the
+// event stream itself: an event's bytes stored on a subject of no consequence, answered to
+// the subject of the event it should be.
 
 let stack: Stack;
 beforeAll(async () => {
@@ -45,36 +49,57 @@ async function stolen(principal: Principal) {
 }
 
 /**
- * `bytes` appended on `subject` by way of the thief's own bucket: a put, then a direct get
- * of it answered to `subject`; then a direct get answered to the thief itself, which comes
- * back only after JetStream has answered the first; then a moment for the stream to store
- * what it captured of that answer.
+ * `bytes` appended on `subject` by way of a direct get answered there: of the thief's own
+ * bucket (a put, then a direct get of it), or, with no bucket, of the event stream, where
+ * the bytes wait on a subject of no consequence (a decoy run's, put there with the admin's
+ * credential). Then a direct get answered to the thief itself, which comes back only after
+ * JetStream has answered the first.
  */
-async function forge(principal: Principal, bucket: BucketName, subject: string, bytes: Uint8Array) {
+async function forge(
+  principal: Principal,
+  bucket: BucketName | undefined,
+  subject: string,
+  bytes: Uint8Array,
+) {
+  let stream: string;
+  let stored: string;
   const nc = await stolen(principal);
   try {
-    const name = bucketName(stack.config.nats.prefix, bucket);
-    const key = `$KV.${name}.forged-${newId()}`;
-    nc.publish(key, bytes);
-    await nc.flush();
-    const get = new TextEncoder().encode(JSON.stringify({ last_by_subj: key, no_hdr: true }));
-    nc.publish(`$JS.API.DIRECT.GET.KV_${name}`, get, { reply: subject });
-    await nc.request(`$JS.API.DIRECT.GET.KV_${name}`, get, { timeout: 5_000 });
-    await sleep(250);
+    if (bucket === undefined) {
+      stream = `${stack.config.nats.prefix.toUpperCase()}_EVENTS`;
+      stored = stack.bus.subjects.runEvent(`decoy-${newId()}`, "StepStarted");
+      await publishRaw(stack.config.nats.url!, stored, bytes, {
+        credentials: stack.credentials!.files.admin,
+      });
+    } else {
+      const name = bucketName(stack.config.nats.prefix, bucket);
+      stream = `KV_${name}`;
+      stored = `$KV.${name}.forged-${newId()}`;
+      nc.publish(stored, bytes);
+      await nc.flush();
+    }
+    const get = new TextEncoder().encode(JSON.stringify({ last_by_subj: stored, no_hdr: true }));
+    nc.publish(`$JS.API.DIRECT.GET.${stream}`, get, { reply: subject });
+    await nc.request(`$JS.API.DIRECT.GET.${stream}`, get, { timeout: 5_000 });
   } finally {
     await nc.close();
   }
 }
 
-const THIEVES: { principal: Principal; bucket: BucketName }[] = [
-  { principal: "budget", bucket: "BUDGET_LEASES" },
-  { principal: "projector", bucket: "LEASES" },
-  { principal: "gateway", bucket: "GATEWAYS" },
+/** The thieves: each credential that may not write an operator's events, by its own bucket or by the event stream. */
+const THIEVES: { principal: Principal; bucket?: BucketName; by: string }[] = [
+  { principal: "budget", bucket: "BUDGET_LEASES", by: "its bucket BUDGET_LEASES" },
+  { principal: "projector", bucket: "LEASES", by: "its bucket LEASES" },
+  { principal: "gateway", bucket: "GATEWAYS", by: "its bucket GATEWAYS" },
+  ...(["budget", "projector", "gateway", "scheduler", "reader"] as const).map((principal) => ({
+    principal,
+    by: "the event stream",
+  })),
 ];
 
-describe.each(THIEVES)("a stolen $principal credential (it writes $bucket)", ({ principal, bucket }) => {
+describe.each(THIEVES)("a stolen $principal credential, by a direct get of $by", ({ principal, bucket }) => {
   it("cannot stop a run as an operator: no RunStopped lands in the log, and the run's calls go on", async () => {
-    const runId = `forged-stop-by-${principal}`;
+    const runId = `forged-stop-by-${principal}-via-${bucket ?? "events"}`;
     await ask(runId);
     const before = await stack.settled(runId, 1);
     const stop = makeEnvelope({
@@ -90,21 +115,29 @@ describe.each(THIEVES)("a stolen $principal credential (it writes $bucket)", ({ 
     });
     await forge(principal, bucket, stack.bus.subjects.runEvent(runId, "RunStopped"), encodeEnvelope(stop));
 
-    const types = (await stack.bus.readRun(runId)).events.map((e) => e.envelope.type);
-    expect(types).not.toContain("RunStopped");
-    expect((await stack.run(runId)).status).not.toBe("stopped");
+    // The marker: the run's next call, its steps appended by the gateway (their author)
+    // after the attempt. The stream stores in order, so a read that holds the marker holds
+    // whatever the attempt got stored before it.
     await ask(runId);
     expect((await stack.settled(runId, 2)).completed).toBe(2);
+    const history = await stack.bus.readRun(runId);
+    const types = history.events.map((e) => e.envelope.type);
+    expect(types.filter((type) => type === "StepCompleted")).toHaveLength(2);
+    expect(types).not.toContain("RunStopped");
+    expect(history.events.map((e) => e.envelope.id)).not.toContain(stop.id);
+    expect(history.quarantined).toEqual([]);
+    expect((await stack.run(runId)).status).not.toBe("stopped");
   });
 
   it("cannot resume a run an operator stopped", async () => {
-    const runId = `forged-resume-by-${principal}`;
+    const runId = `forged-resume-by-${principal}-via-${bucket ?? "events"}`;
     await ask(runId);
     const before = await stack.settled(runId, 1);
     // The operator's stop, written with the control service's own credential.
     const control = await stack.connect("control");
+    let stopped: number;
     try {
-      await control.append(
+      ({ streamSequence: stopped } = await control.append(
         makeEnvelope({
           id: newId(),
           runId,
@@ -117,7 +150,7 @@ describe.each(THIEVES)("a stolen $principal credential (it writes $bucket)", ({ 
           },
         }),
         (await control.readRun(runId)).lastStreamSequence,
-      );
+      ));
     } finally {
       await control.close();
     }
@@ -144,8 +177,31 @@ describe.each(THIEVES)("a stolen $principal credential (it writes $bucket)", ({ 
     });
     await forge(principal, bucket, stack.bus.subjects.runEvent(runId, "RunResumed"), encodeEnvelope(resume));
 
-    const types = (await stack.bus.readRun(runId)).events.map((e) => e.envelope.type);
-    expect(types).not.toContain("RunResumed");
+    // The marker: the operator's second stop, appended by the control service (its author)
+    // only if the run's last message is still the first stop: a message the attempt got
+    // stored would be after that one, and the append would be refused.
+    const marker = makeEnvelope({
+      id: newId(),
+      runId,
+      sequence: before.lastSequence + 2,
+      timestampMs: Date.now(),
+      tag: "",
+      payload: {
+        $case: "runStopped",
+        value: { actor: operator, reason: "marker", selector: undefined },
+      },
+    });
+    const again = await stack.connect("control");
+    try {
+      await again.append(marker, stopped);
+    } finally {
+      await again.close();
+    }
+    const history = await stack.bus.readRun(runId);
+    expect(history.events.map((e) => e.envelope.id)).toContain(marker.id);
+    expect(history.events.map((e) => e.envelope.type)).not.toContain("RunResumed");
+    expect(history.events.map((e) => e.envelope.id)).not.toContain(resume.id);
+    expect(history.quarantined).toEqual([]);
     expect((await stack.run(runId)).status).toBe("stopped");
   });
 });

@@ -11,7 +11,7 @@ import { rawExchange, requestBytes } from "./wire.js";
 // http.max_headers with a 431 (where Node would drop those past its 2,000th unread), a JSON
 // body nested deeper than http.max_json_depth with a 400, and a body over its limit with a
 // 413, each in its own error shape; the projector's SQL and every service's health details
-// need a control token. After each attack a model call through the gateway is still metered.
+// need the read or control token. After each attack a model call through the gateway is still metered.
 const TOKEN = "control-token-for-hostile-listeners";
 const READ = "read-token-for-hostile-listeners-0";
 
@@ -208,7 +208,7 @@ describe("a body over the listener's limit", () => {
 });
 
 describe("the projector's analytics API", () => {
-  it("answers SQL and runs only with a control token", async () => {
+  it("answers SQL and runs only with the read or control token", async () => {
     for (const [method, path, body] of [
       ["POST", "/v1/query", JSON.stringify({ sql: "SELECT count() AS n FROM steps" })],
       ["GET", "/v1/runs", undefined],
@@ -236,7 +236,7 @@ describe("the projector's analytics API", () => {
 
 describe("every gRPC listener", () => {
   it("lets one connection open at most 100 streams at once (health takes no token)", async () => {
-    for (const address of [fleet.controlGrpc, fleet.schedulerGrpc]) {
+    for (const address of [fleet.controlGrpc, fleet.schedulerGrpc, fleet.budgetGrpc]) {
       const session = http2Connect(`http://${address}`);
       try {
         const [settings] = (await once(session, "remoteSettings")) as [{ maxConcurrentStreams?: number }];

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import { once } from "node:events";
 import { chmodSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
@@ -110,10 +111,40 @@ function readableByOthers(root: string): string[] {
 describe("holdfast up's services", () => {
   it("give no service the operator's control token unless it serves operators' changes", () => {
     const control = readFileSync(join(dataDir, "credentials", "control.token"), "utf8").trim();
-    for (const service of ["gateway", "projector", "budget"]) {
+    for (const service of ["gateway", "projector", "budget", "scheduler", "control"]) {
       const env = environmentOf(`services/${service}/dist/main.js`);
       const holding = [...env].filter(([, value]) => value.includes(control)).map(([key]) => key);
       expect(holding, `the ${service}'s environment`).toEqual([]);
+    }
+  });
+
+  it("give each service in plain text only the tokens SECURITY.md's table says it presents, and the digest of those it checks", () => {
+    const tokens = Object.fromEntries(
+      (["control", "read", "budget", "worker"] as const).map((name) => [
+        name,
+        readFileSync(join(dataDir, "credentials", `${name}.token`), "utf8").trim(),
+      ]),
+    ) as Record<"control" | "read" | "budget" | "worker", string>;
+    // SECURITY.md, "Where the credentials live": which token each service holds, which it
+    // holds only the digest of.
+    const TABLE: Record<string, { plain: (keyof typeof tokens)[]; digest: (keyof typeof tokens)[] }> = {
+      gateway: { plain: ["budget"], digest: ["control", "read"] },
+      control: { plain: ["read"], digest: ["control"] },
+      projector: { plain: [], digest: ["control", "read"] },
+      scheduler: { plain: [], digest: ["control", "read", "worker"] },
+      budget: { plain: [], digest: ["budget"] },
+    };
+    const digestOf = (token: string) => `sha256:${createHash("sha256").update(token, "utf8").digest("hex")}`;
+    for (const [service, holds] of Object.entries(TABLE)) {
+      const values = [...environmentOf(`services/${service}/dist/main.js`).values()];
+      const plain = (Object.keys(tokens) as (keyof typeof tokens)[]).filter((name) =>
+        values.some((value) => value.includes(tokens[name])),
+      );
+      expect(plain, `the tokens in the ${service}'s environment in plain text`).toEqual(holds.plain);
+      const digests = (Object.keys(tokens) as (keyof typeof tokens)[]).filter((name) =>
+        values.includes(digestOf(tokens[name])),
+      );
+      expect(digests, `the tokens in the ${service}'s environment as a sha256: digest`).toEqual(holds.digest);
     }
   });
 
