@@ -13,6 +13,10 @@ describe("which passed-through calls can spend", () => {
     ["POST", "/v1/messages/batches/msgbatch_1/cancel"],
     ["POST", "/v1/messages/count_tokens"],
     ["POST", "/v1/responses/input_tokens"],
+    ["POST", "/v1/responses/resp_1/cancel"],
+    ["POST", "/v1/fine_tuning/jobs/ftjob_1/cancel"],
+    ["POST", "/v1/threads/thread_1/runs/run_1/cancel"],
+    ["POST", "/v1/vector_stores/vs_1/file_batches/vsfb_1/cancel"],
   ])("%s %s spends nothing: it goes on whatever its run, and deny_models lets it through", (method, path) => {
     expect(spendsNothing(method, path)).toBe(true);
     expect(callsModelUnmetered(method, path)).toBe(false);
@@ -29,6 +33,9 @@ describe("which passed-through calls can spend", () => {
     ["POST", "/v1/complete"],
     ["POST", "/v1/messages/batches"],
     ["PUT", "/v1/fine_tuning/jobs"],
+    ["POST", "/v1/images/cancel"],
+    ["POST", "/v1/embeddings/count_tokens"],
+    ["POST", "/v1/audio/speech/x/cancel"],
   ])("%s %s runs a model unmetered: deny_models refuses it", (method, path) => {
     expect(spendsNothing(method, path)).toBe(false);
     expect(callsModelUnmetered(method, path)).toBe(true);

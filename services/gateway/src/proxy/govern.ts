@@ -29,8 +29,15 @@ export const UNMETERED_MODEL_PATHS: readonly string[] = [
 
 const READS = new Set(["GET", "HEAD", "DELETE"]);
 // POSTs that spend nothing and only lower what is spent: counting tokens, cancelling a batch,
-// a response or a run in the background.
-const FREE_POSTS = [/\/count_tokens$/, /\/input_tokens$/, /\/cancel$/];
+// a response, a job or a run in the background. Each named as the providers' APIs name it,
+// so a path of another shape that happens to end the same way is governed.
+const FREE_POSTS = [
+  /^\/v1\/messages\/count_tokens$/,
+  /^\/v1\/responses\/input_tokens$/,
+  /^\/v1\/(?:batches|responses|fine_tuning\/jobs|messages\/batches|uploads)\/[^/]+\/cancel$/,
+  /^\/v1\/threads\/[^/]+\/runs\/[^/]+\/cancel$/,
+  /^\/v1\/vector_stores\/[^/]+\/file_batches\/[^/]+\/cancel$/,
+];
 
 /**
  * Whether a passed-through call cannot make the provider spend: a read (GET, HEAD), a
