@@ -873,6 +873,11 @@ export const configSchema = z
             .describe(
               "Most calls of one held run a gateway keeps parked at once; past it the run's call is refused 429 (holdfast_too_many_parked, retry-after) and only counted.",
             ),
+          max_parked_bytes: integer(1024 * 1024, 2 ** 40)
+            .default(1024 * 1024 * 1024)
+            .describe(
+              "Most bytes of request bodies the calls one gateway keeps parked may hold at once (a parked call keeps its body until it goes on); past it a held run's call is refused 429 (holdfast_too_many_parked, retry-after) and only counted.",
+            ),
         },
         mapping,
       )

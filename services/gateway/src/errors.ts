@@ -251,11 +251,13 @@ export class ParkingFullError extends GatewayError {
   readonly status = 429;
   readonly type = "rate_limit_error";
   readonly retryable = true;
-  constructor(runId: string, bound: "per_run" | "per_gateway", limit: number) {
+  constructor(runId: string, bound: "per_run" | "per_gateway" | "bytes", limit: number) {
     super(
       bound === "per_run"
         ? `Holdfast is holding run ${JSON.stringify(runId)} and already keeps ${limit} of its calls waiting on this gateway (hold.max_parked_per_run): this call was not parked, sent or recorded. Retry later; the run stays held until an operator resumes it.`
-        : `This Holdfast gateway already keeps ${limit} calls of held runs waiting (hold.max_parked), and run ${JSON.stringify(runId)} is held: this call was not parked, sent or recorded. Retry later, or on another gateway.`,
+        : bound === "per_gateway"
+          ? `This Holdfast gateway already keeps ${limit} calls of held runs waiting (hold.max_parked), and run ${JSON.stringify(runId)} is held: this call was not parked, sent or recorded. Retry later, or on another gateway.`
+          : `The calls of held runs this Holdfast gateway keeps waiting already hold nearly ${limit} bytes of request bodies (hold.max_parked_bytes), and run ${JSON.stringify(runId)} is held: this call was not parked, sent or recorded. Retry later, or on another gateway.`,
       { headers: { "retry-after": String(PARKING_FULL_RETRY_AFTER_S) } },
     );
   }

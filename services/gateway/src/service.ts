@@ -153,7 +153,11 @@ export async function startGateway(
   // parked call listens to it (thousands may be), which is no leak: each stops when it goes on.
   const shutdown = new AbortController();
   setMaxListeners(0, shutdown.signal);
-  const lot = new ParkingLot({ perRun: config.hold.max_parked_per_run, perGateway: config.hold.max_parked });
+  const lot = new ParkingLot({
+    perRun: config.hold.max_parked_per_run,
+    perGateway: config.hold.max_parked,
+    bytes: config.hold.max_parked_bytes,
+  });
   const admission = new Admission({
     ledger,
     fleet,
@@ -271,9 +275,15 @@ export async function startGateway(
       labels: {},
       value: () => lot.parked,
     }),
+    gauge({
+      name: "holdfast_parked_bytes",
+      help: "Bytes of request bodies the calls parked on this gateway hold now (hold.max_parked_bytes).",
+      labels: {},
+      value: () => lot.parkedBytes,
+    }),
     counter({
       name: "holdfast_parked_calls_refused_total",
-      help: "Calls of held runs refused since this gateway started because no parking room was left (hold.max_parked_per_run, hold.max_parked), by the bound reached.",
+      help: "Calls of held runs refused since this gateway started because no parking room was left (hold.max_parked_per_run, hold.max_parked, hold.max_parked_bytes), by the bound reached.",
       labels: { bound: PARKING_BOUNDS },
       value: ({ bound }) => lot.refused[bound as (typeof PARKING_BOUNDS)[number]],
     }),

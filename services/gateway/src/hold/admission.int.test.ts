@@ -64,7 +64,11 @@ async function admissionOf(gateway: ReturnType<typeof ledgers>): Promise<Admissi
     clock: Date.now,
     onRecordError: () => undefined,
     shutdown: new AbortController().signal,
-    lot: new ParkingLot({ perRun: config.hold.max_parked_per_run, perGateway: config.hold.max_parked }),
+    lot: new ParkingLot({
+      perRun: config.hold.max_parked_per_run,
+      perGateway: config.hold.max_parked,
+      bytes: config.hold.max_parked_bytes,
+    }),
   });
   await admission.start();
   return admission;

@@ -1,30 +1,56 @@
 import { describe, expect, it } from "vitest";
 import { ParkingLot } from "./lot.js";
 
+const MiB = 1024 * 1024;
+
 describe("ParkingLot", () => {
   it("parks a run's calls up to its bound, then refuses and counts the rest", () => {
-    const lot = new ParkingLot({ perRun: 2, perGateway: 10 });
-    expect([lot.take("a"), lot.take("a"), lot.take("a")]).toEqual([undefined, undefined, "per_run"]);
-    expect(lot.take("b")).toBeUndefined();
+    const lot = new ParkingLot({ perRun: 2, perGateway: 10, bytes: 100 * MiB });
+    expect([lot.take("a", 10), lot.take("a", 10), lot.take("a", 10)]).toEqual([
+      undefined,
+      undefined,
+      "per_run",
+    ]);
+    expect(lot.take("b", 10)).toBeUndefined();
     expect(lot.parked).toBe(3);
-    expect(lot.refused).toEqual({ per_run: 1, per_gateway: 0 });
+    expect(lot.parkedBytes).toBe(30);
+    expect(lot.refused).toEqual({ per_run: 1, per_gateway: 0, bytes: 0 });
   });
 
   it("parks no call past the gateway's bound, whatever its run", () => {
-    const lot = new ParkingLot({ perRun: 5, perGateway: 2 });
-    expect([lot.take("a"), lot.take("b"), lot.take("c")]).toEqual([undefined, undefined, "per_gateway"]);
-    expect(lot.refused).toEqual({ per_run: 0, per_gateway: 1 });
+    const lot = new ParkingLot({ perRun: 5, perGateway: 2, bytes: 100 * MiB });
+    expect([lot.take("a", 1), lot.take("b", 1), lot.take("c", 1)]).toEqual([
+      undefined,
+      undefined,
+      "per_gateway",
+    ]);
+    expect(lot.refused).toEqual({ per_run: 0, per_gateway: 1, bytes: 0 });
+  });
+
+  it("parks no call whose body would take the bodies held past the bound of bytes", () => {
+    const lot = new ParkingLot({ perRun: 100, perGateway: 100, bytes: 64 * MiB });
+    expect([lot.take("a", 32 * MiB), lot.take("b", 32 * MiB), lot.take("c", 1)]).toEqual([
+      undefined,
+      undefined,
+      "bytes",
+    ]);
+    expect(lot.limitOf("bytes")).toBe(64 * MiB);
+    lot.leave("a", 32 * MiB);
+    expect(lot.parkedBytes).toBe(32 * MiB);
+    expect(lot.take("c", 1)).toBeUndefined();
+    expect(lot.refused).toEqual({ per_run: 0, per_gateway: 0, bytes: 1 });
   });
 
   it("takes a call again once one left, and gives back no place it did not give", () => {
-    const lot = new ParkingLot({ perRun: 1, perGateway: 1 });
-    expect(lot.take("a")).toBeUndefined();
-    expect(lot.take("a")).toBe("per_gateway");
-    lot.leave("a");
-    lot.leave("a");
-    lot.leave("never-parked");
+    const lot = new ParkingLot({ perRun: 1, perGateway: 1, bytes: MiB });
+    expect(lot.take("a", 5)).toBeUndefined();
+    expect(lot.take("a", 5)).toBe("per_gateway");
+    lot.leave("a", 5);
+    lot.leave("a", 5);
+    lot.leave("never-parked", 5);
     expect(lot.parked).toBe(0);
-    expect(lot.take("a")).toBeUndefined();
+    expect(lot.parkedBytes).toBe(0);
+    expect(lot.take("a", 5)).toBeUndefined();
     expect(lot.parked).toBe(1);
   });
 });

@@ -39,6 +39,8 @@ export interface Parkable {
   /** The API shape it speaks; API_UNSPECIFIED for a passed-through path. */
   readonly api: Api;
   readonly view: { readonly model: string; readonly stream: boolean };
+  /** The body it will send, which it holds while it waits. */
+  readonly upstreamBody: Buffer | undefined;
   readonly request: { readonly headers: IncomingHttpHeaders };
   readonly writer: ResponseWriter;
   /** Aborted when the client goes away. */
@@ -70,14 +72,13 @@ export const HELD_STREAM_HEADERS = {
 export async function park(call: Parkable, labels: RunLabels, options: ParkingOptions): Promise<Unparked> {
   const { lot } = options;
   const runId = call.run.runId;
-  const full = lot.take(runId);
-  if (full !== undefined) {
-    throw new ParkingFullError(runId, full, full === "per_run" ? lot.bounds.perRun : lot.bounds.perGateway);
-  }
+  const bytes = call.upstreamBody?.length ?? 0;
+  const full = lot.take(runId, bytes);
+  if (full !== undefined) throw new ParkingFullError(runId, full, lot.limitOf(full));
   try {
     return await waitParked(call, labels, options);
   } finally {
-    lot.leave(runId);
+    lot.leave(runId, bytes);
   }
 }
 

@@ -120,6 +120,7 @@ async function admitted(
       run,
       api: Api.API_UNSPECIFIED,
       view: { model: "", stream: false },
+      upstreamBody: Buffer.isBuffer(request.body) ? request.body : undefined,
       request,
       writer: new ResponseWriter(reply.raw),
       clientGone,
