@@ -789,7 +789,8 @@ export class Bus {
         if (!subject.startsWith(ofRun) || subject.indexOf(".", ofRun.length) !== -1) return;
         if (!Number.isSafeInteger(sequence)) return;
         // The subject it came on is the server's, made from the stored one: the same type.
-        if (msg.subject.slice(msg.subject.lastIndexOf(".")) !== subject.slice(subject.lastIndexOf("."))) return;
+        if (msg.subject.slice(msg.subject.lastIndexOf(".")) !== subject.slice(subject.lastIndexOf(".")))
+          return;
         handler({
           runId,
           type: subject.slice(subject.lastIndexOf(".") + 1),
