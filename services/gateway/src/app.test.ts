@@ -244,6 +244,17 @@ describe("/holdfast/health", () => {
       live = true;
     }
   });
+
+  it("answers /holdfast/live 200 while the event log is unreachable: the process lives, a probe must not restart it", async () => {
+    live = false;
+    try {
+      const response = await app.inject({ method: "GET", url: "/holdfast/live" });
+      expect(response.statusCode).toBe(200);
+      expect(response.json()).toEqual({ status: "ok" });
+    } finally {
+      live = true;
+    }
+  });
 });
 
 describe("/holdfast/metrics", () => {

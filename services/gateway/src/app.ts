@@ -172,6 +172,10 @@ export function buildApp(deps: GatewayAppDeps): FastifyInstance {
       },
     ),
   );
+  // The process answers: for a liveness probe, which must not restart a gateway (and drop
+  // its parked calls and streams) while NATS is away; /holdfast/health says whether it can
+  // serve (readiness).
+  app.get("/holdfast/live", async () => ({ status: "ok" }));
   app.get("/holdfast/health", async (request, reply) => {
     const live = deps.health.live();
     const status = live ? "ok" : "log_unreachable";
