@@ -1,6 +1,26 @@
-/** Renders rows as an aligned text table; numbers align right. */
+/** A control character but the line feed: what a terminal acts on rather than shows. */
+function isTerminalControl(code: number): boolean {
+  return (code <= 0x1f && code !== 0x0a) || (code >= 0x7f && code <= 0x9f);
+}
+
+/**
+ * Text from the log (a model, a reason, a tool's name: whatever a provider, an agent or an
+ * operator wrote) as the terminal should show it: each control character but the line feed
+ * (escape sequences that move the cursor, retitle the window, rewrite what was printed)
+ * written as its escape (`\u001b`), never acted on.
+ */
+export function terminalSafe(text: string): string {
+  let safe = "";
+  for (const character of text) {
+    const code = character.codePointAt(0)!;
+    safe += isTerminalControl(code) ? `\\u${code.toString(16).padStart(4, "0")}` : character;
+  }
+  return safe;
+}
+
+/** Renders rows as an aligned text table; numbers align right; text made terminal-safe. */
 export function table(headers: string[], rows: (string | number)[][]): string {
-  const cells = rows.map((row) => row.map((cell) => String(cell)));
+  const cells = rows.map((row) => row.map((cell) => terminalSafe(String(cell)).replaceAll("\n", "\\n")));
   const widths = headers.map((h, i) => Math.max(h.length, ...cells.map((row) => row[i]?.length ?? 0)));
   const numeric = headers.map((_, i) => rows.length > 0 && rows.every((row) => typeof row[i] === "number"));
   const line = (row: string[]) =>

@@ -16,7 +16,7 @@ import type { DurableRun } from "@holdfast/proto";
 import { COMMON_OPTIONS, stackConfig } from "./common.js";
 import { renderDurable } from "./durable.js";
 import { CliError } from "./errors.js";
-import { ago, nanoUsd, table, usd } from "./format.js";
+import { ago, nanoUsd, table, terminalSafe, usd } from "./format.js";
 import { readerConnection } from "./stack.js";
 
 export const SHOW_USAGE = `holdfast show <run> [--json] [--data-dir DIR] [--config FILE]
@@ -52,9 +52,9 @@ export async function show(argv: string[]): Promise<void> {
   }
   // As the control API's GET runs/:id answers it.
   if (values.json) return void console.log(JSON.stringify(runViewJson(state, durable), null, 2));
-  console.log(renderRun(state));
+  console.log(terminalSafe(renderRun(state)));
   // A durable run's own part: its agent, where it stands, and each step it recorded.
-  if (durable !== undefined) console.log(`\nDurable run\n\n${renderDurable(durable)}`);
+  if (durable !== undefined) console.log(`\nDurable run\n\n${terminalSafe(renderDurable(durable))}`);
 }
 
 /** A run as `holdfast show` prints it. Pure but for the clock. */
