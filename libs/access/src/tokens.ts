@@ -149,7 +149,7 @@ export function bindingProblem(
     authenticated: config.token !== undefined || config.read_token !== undefined,
     insecure: config.insecure,
     setting: "control.token (and control.read_token; `holdfast up` makes both)",
-    insecureSetting: "control.insecure: true (`holdfast up --insecure`)",
+    insecureSetting: "control.insecure: true",
   });
 }
 

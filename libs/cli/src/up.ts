@@ -443,10 +443,10 @@ async function provision(
  * The environment without Holdfast's secrets: each service is given only the tokens it
  * uses, not whatever the shell that ran `up` holds.
  */
-function withoutSecrets(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+export function withoutSecrets(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   const kept: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
-    if (!/^HOLDFAST_.*(TOKEN|CREDENTIALS|PASSWORD)/.test(name)) kept[name] = value;
+    if (!/^HOLDFAST_.*(TOKEN|CREDENTIALS|PASSWORD)$/.test(name)) kept[name] = value;
   }
   return kept;
 }

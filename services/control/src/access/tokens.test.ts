@@ -106,7 +106,7 @@ describe("where the control API may listen", () => {
     const problem = bindingProblem({ host: "0.0.0.0", insecure: false });
     expect(problem).toMatch(/would listen on 0\.0\.0\.0 without a token/);
     expect(problem).toMatch(/control\.token/);
-    expect(problem).toMatch(/--insecure/);
+    expect(problem).toMatch(/control\.insecure: true/);
   });
 
   it("starts elsewhere with a token, or when told it is insecure", () => {
