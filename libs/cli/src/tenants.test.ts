@@ -3,9 +3,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadConfig } from "@holdfast/config";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { CliError } from "./errors.js";
-import { describeTenantKey, newTenantKey } from "./tenants.js";
+import { describeTenantKey, newTenantKey, tenants } from "./tenants.js";
 
 const dir = mkdtempSync(join(tmpdir(), "holdfast-tenants-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -43,5 +43,21 @@ describe("holdfast tenants key", () => {
     expect(() => newTenantKey("acme/eu")).toThrow(CliError);
     expect(() => newTenantKey("acme/eu")).toThrow(/contains "\/"/);
     expect(() => newTenantKey("")).toThrow(/is empty/);
+  });
+});
+
+describe("holdfast tenants key's options", () => {
+  it("takes --data-dir and --config as every command does", async () => {
+    const printed: string[] = [];
+    const log = vi.spyOn(console, "log").mockImplementation((line: string) => void printed.push(line));
+    try {
+      await tenants(["key", "acme", "--data-dir", dir, "--config", join(dir, "holdfast.yaml"), "--json"]);
+    } finally {
+      log.mockRestore();
+    }
+    expect(printed).toHaveLength(1);
+    const made = JSON.parse(printed[0]!) as { tenant: string; key: string; sha256: string };
+    expect(made.tenant).toBe("acme");
+    expect(made.sha256).toBe(createHash("sha256").update(made.key).digest("hex"));
   });
 });

@@ -1,16 +1,18 @@
 import { createHash, randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { tenantDefect } from "@holdfast/events";
+import { COMMON_OPTIONS } from "./common.js";
 import { CliError } from "./errors.js";
 
-export const TENANTS_USAGE = `holdfast tenants key <tenant> [--json]
+export const TENANTS_USAGE = `holdfast tenants key <tenant> [--json] [--data-dir DIR] [--config FILE]
 
 Makes a new gateway key for <tenant> and prints it once, with what to add to the
 configuration: its SHA-256 under tenants.<tenant>.keys_sha256 (the file holds hashes only,
 never a usable key). Writes nothing: add the line, restart the gateway (holdfast up), and
 give the key to the tenant, whose agents send it in the X-Holdfast-Key header beside their
-provider's key. Lose it and make another; remove its hash to revoke it. See the README's
-"Tenants".`;
+provider's key. Lose it and make another; remove its hash to revoke it. --data-dir and
+--config are accepted, as by every command, and change nothing here: a key depends on no
+configuration. See the README's "Tenants".`;
 
 /** A new gateway key for a tenant: the key, once, and the hash the configuration lists. */
 export interface TenantKey {
@@ -50,7 +52,9 @@ export async function tenants(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
+    // The options every command takes, so a script that passes --data-dir or --config to
+    // each command works here too; a key depends on neither.
+    options: { ...COMMON_OPTIONS, help: { type: "boolean", default: false, short: "h" } },
   });
   if (values.help) return void console.log(TENANTS_USAGE);
   const [action, tenant, ...rest] = positionals;

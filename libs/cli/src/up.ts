@@ -25,14 +25,17 @@ export const UP_USAGE = `holdfast up [--port 4141] [--data-dir DIR] [--upstream 
 
 Starts Holdfast on this machine: nats-server (unless nats.url is configured), the
 projector with embedded ClickHouse (unless clickhouse.url is configured), the budget
-service, the gateway and the control API (REST on control.port 4142, gRPC on control.grpc_port 4143; a port that
-is taken is replaced by a free one, and the banner says so). --demo also starts the
-built-in fake model provider as the upstream and sends a few calls through the gateway,
-so everything works offline. Ctrl-C stops it all.
+service, the control API (REST on control.port 4142, gRPC on control.grpc_port 4143), the
+scheduler and the gateway (a port that is taken is replaced by a free one, and the banner
+says so). --demo also starts the built-in fake model provider as the upstream and sends a
+few calls through the gateway, so everything works offline. Ctrl-C stops it all.
 
-The control API needs control.token (holdfast init writes one) unless control.host is
-loopback, and so does the projector's analytics API unless projector.host is; --insecure
-(control.insecure) lets them listen elsewhere without one.`;
+Every API takes a token wherever it listens (all but the agents' /v1/* routes, liveness
+health checks and gRPC reflection): at its first start up makes the control, read, budget
+and worker tokens and a NATS credential per service in <data_dir>/credentials/, and keeps
+them (holdfast credentials says where each is); a token set in the configuration is used
+instead of its file. --insecure (control.insecure) lets a service with no token listen off
+loopback, so it changes nothing here: up always has them.`;
 
 const START_TIMEOUT_MS = 90_000;
 
