@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PRINCIPALS } from "@holdfast/bus";
@@ -39,5 +39,15 @@ describe("the stack's credentials (holdfast credentials, --rotate)", () => {
       expect(after.tokens[name], name).not.toBe(before.tokens[name]);
     }
     expect(readCredentials(dataDir)).toEqual(after);
+  });
+
+  it("say what is wrong with them, rather than be taken for none: a file missing, a seed that is not one", () => {
+    const made = ensureCredentials(dataDir);
+    rmSync(made.tokenFiles.budget);
+    expect(() => readCredentials(dataDir)).toThrow(/incomplete \(.*budget\.token is missing\).*credentials/);
+    ensureCredentials(dataDir);
+    writeFileSync(made.nats.gateway.file, "not a seed\n", { mode: 0o600 });
+    expect(() => readCredentials(dataDir)).toThrow(/cannot read Holdfast's credentials in/);
+    expect(readCredentials(join(dataDir, "elsewhere"))).toBeUndefined();
   });
 });

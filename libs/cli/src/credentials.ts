@@ -11,6 +11,7 @@ import {
 } from "@holdfast/bus";
 import { renderAccounts } from "@holdfast/natsd";
 import { CliError } from "./errors.js";
+import { holdfastCommand } from "./invocation.js";
 
 /**
  * The secrets a stack on this machine runs with, kept in `<data_dir>/credentials/` (a
@@ -101,12 +102,18 @@ export function readCredentials(dataDir: string): LocalCredentials | undefined {
     }
     return { dir, nats, tokens, tokenFiles };
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "EACCES") {
+    const { code, path } = error as NodeJS.ErrnoException;
+    if (code === "EACCES") {
       throw new CliError(
         `cannot read Holdfast's credentials in ${dir}: they belong to the user who ran holdfast up`,
       );
     }
-    return undefined;
+    if (code === "ENOENT") {
+      throw new CliError(
+        `Holdfast's credentials in ${dir} are incomplete (${path ?? "a file"} is missing): \`${holdfastCommand()} credentials\` makes what is missing (restart holdfast up to use it)`,
+      );
+    }
+    throw new CliError(`cannot read Holdfast's credentials in ${dir}: ${(error as Error).message}`);
   }
 }
 
