@@ -52,7 +52,6 @@ export {
   parsePortsFile,
   type RunningNatsServer,
   renderAccounts,
-  renderAuthorization,
   type StartNatsServerOptions,
   startNatsServer,
 } from "./start.js";

@@ -34,15 +34,10 @@ export interface StartNatsServerOptions {
   /** Join a cluster: JetStream then replicates across its servers (give each a `serverName`). */
   readonly cluster?: NatsClusterOptions;
   /**
-   * The users allowed to connect, each by its nkey and with its permissions. Unset, the
-   * server asks clients for no credential (a test's private server; never `holdfast up`'s).
-   */
-  readonly users?: readonly NatsUser[];
-  /**
    * Accounts, each with its users and what it exports and imports: what a process may
    * reach is then bounded by its account as well as by its permissions (a reply, which
-   * permissions never look at, stays in the account of whoever asked for it). Exclusive
-   * with `users`.
+   * permissions never look at, stays in the account of whoever asked for it). Unset, the
+   * server asks clients for no credential (a test's private server; never `holdfast up`'s).
    */
   readonly accounts?: readonly NatsAccount[];
   /** TLS on the client port: clients must speak TLS (and, with `caFile`, show a certificate it signed). */
@@ -363,10 +358,6 @@ function configFile(options: StartNatsServerOptions, host: string): string | und
       `}`,
     );
   }
-  if (options.users !== undefined && options.accounts !== undefined) {
-    throw new TypeError("startNatsServer: users and accounts are exclusive");
-  }
-  if (options.users !== undefined) lines.push(renderAuthorization(options.users));
   if (options.accounts !== undefined) lines.push(renderAccounts(options.accounts));
   return lines.length === 0 ? undefined : `${lines.join("\n")}\n`;
 }
@@ -381,15 +372,6 @@ function tlsBlock(tls: NatsServerTls, indent: string): string[] {
       : [`${indent}  ca_file: ${JSON.stringify(tls.caFile)}`, `${indent}  verify: true`]),
     `${indent}}`,
   ];
-}
-
-/**
- * nats-server's `authorization` block for these users: every client must be one of them,
- * and may do only what its permissions allow. Only public keys and subjects: the file holds
- * no secret. (Strings are JSON-quoted, so a subject's `$` is never read as a variable.)
- */
-export function renderAuthorization(users: readonly NatsUser[]): string {
-  return ["authorization {", "  users: [", renderUsers(users, "    "), "  ]", "}"].join("\n");
 }
 
 /**
@@ -429,14 +411,19 @@ export function renderAccounts(accounts: readonly NatsAccount[]): string {
 
 function renderUsers(users: readonly NatsUser[], indent: string): string {
   const list = (values: readonly string[] | undefined) => JSON.stringify(values ?? []);
+  // nats-server reads an empty allow list as no bound at all: a side given nothing to allow
+  // is written as denying everything.
+  const side = (s: { readonly allow?: readonly string[]; readonly deny?: readonly string[] } | undefined) =>
+    s?.allow !== undefined && s.allow.length > 0
+      ? `{ allow: ${list(s.allow)}, deny: ${list(s.deny)} }`
+      : `{ deny: [">"] }`;
   return users
     .map((user) => {
       const p = user.permissions;
       const permissions =
         p === undefined
           ? ""
-          : `, permissions: { publish: { allow: ${list(p.publish?.allow)}, deny: ${list(p.publish?.deny)} }, ` +
-            `subscribe: { allow: ${list(p.subscribe?.allow)}, deny: ${list(p.subscribe?.deny)} } }`;
+          : `, permissions: { publish: ${side(p.publish)}, subscribe: ${side(p.subscribe)} }`;
       return `${indent}{ nkey: ${JSON.stringify(user.nkey)}${permissions} }`;
     })
     .join(",\n");
