@@ -76,12 +76,19 @@ export async function startControl(config: Config, log: Logger): Promise<Running
         "control.analytics_url is not set: runs are listed from the log's subject counts, and GET runs is unavailable",
       );
     }
+    const presented = analyticsUrl === undefined ? undefined : projectionToken(config);
+    if (presented !== undefined && presented === config.control.token) {
+      // Reads need no more than the read token: one that may change runs travels only
+      // where nothing else was given.
+      log.warn(
+        "the control service presents control.token to the projector: give it control.read_token (the token, not its digest) so it sends no more than a read needs",
+      );
+    }
     const operations = new ControlOperations({
       runs,
       fleet,
       log: new LogRuns(bus),
-      projection:
-        analyticsUrl === undefined ? undefined : new Projection(analyticsUrl, projectionToken(config)),
+      projection: analyticsUrl === undefined ? undefined : new Projection(analyticsUrl, presented),
     });
     const access = new AccessPolicy(config.control);
     if (!access.required) {
