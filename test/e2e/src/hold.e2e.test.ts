@@ -407,10 +407,11 @@ describe("keepalives for a held non-streaming call, per client", () => {
   it("keeps Python's httpx waiting past its own timeout, with 100 Continue every keepalive", async () => {
     const python = await ensurePythonHttpx();
     await heldRun("held-python");
-    // httpx's timeout is per read: each 1xx it reads starts it again.
+    // httpx's timeout is per read: each 1xx it reads starts it again. A keepalive every
+    // second, a timeout of 3 s (a loaded machine may be late with one), held for twice that.
     const script = `
 import httpx, json, sys
-r = httpx.post(sys.argv[1], timeout=1.5, headers={"authorization": "Bearer ${API_KEY}", "x-holdfast-run": "held-python"},
+r = httpx.post(sys.argv[1], timeout=3, headers={"authorization": "Bearer ${API_KEY}", "x-holdfast-run": "held-python"},
                json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "from python"}]})
 print(json.dumps({"status": r.status_code, "content": r.json()["choices"][0]["message"]["content"]}))
 `;
@@ -427,7 +428,7 @@ print(json.dumps({"status": r.status_code, "content": r.json()["choices"][0]["me
     });
     const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
     await parked("held-python");
-    await sleep(3_500);
+    await sleep(6_500);
     expect(child.exitCode, err).toBeNull();
     await resume("held-python");
     expect(await exited, err).toBe(0);
