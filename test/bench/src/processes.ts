@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -103,9 +104,24 @@ export async function startExtraGateway(
       HOLDFAST_GATEWAY__UPSTREAM: `${options.providerUrl}/v1`,
       HOLDFAST_GATEWAY__INSTANCE_ID: options.instanceId,
       ...(options.budgetUrl === undefined ? {} : { HOLDFAST_BUDGET__URL: options.budgetUrl }),
+      // As `holdfast up` gives its own gateway: the stack's gateway credential, the budget
+      // token it presents, and only the digests of the tokens it checks.
+      ...gatewayCredentials(options.dataDir),
     },
   });
   children.push(child);
   const port = await firstMatch(child, /"port":(\d+)[^\n]*gateway listening/);
   return { url: `http://127.0.0.1:${port}`, child };
+}
+
+/** A gateway's credentials in a stack `holdfast up` made under `dataDir`. */
+function gatewayCredentials(dataDir: string): NodeJS.ProcessEnv {
+  const secret = (name: string) => readFileSync(join(dataDir, "credentials", name), "utf8").trim();
+  const digest = (token: string) => `sha256:${createHash("sha256").update(token).digest("hex")}`;
+  return {
+    HOLDFAST_NATS__CREDENTIALS: join(dataDir, "credentials", "nats-gateway.nk"),
+    HOLDFAST_BUDGET__TOKEN: secret("budget.token"),
+    HOLDFAST_CONTROL__TOKEN: digest(secret("control.token")),
+    HOLDFAST_CONTROL__READ_TOKEN: digest(secret("read.token")),
+  };
 }
