@@ -699,7 +699,10 @@ export function predictFeature(options: PredictFeatureOptions): {
   const onAnswer = (call: Call, answer: UpstreamAnswer): void => {
     const key = predictedOf(call)?.key ?? keyOf(call);
     const nowMs = clock();
-    const reading = readRateLimits(answer.headers, key.names, nowMs, notBelieved(key, nowMs));
+    const reading = refusalOnly(
+      readRateLimits(answer.headers, key.names, nowMs, notBelieved(key, nowMs)),
+      answer.statusCode,
+    );
     if (reading === undefined) {
       key.window.noteUnread();
       readingCame(key.keyId);
@@ -1035,4 +1038,19 @@ function priorityOf(call: Call, byTag: Readonly<Record<string, number>>): number
     );
   }
   return Number(value);
+}
+
+/**
+ * A reading as an answer of this status can give it: a retry-after asks to wait only on a
+ * refusal (429, 503). On an answer the provider served it is no reading: believed, one 200
+ * carrying `retry-after: 86400` kept every call of its key waiting for a day, across
+ * restarts (the reading is recorded), with no call left to correct it.
+ */
+export function refusalOnly(
+  reading: RateLimitReading | undefined,
+  status: number,
+): RateLimitReading | undefined {
+  if (reading?.retryAfterMs === undefined || status === 429 || status === 503) return reading;
+  const { retryAfterMs: _unasked, ...rest } = reading;
+  return Object.keys(rest).length > 0 ? rest : undefined;
 }

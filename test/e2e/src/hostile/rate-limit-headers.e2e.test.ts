@@ -72,6 +72,14 @@ const CASES: Case[] = [
     },
   },
   { name: "a retry-after of three thousand years", shape: "chat", headers: { "retry-after": "99999999999" } },
+  // Within the bounds, but on an answer the provider served: it asks no one to wait (one such
+  // 200 kept every call of its key waiting a day, across restarts).
+  { name: "a retry-after of a day on a 200", shape: "chat", headers: { "retry-after": "86400" } },
+  {
+    name: "a retry-after-ms of a day on a 200",
+    shape: "messages",
+    headers: { "retry-after-ms": "86400000" },
+  },
   {
     name: "a retry-after-ms past 2^64",
     shape: "chat",
