@@ -36,6 +36,8 @@ export class AnswerTooLargeError extends ProvidersError {
     readonly limitBytes: number,
     /** Bytes read from the provider before the cut, as they came (compressed, if they were). */
     readonly receivedBytes = 0,
+    /** Bytes of text those gave (decompressed, when they came compressed): what the output was. */
+    readonly textBytes = receivedBytes,
   ) {
     super(
       what === "answer"

@@ -264,7 +264,7 @@ export async function handleCall(
         // an error status as the refusal it was.
         const status = response.statusCode;
         const answered = status < 300 ? "unreadable" : "refused";
-        record(tooLarge(error, NO_USAGE, call.model, status, answered, seenTokens(error.receivedBytes)));
+        record(tooLarge(error, NO_USAGE, call.model, status, answered, seenTokens(error.textBytes)));
         return answerError(call, answerTooLarge(error));
       }
       const message = `The provider's connection broke before the response was complete: ${(error as Error).message}`;

@@ -75,6 +75,8 @@ describe("readAnswer", () => {
     const error = await rejection(readAnswer(answer, { "content-encoding": "gzip" }, 1_024 * 1_024));
     expect(error).toBeInstanceOf(AnswerTooLargeError);
     expect((error as AnswerTooLargeError).receivedBytes).toBeLessThan(bomb.length);
+    // What the cut-off output is charged from: the text it gave, not its compressed bytes.
+    expect((error as AnswerTooLargeError).textBytes).toBeGreaterThan(1_024 * 1_024);
     expect(answer.destroyed).toBe(true);
   });
 

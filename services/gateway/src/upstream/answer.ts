@@ -52,7 +52,15 @@ export function readAnswer(
       decoder?.destroy();
       reject(error);
     };
-    const tooLarge = () => fail(new AnswerTooLargeError("answer", maxBytes, receivedBytes));
+    const tooLarge = () =>
+      fail(
+        new AnswerTooLargeError(
+          "answer",
+          maxBytes,
+          receivedBytes,
+          decoder === undefined ? receivedBytes : decodedBytes,
+        ),
+      );
     const done = (): void => {
       if (settled) return;
       settled = true;
