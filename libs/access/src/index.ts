@@ -12,5 +12,6 @@ export {
   presentedToken,
   RUNS_API,
   ServiceToken,
+  sameToken,
   tokenDigest,
 } from "./tokens.js";

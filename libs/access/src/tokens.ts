@@ -211,6 +211,11 @@ export function isTokenDigest(value: string): boolean {
 }
 
 /** What a presented token's digest is compared with: the digest given, or the token's. */
+/** Whether two token settings name the same token, each given as itself or as its digest. */
+export function sameToken(a: string, b: string): boolean {
+  return verifierOf(a).equals(verifierOf(b));
+}
+
 function verifierOf(value: string): Buffer {
   const hex = DIGEST.exec(value)?.[1];
   return hex === undefined ? digest(value) : Buffer.from(hex, "hex");

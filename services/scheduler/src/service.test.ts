@@ -36,4 +36,17 @@ describe("the scheduler's runs API off loopback", () => {
     const error = await startScheduler(configWith({ scheduler: { host: "127.0.0.1" } }), log).catch((e) => e);
     expect(error.message).toMatch(/nats\.url is not set/);
   });
+
+  it.each([
+    ["control.token", { token: "same-secret" }],
+    ["control.read_token", { read_token: "same-secret" }],
+  ])("refuses a worker token that is %s, before it connects", async (_key, control) => {
+    const error = await startScheduler(
+      configWith({ scheduler: { worker_token: "same-secret" }, control }),
+      log,
+    ).catch((e) => e);
+    expect(error.message).toMatch(
+      /scheduler\.worker_token is the same as control\.token or control\.read_token/,
+    );
+  });
 });

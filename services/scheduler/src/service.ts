@@ -1,5 +1,5 @@
 import { hostname } from "node:os";
-import { AccessPolicy, bindingProblem, RUNS_API, ServiceToken } from "@holdfast/access";
+import { AccessPolicy, bindingProblem, RUNS_API, ServiceToken, sameToken } from "@holdfast/access";
 import { connectBus } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
 import {
@@ -54,6 +54,17 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
   const access = { ...config.control, host: config.scheduler.host };
   const problem = bindingProblem(access, RUNS_API);
   if (problem !== undefined) throw new Error(`The scheduler will not start: ${problem}`);
+  const worker = config.scheduler.worker_token;
+  if (
+    worker !== undefined &&
+    [config.control.token, config.control.read_token].some(
+      (operators) => operators !== undefined && sameToken(operators, worker),
+    )
+  ) {
+    throw new Error(
+      "The scheduler will not start: scheduler.worker_token is the same as control.token or control.read_token: a worker's token must differ from an operator's (a worker may only take runs, an operator may not serve them)",
+    );
+  }
   if (!config.nats.url)
     throw new Error("nats.url is not set: the scheduler needs a NATS server (holdfast up sets it)");
   const clock = Date.now;
