@@ -39,12 +39,18 @@ export class Liveness {
     this.timer.unref();
   }
 
+  /**
+   * Whether a gateway beat within its last three beats: timed by when the server stored its
+   * last beat, not by the time the beat claims (a beat dated in the future would keep a dead
+   * gateway's calls in flight for ever). A value that is no beat is no sign of life.
+   */
   async isAlive(gatewayId: string): Promise<boolean> {
     if (gatewayId === this.gatewayId) return true;
     const entry = await this.kv.get(keyOf(gatewayId));
     if (entry?.operation !== "PUT") return false;
-    const { beatMs, heartbeatMs } = entry.json<{ beatMs: number; heartbeatMs: number }>();
-    return this.clock() - beatMs < heartbeatMs * BEATS_TO_DEATH;
+    const heartbeatMs = heartbeatOf(entry);
+    if (heartbeatMs === undefined) return false;
+    return this.clock() - entry.created.getTime() < heartbeatMs * BEATS_TO_DEATH;
   }
 
   /**
