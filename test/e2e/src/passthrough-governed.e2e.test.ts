@@ -1,18 +1,7 @@
-import {
-  type Actor,
-  ActorKind,
-  createIdGenerator,
-  emptySelector,
-  FLEET,
-  type FleetCommand,
-  type FleetState,
-  type RunCommand,
-  type RunState,
-} from "@holdfast/events";
-import { createLogger } from "@holdfast/log";
-import { fleetAggregate, Ledger, runAggregate } from "@holdfast/runs";
+import { emptySelector, FLEET } from "@holdfast/events";
 import { waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NO_LABELS, type Operator, operatorOf } from "./operator.js";
 import { API_KEY, type Stack, startStack, stillPending } from "./stack.js";
 
 // A passed-through /v1/* call that names a run is governed as the run is, like a metered
@@ -21,12 +10,8 @@ import { API_KEY, type Stack, startStack, stillPending } from "./stack.js";
 // call that cannot spend (a read, a cancel) goes on whatever the run.
 
 let stack: Stack;
-let runs: Ledger<RunState, RunCommand>;
-let fleet: Ledger<FleetState, FleetCommand>;
-let closeOperator: () => Promise<void>;
-const operator: Actor = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "test" };
+let operator: Operator;
 const ONE_STEP_TAG = "one-step";
-const NO_LABELS = { tag: "", tenant: "" };
 
 beforeAll(async () => {
   stack = await startStack({
@@ -35,19 +20,10 @@ beforeAll(async () => {
       limits_by_tag: { [ONE_STEP_TAG]: { max_steps: 1 } },
     },
   });
-  const bus = await stack.connect("control");
-  const common = {
-    bus,
-    log: createLogger({ name: "operator", level: "silent" }),
-    clock: Date.now,
-    newId: createIdGenerator(),
-  };
-  runs = new Ledger({ aggregate: runAggregate, ...common });
-  fleet = new Ledger({ aggregate: fleetAggregate, ...common });
-  closeOperator = () => bus.close();
+  operator = await operatorOf(stack);
 });
 afterAll(async () => {
-  await closeOperator?.();
+  await operator?.close();
   await stack?.close();
 });
 
@@ -87,7 +63,11 @@ const LEGACY = { model: "gpt-3.5-turbo-instruct", prompt: "go on" };
 describe("a passed-through call that names a run", () => {
   it("of a stopped run is refused 409 in its API's shape, not to be retried; a read still goes on", async () => {
     await runWithOneStep("pt-stopped");
-    await runs.execute("pt-stopped", NO_LABELS, { type: "StopRun", actor: operator, reason: "enough" });
+    await operator.runs.execute("pt-stopped", NO_LABELS, {
+      type: "StopRun",
+      actor: operator.actor,
+      reason: "enough",
+    });
     await waitFor(async () => ((await stack.run("pt-stopped")).status === "stopped" ? true : undefined), {
       timeoutMs: 10_000,
     });
@@ -108,7 +88,11 @@ describe("a passed-through call that names a run", () => {
 
   it("of a held run is parked, nothing forwarded, and goes on when the run is resumed", async () => {
     await runWithOneStep("pt-held");
-    await runs.execute("pt-held", NO_LABELS, { type: "HoldRun", actor: operator, reason: "look first" });
+    await operator.runs.execute("pt-held", NO_LABELS, {
+      type: "HoldRun",
+      actor: operator.actor,
+      reason: "look first",
+    });
     const before = stack.provider.requests.length;
     const parkedCall = call("POST", "/v1/completions", "pt-held", LEGACY);
     await waitFor(async () => ((await stack.run("pt-held")).parked > 0 ? true : undefined), {
@@ -123,9 +107,9 @@ describe("a passed-through call that names a run", () => {
     expect(JSON.parse(past.body)).toMatchObject({ error: { code: "holdfast_too_many_parked" } });
     expect(forwardedSince(before)).toEqual([]);
 
-    await runs.execute("pt-held", NO_LABELS, {
+    await operator.runs.execute("pt-held", NO_LABELS, {
       type: "ResumeRun",
-      actor: operator,
+      actor: operator.actor,
       reason: "carry on",
       onlyIfHeld: false,
       limits: undefined,
@@ -149,18 +133,22 @@ describe("a passed-through call that names a run", () => {
     expect(run.hold).toMatchObject({ kind: "trip", trip: { limit: "steps", limitValue: 1, spentValue: 1 } });
     expect(forwardedSince(before)).toEqual([]);
 
-    await runs.execute("pt-over", NO_LABELS, { type: "StopRun", actor: operator, reason: "over its limit" });
+    await operator.runs.execute("pt-over", NO_LABELS, {
+      type: "StopRun",
+      actor: operator.actor,
+      reason: "over its limit",
+    });
     expect((await parkedCall).status).toBe(409);
     expect(forwardedSince(before)).toEqual([]);
   });
 
   it("of a run a standing hold matches, one that never made a metered call, is parked as its first step would be", async () => {
     const selector = { ...emptySelector(), tag: "pt-frozen" };
-    await fleet.execute(FLEET, NO_LABELS, {
+    await operator.fleet.execute(FLEET, NO_LABELS, {
       type: "AddHoldRule",
       ruleId: "rule-pt-frozen",
       selector,
-      actor: operator,
+      actor: operator.actor,
       reason: "freeze pt-frozen",
     });
     const before = stack.provider.requests.length;
@@ -181,15 +169,15 @@ describe("a passed-through call that names a run", () => {
     expect(run.hold).toMatchObject({ kind: "rule", ruleId: "rule-pt-frozen" });
     expect(forwardedSince(before)).toEqual([]);
 
-    await fleet.execute(FLEET, NO_LABELS, {
+    await operator.fleet.execute(FLEET, NO_LABELS, {
       type: "LiftHoldRules",
       selector,
-      actor: operator,
+      actor: operator.actor,
       reason: "thaw",
     });
-    await runs.execute("pt-ruled", NO_LABELS, {
+    await operator.runs.execute("pt-ruled", NO_LABELS, {
       type: "ResumeRun",
-      actor: operator,
+      actor: operator.actor,
       reason: "thaw",
       onlyIfHeld: false,
       limits: undefined,

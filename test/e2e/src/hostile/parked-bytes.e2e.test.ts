@@ -1,40 +1,25 @@
-import { type Actor, ActorKind, createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
-import { createLogger } from "@holdfast/log";
-import { Ledger, runAggregate } from "@holdfast/runs";
 import { waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NO_LABELS, type Operator, operatorOf } from "../operator.js";
 import { API_KEY, type Stack, startStack } from "../stack.js";
 
-const operator: Actor = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "test" };
-const NO_LABELS = { tag: "", tenant: "" };
+// A parked call keeps its request's body until it goes on: 100 calls of 32 MiB parked on
+// one held run were 3.2 GB. hold.max_parked_bytes bounds what they hold in all.
+
+let stack: Stack;
+let operator: Operator;
+beforeAll(async () => {
+  stack = await startStack({ config: { hold: { keepalive_ms: 1_000, max_parked_bytes: 1024 * 1024 } } });
+  operator = await operatorOf(stack);
+});
+afterAll(async () => {
+  await operator?.close();
+  await stack?.close();
+});
 
 describe("the bodies parked calls hold", () => {
-  // A parked call keeps its request's body until it goes on: 100 calls of 32 MiB parked on
-  // one held run were 3.2 GB. hold.max_parked_bytes bounds what they hold in all.
-  let small: Stack;
-  let operatorOfSmall: Ledger<RunState, RunCommand>;
-  let closeSmall: () => Promise<void>;
-  beforeAll(async () => {
-    small = await startStack({
-      config: { hold: { keepalive_ms: 1_000, max_parked_bytes: 1024 * 1024 } },
-    });
-    const bus = await small.connect("control");
-    operatorOfSmall = new Ledger({
-      aggregate: runAggregate,
-      bus,
-      log: createLogger({ name: "operator", level: "silent" }),
-      clock: Date.now,
-      newId: createIdGenerator(),
-    });
-    closeSmall = () => bus.close();
-  });
-  afterAll(async () => {
-    await closeSmall?.();
-    await small?.close();
-  });
-
   const big = (runId: string) =>
-    fetch(`${new URL(small.gatewayUrl).origin}/v1/chat/completions`, {
+    fetch(`${new URL(stack.gatewayUrl).origin}/v1/chat/completions`, {
       method: "POST",
       headers: {
         "content-type": "application/json",
@@ -53,11 +38,15 @@ describe("the bodies parked calls hold", () => {
 
   it("are bounded by hold.max_parked_bytes: a call past it is refused 429, and the parked ones go on when resumed", async () => {
     expect((await big("heavy")).status).toBe(200);
-    await small.settled("heavy", 1);
-    await operatorOfSmall.execute("heavy", NO_LABELS, { type: "HoldRun", actor: operator, reason: "look" });
-    const before = small.provider.requests.length;
+    await stack.settled("heavy", 1);
+    await operator.runs.execute("heavy", NO_LABELS, {
+      type: "HoldRun",
+      actor: operator.actor,
+      reason: "look",
+    });
+    const before = stack.provider.requests.length;
     const parked = [big("heavy"), big("heavy")];
-    await waitFor(async () => ((await small.run("heavy")).parked === 2 ? true : undefined), {
+    await waitFor(async () => ((await stack.run("heavy")).parked === 2 ? true : undefined), {
       timeoutMs: 10_000,
       message: "two calls of 400 kB were not parked",
     });
@@ -67,18 +56,18 @@ describe("the bodies parked calls hold", () => {
     expect(refused.body).toMatchObject({
       error: { code: "holdfast_too_many_parked", message: expect.stringContaining("hold.max_parked_bytes") },
     });
-    const metrics = await (await fetch(`${new URL(small.gatewayUrl).origin}/holdfast/metrics`)).text();
+    const metrics = await (await fetch(`${new URL(stack.gatewayUrl).origin}/holdfast/metrics`)).text();
     expect(metrics).toContain('holdfast_parked_calls_refused_total{bound="bytes"} 1');
     expect(metrics).toMatch(/^holdfast_parked_bytes 8\d{5}$/m);
-    expect(small.provider.requests.length).toBe(before);
+    expect(stack.provider.requests.length).toBe(before);
 
-    await operatorOfSmall.execute("heavy", NO_LABELS, {
+    await operator.runs.execute("heavy", NO_LABELS, {
       type: "ResumeRun",
-      actor: operator,
+      actor: operator.actor,
       reason: "go on",
       onlyIfHeld: false,
     });
     expect((await Promise.all(parked)).map((a) => a.status)).toEqual([200, 200]);
-    expect(small.provider.requests.length).toBe(before + 2);
+    expect(stack.provider.requests.length).toBe(before + 2);
   });
 });

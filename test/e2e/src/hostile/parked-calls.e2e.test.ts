@@ -1,8 +1,6 @@
-import { type Actor, ActorKind, createIdGenerator, type RunCommand, type RunState } from "@holdfast/events";
-import { createLogger } from "@holdfast/log";
-import { Ledger, runAggregate } from "@holdfast/runs";
 import { waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NO_LABELS, type Operator, operatorOf } from "../operator.js";
 import { API_KEY, type Stack, startStack } from "../stack.js";
 
 // An attack run parked 2,686 calls on one held run in 30 s, each holding a connection (a
@@ -12,27 +10,16 @@ import { API_KEY, type Stack, startStack } from "../stack.js";
 // its API's error shape, and nothing is recorded for it but a count.
 
 let stack: Stack;
-let runs: Ledger<RunState, RunCommand>;
-let closeOperator: () => Promise<void>;
-const operator: Actor = { kind: ActorKind.ACTOR_KIND_OPERATOR, name: "test" };
-const NO_LABELS = { tag: "", tenant: "" };
+let operator: Operator;
 
 beforeAll(async () => {
   stack = await startStack({
     config: { hold: { keepalive_ms: 1_000, max_parked_per_run: 2, max_parked: 3 } },
   });
-  const bus = await stack.connect("control");
-  runs = new Ledger({
-    aggregate: runAggregate,
-    bus,
-    log: createLogger({ name: "operator", level: "silent" }),
-    clock: Date.now,
-    newId: createIdGenerator(),
-  });
-  closeOperator = () => bus.close();
+  operator = await operatorOf(stack);
 });
 afterAll(async () => {
-  await closeOperator?.();
+  await operator?.close();
   await stack?.close();
 });
 
@@ -83,11 +70,20 @@ function call(runId: string, api: "openai" | "anthropic", stream = false): Promi
 async function heldRun(runId: string): Promise<void> {
   expect((await call(runId, "openai")).status).toBe(200);
   await stack.settled(runId, 1);
-  await runs.execute(runId, NO_LABELS, { type: "HoldRun", actor: operator, reason: "look first" });
+  await operator.runs.execute(runId, NO_LABELS, {
+    type: "HoldRun",
+    actor: operator.actor,
+    reason: "look first",
+  });
 }
 
 const resume = (runId: string) =>
-  runs.execute(runId, NO_LABELS, { type: "ResumeRun", actor: operator, reason: "go on", onlyIfHeld: false });
+  operator.runs.execute(runId, NO_LABELS, {
+    type: "ResumeRun",
+    actor: operator.actor,
+    reason: "go on",
+    onlyIfHeld: false,
+  });
 
 /** The gateway's health details (no token is configured and it listens on loopback). */
 async function health(): Promise<{
