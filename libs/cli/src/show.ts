@@ -1,7 +1,6 @@
 import { parseArgs } from "node:util";
 import { connectBus } from "@holdfast/bus";
 import {
-  CONTROL_CHARACTER,
   type ControlView,
   describeRun,
   durableRunOf,
@@ -139,8 +138,8 @@ export function renderRun(s: RunView, now = Date.now()): string {
 
 /**
  * The run's events that readers set aside: where the log keeps each (its stream
- * sequence), why, and its first bytes. What they claim is shown with control characters
- * escaped: it is whatever someone wrote into the log.
+ * sequence), why, and its first bytes. What they claim is whatever someone wrote into the
+ * log: the table writes its control characters out (terminalSafe).
  */
 function quarantineLines(s: RunView): string[] {
   const rows = table(
@@ -148,10 +147,10 @@ function quarantineLines(s: RunView): string[] {
     s.quarantined.map((q) => [
       q.streamSequence ?? "-",
       q.sequence > 0 ? q.sequence : "-",
-      printable(q.type) || "-",
+      q.type || "-",
       q.reason,
       q.bytes,
-      printable(q.detail).slice(0, 100),
+      q.detail.slice(0, 100),
     ]),
   );
   const previews = s.quarantined.map((q) => `  ${q.streamSequence ?? "-"}: ${q.preview || "(empty)"}`);
@@ -161,10 +160,6 @@ function quarantineLines(s: RunView): string[] {
     "first bytes (hex)",
     ...previews,
   ];
-}
-
-function printable(text: string): string {
-  return CONTROL_CHARACTER.test(text) ? JSON.stringify(text).slice(1, -1) : text;
 }
 
 function holdLines(s: RunView, now: number): string[] {
