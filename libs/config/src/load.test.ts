@@ -340,7 +340,8 @@ describe("loadConfig", () => {
     });
 
     it.each([
-      ['  "acme/eu":\n    keys_sha256: ["HASH"]', "tenants.acme/eu", /may not contain "\/"/],
+      ['  "acme/eu":\n    keys_sha256: ["HASH"]', "tenants.acme/eu", /contains "\/"/],
+      ['  "acme\\ud800":\n    keys_sha256: ["HASH"]', "tenants.acme\ud800", /unpaired UTF-16 surrogate/],
       ["  acme:\n    keys_sha256: []", "tenants.acme.keys_sha256", /at least one gateway key's SHA-256/],
       ['  acme:\n    keys_sha256: ["hfk_a-key-itself"]', "tenants.acme.keys_sha256.0", /64 hex digits/],
       [

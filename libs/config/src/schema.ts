@@ -1,3 +1,4 @@
+import { tenantDefect } from "@holdfast/events";
 import * as z from "zod";
 
 // Every leaf carries its own "expected …" phrase so that an error reads the same whichever
@@ -384,18 +385,6 @@ const price = z.strictObject(
   { error: "expected a mapping with input_per_mtok and output_per_mtok" },
 );
 
-// A tenant owns runs named `<tenant>/<run id>`: the "/" is what separates the two, and the
-// rest are the rules for a tag (libs/events' tenantDefect says the same).
-// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this refuses
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
-
-const tenantNameProblem = (name: string): string | undefined => {
-  if (name.includes("/")) return 'may not contain "/", which separates a tenant from its run ids';
-  if (CONTROL_CHARACTER.test(name)) return "may not contain a control character";
-  if ([...name].length > 128) return "may be at most 128 characters long";
-  return undefined;
-};
-
 const SHA256_HEX = /^[0-9A-Fa-f]{64}$/;
 
 const tenant = z.strictObject(
@@ -738,7 +727,8 @@ export const configSchema = z
         // One key, one tenant: a key listed under two would give its calls either's runs.
         const owner = new Map<string, string>();
         for (const [name, { keys_sha256 }] of Object.entries(tenants)) {
-          const problem = tenantNameProblem(name);
+          // The rule every reader of a tenant applies (a run is `<tenant>/<run id>`).
+          const problem = tenantDefect(name);
           if (problem !== undefined) {
             context.addIssue({
               code: "custom",
