@@ -130,20 +130,29 @@ export {
   type StoredOrQuarantined,
 } from "./quarantine.js";
 export {
+  type ConfiguredLimits,
+  type Headroom,
+  headroom,
+  limitCrossed,
+  NEAR_MINUTES_MS,
+  type NextCall,
+  NO_LIMITS,
+  type RuleCall,
+  ruleHolding,
+  windowLimits,
+} from "./run/admission.js";
+export {
   type AbandonAnswer,
   type ApproveAnswer,
   type ClearCheckpoint,
   type CompactRun,
   type CompleteStep,
-  type ConfiguredLimits,
   type DenyAnswer,
   decide,
   type FailStep,
   type GateAnswer,
   type HoldRun,
   heldByCheckpoint,
-  limitCrossed,
-  NO_LIMITS,
   type ObservedOutcome,
   type ParkCall,
   type ResumeRun,
@@ -153,7 +162,6 @@ export {
   type StopRun,
   type TripRun,
   type UnparkCall,
-  windowLimits,
 } from "./run/decide.js";
 export {
   DURABLE_COMMANDS,

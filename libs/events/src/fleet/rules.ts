@@ -120,12 +120,12 @@ export function decideFleet(command: FleetCommand, state: FleetState): EventPayl
  * after the rule). The status a standing rule sees is the run's activity, never "held".
  */
 export function rulesHolding(
-  fleet: FleetState,
+  rules: Iterable<HoldRule>,
   run: RunAttributes,
   lastResumedMs: number | null,
 ): HoldRule[] {
   const holding: HoldRule[] = [];
-  for (const rule of fleet.rules.values()) {
+  for (const rule of rules) {
     if (lastResumedMs !== null && rule.addedMs <= lastResumedMs) continue;
     if (matches(rule.selector, run)) holding.push(rule);
   }

@@ -1,5 +1,6 @@
 import { Api, RunSource } from "@holdfast/proto";
-import { NO_LIMITS, type StartStep } from "./decide.js";
+import { NO_LIMITS } from "./admission.js";
+import type { StartStep } from "./decide.js";
 
 // For tests (this package's and others', as "@holdfast/events/fixtures"): the commands a
 // gateway gives the run decider, with every field filled in.

@@ -3,7 +3,8 @@ import { describe, expect, it } from "vitest";
 import type { EventPayload } from "../envelope.js";
 import { RunBusyError, RunHeldError, RunStoppedError } from "../errors.js";
 import { emptySelector, type HoldRule } from "../fleet/rules.js";
-import { type ConfiguredLimits, decide, NO_LIMITS } from "./decide.js";
+import { type ConfiguredLimits, NO_LIMITS } from "./admission.js";
+import { decide } from "./decide.js";
 import {
   complete,
   given,

@@ -25,38 +25,10 @@ import {
 import { boundText, EVENT_BOUNDS } from "../bounds.js";
 import type { EventPayload } from "../envelope.js";
 import { NothingGatedError, RunBusyError, RunGatedError, RunHeldError, RunStoppedError } from "../errors.js";
-import { type HoldRule, rulesHolding } from "../fleet/rules.js";
+import type { HoldRule } from "../fleet/rules.js";
+import { type ConfiguredLimits, headroom, ruleHolding } from "./admission.js";
 import { type DurableCommand, decideDurable } from "./durable.js";
-import {
-  heldByGate,
-  LOOP_RULE,
-  type PendingGate,
-  type RunState,
-  RunStatus,
-  reservedNanoUsd,
-  tokensInLastMinute,
-} from "./state.js";
-
-/**
- * Per-run limits as configured for the run's tag (`limits`, `limits_by_tag`); 0 is no
- * limit. A resume's own limits, kept in the run's window, win over these.
- */
-export interface ConfiguredLimits {
-  readonly maxCostNanoUsd: number;
-  readonly maxSteps: number;
-  readonly maxMinutes: number;
-  readonly maxTokensPerMinute: number;
-  /** What a crossed limit does to the run. */
-  readonly onTrip: "hold" | "stop";
-}
-
-export const NO_LIMITS: ConfiguredLimits = Object.freeze({
-  maxCostNanoUsd: 0,
-  maxSteps: 0,
-  maxMinutes: 0,
-  maxTokensPerMinute: 0,
-  onTrip: "hold",
-});
+import { heldByGate, LOOP_RULE, type PendingGate, type RunState, RunStatus } from "./state.js";
 
 /** Start a model call as the run's next step, unless a limit, a hold or a rule says no. */
 export interface StartStep {
@@ -679,17 +651,12 @@ function holdByRule(
   state: RunState,
   call: { readonly tag: string; readonly model: string; readonly promptHash: string },
 ): EventPayload[] {
-  const [rule] = rulesHolding(
-    { lastSequence: 0, rules: new Map(rules.map((r) => [r.ruleId, r])), unknownEvents: 0 },
-    {
-      runId: state.runId,
-      tag: state.tag || call.tag,
-      model: call.model,
-      promptHash: call.promptHash,
-      status: state.status === RunStatus.New ? "idle" : state.status,
-    },
-    state.lastResumedMs,
-  );
+  const rule = ruleHolding(rules, state, {
+    runId: state.runId,
+    tag: call.tag,
+    model: call.model,
+    promptHash: call.promptHash,
+  });
   if (rule === undefined) return [];
   return [
     { $case: "runHeldByRule", value: { ruleId: rule.ruleId, reason: rule.reason, selector: rule.selector } },
@@ -709,11 +676,11 @@ function decideStart(command: StartStep, state: RunState, nowMs: number): EventP
   const held = holdByRule(command.rules, state, command);
   if (held.length > 0) return held;
 
-  const trip = limitCrossed(command, state, nowMs);
-  if (trip !== undefined) {
-    return [{ $case: "runTripped", value: { trip, action: actionOf(command.limits.onTrip) } }];
+  const room = headroom(command.limits, state, command, nowMs);
+  if (room.kind === "crossed") {
+    return [{ $case: "runTripped", value: { trip: room.trip, action: actionOf(command.limits.onTrip) } }];
   }
-  if (wouldCrowdCostLimit(command, state)) throw new RunBusyError(state.runId);
+  if (room.kind === "busy") throw new RunBusyError(state.runId);
 
   return [
     {
@@ -737,76 +704,6 @@ function decideStart(command: StartStep, state: RunState, nowMs: number): EventP
       },
     },
   ];
-}
-
-/** The run's limits for this window: a resume's own, else the configured ones. */
-export function windowLimits(configured: ConfiguredLimits, state: RunState): ConfiguredLimits {
-  const own = state.window.limits;
-  if (own === null) return configured;
-  return {
-    maxCostNanoUsd: own.maxCostNanoUsd || configured.maxCostNanoUsd,
-    maxSteps: own.maxSteps || configured.maxSteps,
-    maxMinutes: own.maxMinutes || configured.maxMinutes,
-    maxTokensPerMinute: own.maxTokensPerMinute || configured.maxTokensPerMinute,
-    onTrip: configured.onTrip,
-  };
-}
-
-/**
- * The limit this call would find crossed, if any: what the window's finished steps cost
- * (cost), its steps, its minutes, the last minute's tokens.
- */
-export function limitCrossed(
-  command: Pick<StartStep, "limits" | "model">,
-  state: RunState,
-  nowMs: number,
-): Trip | undefined {
-  const limits = windowLimits(command.limits, state);
-  const window = state.window;
-  const trip = (limit: LimitKind, limitValue: number, spentValue: number): Trip => ({
-    limit,
-    limitValue,
-    spentValue,
-    budgetKey: "",
-    period: "",
-    crossedByStepId: "",
-    callModel: command.model,
-    prediction: undefined,
-  });
-  if (limits.maxSteps > 0 && window.steps >= limits.maxSteps) {
-    return trip(LimitKind.LIMIT_KIND_STEPS, limits.maxSteps, window.steps);
-  }
-  if (limits.maxCostNanoUsd > 0 && window.costNanoUsd >= limits.maxCostNanoUsd) {
-    return {
-      ...trip(LimitKind.LIMIT_KIND_COST, limits.maxCostNanoUsd, window.costNanoUsd),
-      crossedByStepId: window.lastFinishedStepId,
-    };
-  }
-  if (limits.maxMinutes > 0) {
-    const elapsed = nowMs - window.startedMs;
-    if (window.startedMs > 0 && elapsed >= limits.maxMinutes * 60_000) {
-      return trip(LimitKind.LIMIT_KIND_MINUTES, limits.maxMinutes * 60_000, elapsed);
-    }
-  }
-  if (limits.maxTokensPerMinute > 0) {
-    const tokens = tokensInLastMinute(state, nowMs);
-    if (tokens >= limits.maxTokensPerMinute) {
-      return trip(LimitKind.LIMIT_KIND_TOKENS_PER_MINUTE, limits.maxTokensPerMinute, tokens);
-    }
-  }
-  return undefined;
-}
-
-/**
- * Near its cost limit, a run's calls start one at a time: while calls in flight, with
- * this one, have reserved more than is left, this one waits for them (RunBusyError). So
- * a run never trips on what it might spend, only on what it did, and it crosses its limit
- * by at most one call: the last one, started with nothing else in flight.
- */
-function wouldCrowdCostLimit(command: StartStep, state: RunState): boolean {
-  const limits = windowLimits(command.limits, state);
-  if (limits.maxCostNanoUsd <= 0 || state.open.size === 0) return false;
-  return state.window.costNanoUsd + reservedNanoUsd(state) + command.reservedNanoUsd > limits.maxCostNanoUsd;
 }
 
 function actionOf(action: "hold" | "stop"): RunAction {

@@ -5,15 +5,14 @@ import {
   type FleetCommand,
   type FleetState,
   type HoldRule,
+  headroom,
   limitCrossed,
   MAX_NANO_USD,
   NO_LIMITS,
   type RunState,
   RunStatus,
-  reservedNanoUsd,
-  rulesHolding,
+  ruleHolding,
   type Trip,
-  tokensInLastMinute,
   windowLimits,
 } from "@holdfast/events";
 import type { Pricer, RequestView } from "@holdfast/providers";
@@ -80,8 +79,6 @@ export type Gate = "go" | "confirm" | "held";
 const UNPRICED_FREELY: Reservation = Object.freeze({ nanoUsd: 0, unpriced: false });
 // Output tokens assumed for a run that has not finished a call yet, when reserving.
 const FIRST_CALL_OUTPUT_TOKENS = 512;
-// How close to max_minutes a call is when its start should be confirmed before forwarding.
-const MINUTES_MARGIN_MS = 30_000;
 
 /**
  * Holds, limits and standing rules, as each call meets them. The run's own decider has the
@@ -321,36 +318,16 @@ export class Admission {
   ): boolean {
     const fleet = this.options.fleet.cached(FLEET);
     if (fleet === undefined || fleet.rules.size === 0) return false;
-    const attributes = {
-      runId,
-      tag: state?.tag || tag,
-      model,
-      promptHash,
-      status: state === undefined || state.status === RunStatus.New ? "idle" : state.status,
-    };
-    return rulesHolding(fleet, attributes, state?.lastResumedMs ?? null).length > 0;
+    return ruleHolding(fleet.rules.values(), state, { runId, tag, model, promptHash }) !== undefined;
   }
 
-  /** Within one call (per call in flight) of a per-run limit. */
+  /**
+   * Within one call (per call in flight) of a per-run limit, or past one: by the limits the
+   * call's start is decided by (those of the tag it names, as its StartStep carries them).
+   */
   private nearLimit(call: Call, state: RunState): boolean {
-    const limits = windowLimits(this.limitsFor(state.tag || call.run.tag), state);
-    const window = state.window;
-    const inFlight = state.open.size + 1;
-    if (limits.maxSteps > 0 && window.steps + inFlight >= limits.maxSteps) return true;
-    if (limits.maxCostNanoUsd > 0) {
-      const perCall = state.completed > 0 ? state.totals.costNanoUsd / state.completed : 0;
-      const spent = window.costNanoUsd + reservedNanoUsd(state) + perCall * inFlight;
-      if (spent >= limits.maxCostNanoUsd) return true;
-    }
-    const now = this.options.clock();
-    if (limits.maxMinutes > 0 && now - window.startedMs + MINUTES_MARGIN_MS >= limits.maxMinutes * 60_000) {
-      return true;
-    }
-    if (limits.maxTokensPerMinute > 0) {
-      const perCall =
-        state.completed > 0 ? (state.totals.inputTokens + state.totals.outputTokens) / state.completed : 0;
-      if (tokensInLastMinute(state, now) + perCall * inFlight >= limits.maxTokensPerMinute) return true;
-    }
-    return false;
+    const limits = this.limitsFor(call.run.tag);
+    const next = { model: call.view.model, reservedNanoUsd: call.reservedNanoUsd };
+    return headroom(limits, state, next, this.options.clock()).kind !== "room";
   }
 }
