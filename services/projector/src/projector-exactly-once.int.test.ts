@@ -107,7 +107,9 @@ describe("projector, exactly once", () => {
       bus: busA,
       analytics: interceptInserts(async (args, send) => {
         if (!args.table.startsWith("raw_events_")) return send(args);
-        const values = (args.values as { ts: number }[]).filter((row) => row.ts >= FEBRUARY);
+        // Rows go as arrays under the insert's column list.
+        const ts = args.columns!.indexOf("ts");
+        const values = (args.values as unknown[][]).filter((row) => (row[ts] as number) >= FEBRUARY);
         await send({ ...args, values } as InsertArgs);
         died.resolve();
         return forever;

@@ -199,7 +199,7 @@ export function interceptInserts(
   return { ...analytics, client: intercepted };
 }
 
-export type InsertArgs = { table: string; values: unknown[]; format: string };
+export type InsertArgs = { table: string; columns?: string[]; values: unknown[]; format: string };
 
 /** Connects a bus for one projector of a test, named so `nats server report connections` tells them apart. */
 export function projectorBus(name: string): Promise<Bus> {

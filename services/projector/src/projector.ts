@@ -23,6 +23,7 @@ import {
 import { decodeStored, outOfSequence, QUARANTINE_REASONS, type QuarantinedEvent } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
 import { type ProjectedRows, project } from "./projection.js";
+import { RunSequences } from "./run-sequences.js";
 
 export interface ProjectorOptions {
   bus: Bus;
@@ -82,6 +83,8 @@ interface Stint {
   lastDelivery: number | undefined;
   /** Ends the wait between two takes early (the stint is over). */
   wake: (() => void) | undefined;
+  /** Where each run's fold stands as of the checkpoint. */
+  runSequences: RunSequences;
   loop: Promise<void>;
 }
 
@@ -218,6 +221,9 @@ export class Projector {
       lastDelivery: undefined,
       wake: undefined,
       loop: Promise.resolve(),
+      runSequences: new RunSequences((runIds, before) =>
+        readLastRunSequences(this.options.analytics, runIds, before),
+      ),
     };
     // A former stint still finishing its last step is left to finish: it no longer writes
     // a checkpoint or acknowledges, and its inserts add nothing.
@@ -401,7 +407,7 @@ export class Projector {
     const decoded = events.map((event) => ({ event, read: decodeStored(bus.subjects, event) }));
     // Where each run's fold stands before these events (so a replay of them finds the same).
     const runIds = new Set(decoded.flatMap(({ read }) => (read.envelope ? [read.envelope.runId] : [])));
-    const lastSequence = await readLastRunSequences(analytics, [...runIds], events[0]!.seq);
+    const lastSequence = await stint.runSequences.lookup([...runIds], stint.checkpoint, events[0]!.seq);
     for (const { event, read } of decoded) {
       let quarantined = read.quarantined;
       if (read.envelope !== undefined) {
@@ -440,6 +446,7 @@ export class Projector {
     this.assertActive(stint);
     await writeCheckpoint(analytics, this.key!, lastSeq);
     stint.checkpoint = lastSeq;
+    stint.runSequences.commit(lastSequence, lastSeq);
     this.status.projectedSeq = lastSeq;
   }
 
