@@ -67,9 +67,9 @@ describe("event bus", () => {
     expect(after).toEqual(before);
     expect(after).toMatchObject({
       storage: "file",
-      allow_direct: true,
-      deny_delete: true,
-      deny_purge: true,
+      allowDirect: true,
+      denyDelete: true,
+      denyPurge: true,
     });
   });
 
@@ -383,15 +383,15 @@ describe("deferred appends", () => {
 describe("putValue", () => {
   it("puts a key of a bucket as KV.put does, readable and watched as any put", async () => {
     const kv = await bus.keyValue("RESPONSES");
-    const watch = await kv.watch({ include: "updates" });
+    const watch = await kv.watch({ updatesOnly: true });
     const seen: string[] = [];
     void (async () => {
-      for await (const entry of watch) seen.push(`${entry.key}=${entry.string()}`);
+      for await (const entry of watch) seen.push(`${entry.key}=${entry.value}`);
     })();
     await bus.putValue("RESPONSES", "cmVzcF8x", "run-1");
-    expect((await kv.get("cmVzcF8x"))?.string()).toBe("run-1");
+    expect((await kv.get("cmVzcF8x"))?.value).toBe("run-1");
     await bus.putValue("RESPONSES", "cmVzcF8x", "run-2");
-    expect((await kv.get("cmVzcF8x"))?.string()).toBe("run-2");
+    expect((await kv.get("cmVzcF8x"))?.value).toBe("run-2");
     await waitFor(() => seen.length === 2);
     expect(seen).toEqual(["cmVzcF8x=run-1", "cmVzcF8x=run-2"]);
     watch.stop();
