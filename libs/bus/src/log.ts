@@ -52,7 +52,7 @@ export class EventLog {
   async append(
     envelope: Envelope,
     expectedLastStreamSequence: number,
-    options: { defer?: boolean } = {},
+    options?: { defer?: boolean },
   ): Promise<AppendResult> {
     const type = envelope.type as EventType;
     const subject = this.subjects.runEvent(envelope.runId, type);
@@ -60,7 +60,7 @@ export class EventLog {
     h.set("Nats-Expected-Last-Subject-Sequence", String(expectedLastStreamSequence));
     h.set("Nats-Expected-Last-Subject-Sequence-Subject", this.subjects.run(envelope.runId));
     const data = encodeEnvelope(envelope);
-    const ack = await (options.defer
+    const ack = await (options?.defer
       ? this.publisher.publishDeferred(subject, data, h)
       : this.publisher.publish(subject, data, h));
     if (ack.ok) return { streamSequence: ack.seq, duplicate: ack.duplicate };

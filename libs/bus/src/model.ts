@@ -159,7 +159,10 @@ export interface KeyChange {
   revision: number;
   /** When the bucket stored it (epoch ms, the server's clock). */
   storedMs: number;
-  /** Stored after the watch began, not one of the last values it started with. */
+  /**
+   * A change stored after the watch began, or the last of the values it started with (from
+   * which on every change is live): false only for the values it started with before the last.
+   */
   update: boolean;
   /** With this one, every last value the watch started with has been heard. */
   caughtUp: boolean;
