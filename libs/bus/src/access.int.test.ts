@@ -165,7 +165,7 @@ describe("each service's credential does its own job", () => {
     for (const bucket of ["FINGERPRINTS", "RESPONSES", "GATEWAYS"] as const) {
       const kv = await gateway.keyValue(bucket);
       await kv.put("k", "v");
-      expect((await kv.get("k"))?.string()).toBe("v");
+      expect((await kv.get("k"))?.value).toBe("v");
     }
     const budget = await as("budget");
     await (await budget.keyValue("BUDGET_LEASES")).put("k", "v");
@@ -294,7 +294,7 @@ describe("no service's credential does another's job", () => {
       }
     }
     const admin = buses[0]!;
-    expect((await admin.streamConfig()).deny_delete).toBe(true);
+    expect((await admin.streamConfig()).denyDelete).toBe(true);
     expect(await admin.durableState(projectorConsumer)).toBeDefined();
   });
 

@@ -67,9 +67,9 @@ describe("event bus", () => {
     expect(after).toEqual(before);
     expect(after).toMatchObject({
       storage: "file",
-      allow_direct: true,
-      deny_delete: true,
-      deny_purge: true,
+      allowDirect: true,
+      denyDelete: true,
+      denyPurge: true,
     });
   });
 
@@ -345,6 +345,40 @@ describe("event bus", () => {
   });
 });
 
+describe("reads of a stretch of the log, a batch at a time", () => {
+  // 700 runs of one event each: more than one read batch (512) of the stream.
+  let since: number;
+  let seqs: number[];
+  beforeAll(async () => {
+    since = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const results = await Promise.all(
+      Array.from({ length: 700 }, (_, i) => bus.append(envelope(`stretch-${i}`, 1), 0)),
+    );
+    seqs = results.map((r) => r.streamSequence).sort((a, b) => a - b);
+  });
+
+  it("hands on every event from a time through a sequence, past one read batch, in order and once", async () => {
+    const read: number[] = [];
+    const handed = await bus.readSince(since, seqs[599]!, (event) => read.push(event.streamSequence));
+    expect(read).toEqual(seqs.slice(0, 600));
+    expect(handed).toBe(600);
+  });
+
+  it("reads a range up to its end or its most, whichever comes first, past one read batch", async () => {
+    const all = bus.subjects.allRuns;
+    const most = await bus.readRange(all, seqs[0]!, seqs[699]!, 650);
+    expect(most.map((m) => m.seq)).toEqual(seqs.slice(0, 650));
+    const toEnd = await bus.readRange(all, seqs[10]!, seqs[599]!, 1_000);
+    expect(toEnd.map((m) => m.seq)).toEqual(seqs.slice(10, 600));
+    const one = await bus.readRange(bus.subjects.run("stretch-3"), seqs[0]!, seqs[699]!, 10);
+    expect(one).toHaveLength(1);
+    expect(one[0]?.subject).toBe(bus.subjects.runEvent("stretch-3", "StepStarted"));
+    expect(await bus.readRange(all, seqs[5]!, seqs[4]!, 10)).toEqual([]);
+    expect(await bus.readRange(all, seqs[0]!, seqs[699]!, 0)).toEqual([]);
+  });
+});
+
 describe("deferred appends", () => {
   it("wait to share a write with the next urgent append (or a flush), and land in order", async () => {
     // A bus whose deferred appends would wait a minute on their own.
@@ -383,15 +417,15 @@ describe("deferred appends", () => {
 describe("putValue", () => {
   it("puts a key of a bucket as KV.put does, readable and watched as any put", async () => {
     const kv = await bus.keyValue("RESPONSES");
-    const watch = await kv.watch({ include: "updates" });
+    const watch = await kv.watch({ updatesOnly: true });
     const seen: string[] = [];
     void (async () => {
-      for await (const entry of watch) seen.push(`${entry.key}=${entry.string()}`);
+      for await (const entry of watch) seen.push(`${entry.key}=${entry.value}`);
     })();
     await bus.putValue("RESPONSES", "cmVzcF8x", "run-1");
-    expect((await kv.get("cmVzcF8x"))?.string()).toBe("run-1");
+    expect((await kv.get("cmVzcF8x"))?.value).toBe("run-1");
     await bus.putValue("RESPONSES", "cmVzcF8x", "run-2");
-    expect((await kv.get("cmVzcF8x"))?.string()).toBe("run-2");
+    expect((await kv.get("cmVzcF8x"))?.value).toBe("run-2");
     await waitFor(() => seen.length === 2);
     expect(seen).toEqual(["cmVzcF8x=run-1", "cmVzcF8x=run-2"]);
     watch.stop();

@@ -45,3 +45,13 @@ export class BusRejectedError extends BusError {
   readonly code = "HOLDFAST_BUS_REJECTED";
   readonly retryable = false;
 }
+
+/**
+ * A key of a bucket was not where a compare-and-set expected it: `create` found a value,
+ * `update` or `delete` another revision. Someone else wrote first; read it again.
+ */
+export class KeyChangedError extends BusError {
+  override readonly name = "KeyChangedError";
+  readonly code = "HOLDFAST_KEY_CHANGED";
+  readonly retryable = false;
+}

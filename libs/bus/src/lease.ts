@@ -1,8 +1,8 @@
-import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
-import type { KV } from "@nats-io/kv";
+import { KeyChangedError } from "./errors.js";
+import type { KeyValue } from "./model.js";
 
 export interface LeaseOptions {
-  kv: KV;
+  kv: KeyValue;
   /** What is leased, as a KV key, e.g. "projector.projector". */
   key: string;
   /** This process. Unique per process: a restart is a new holder and waits like any other. */
@@ -76,7 +76,7 @@ export class Lease {
     await this.ticking;
     if (!this.holding) return;
     this.holding = false;
-    await this.options.kv.delete(this.options.key, { previousSeq: this.revision }).catch(() => undefined);
+    await this.options.kv.delete(this.options.key, { revision: this.revision }).catch(() => undefined);
   }
 
   private schedule(): void {
@@ -102,7 +102,7 @@ export class Lease {
       this.revision = await kv.update(key, this.record(), this.revision);
       this.renewedAt = sentAt;
     } catch (error) {
-      if (isWrongLastSequence(error) || sentAt - this.renewedAt >= leaseMs) this.lose();
+      if (error instanceof KeyChangedError || sentAt - this.renewedAt >= leaseMs) this.lose();
     }
   }
 
@@ -111,12 +111,12 @@ export class Lease {
     try {
       const entry = await kv.get(key);
       const sentAt = this.now();
-      if (entry === null || entry.operation !== "PUT") {
+      if (entry === undefined) {
         this.holderSeen = undefined;
         this.won(await kv.create(key, this.record()), sentAt);
         return;
       }
-      const current = entry.json<LeaseRecord>();
+      const current = JSON.parse(entry.value) as LeaseRecord;
       this.holderSeen = current.holder;
       // Still ours: nobody wrote since this process last held it (a renewal it could not send).
       if (current.holder === holder) {
@@ -158,12 +158,4 @@ export class Lease {
     };
     return JSON.stringify(record);
   }
-}
-
-function isWrongLastSequence(error: unknown): boolean {
-  return (
-    error instanceof JetStreamApiError &&
-    (error.code === JetStreamApiCodes.StreamWrongLastSequence ||
-      error.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
-  );
 }

@@ -1,23 +1,6 @@
 import { createInbox, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { BusUnavailableError } from "./errors.js";
-
-/** A message a consumer delivered: where it is in the stream, its bytes, and how to acknowledge it. */
-export interface PulledMessage {
-  readonly seq: number;
-  /**
-   * The consumer's count of deliveries at this one (JetStream's consumer sequence):
-   * consecutive across a consumer's deliveries, so a gap means one went to another puller.
-   */
-  readonly delivery: number;
-  readonly subject: string;
-  readonly data: Uint8Array;
-  /** When the stream stored it (epoch ms). */
-  readonly storedMs: number;
-  /** Delivered before and not acknowledged in time. */
-  readonly redelivered: boolean;
-  /** The ack subject JetStream gave it. */
-  readonly reply: string;
-}
+import type { PulledMessage, Puller } from "./model.js";
 
 interface Reading {
   readonly messages: PulledMessage[];
@@ -32,7 +15,7 @@ interface Reading {
  * empty answer per pull. One pull at a time (JetStream delivers on the messages' own
  * subjects, so the pull in flight is what any delivery belongs to).
  */
-export class Puller {
+export class NatsPuller implements Puller {
   private readonly inbox: string;
   private readonly subscription: Subscription;
   private current: Reading | undefined;
@@ -54,7 +37,6 @@ export class Puller {
     });
   }
 
-  /** Up to `max` messages the consumer has for delivery now; none when it has none. */
   async pull(max: number): Promise<PulledMessage[]> {
     if (this.current !== undefined) throw new Error("one pull at a time");
     return new Promise<PulledMessage[]>((resolve, reject) => {
@@ -95,10 +77,6 @@ export class Puller {
     });
   }
 
-  /**
-   * Acknowledges `message` and, under ack policy "all", everything delivered before it;
-   * resolves once JetStream confirms.
-   */
   async ackThrough(message: PulledMessage): Promise<void> {
     try {
       await this.nc.request(message.reply, ACK, { timeout: this.timeoutMs });

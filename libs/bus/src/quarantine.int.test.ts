@@ -9,7 +9,8 @@ import {
 } from "@holdfast/events";
 import { natsUrl, publishRaw, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Bus, connectBus, type StoredEvent, type WatchedEvent } from "./bus.js";
+import { type Bus, connectBus } from "./bus.js";
+import type { StoredEvent, WatchedEvent } from "./model.js";
 
 // Whatever lands in the log (another engineer closes NATS to strangers, but a buggy or
 // stolen service credential, another version, a damaged disk can still put it there),

@@ -79,7 +79,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
   const leases = await bus.keyValue("BUDGET_LEASES");
   for await (const key of await leases.keys()) {
     const entry = await leases.get(key);
-    if (entry?.operation === "PUT") book.restore(entry.json<Lease>());
+    if (entry !== undefined) book.restore(JSON.parse(entry.value) as Lease);
   }
 
   // This month's spend so far (from a day before it began: a call started then may finish in it),
@@ -119,7 +119,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
   });
   for await (const key of await slices.keys()) {
     const entry = await slices.get(key);
-    if (entry?.operation === "PUT") coordinator.windows.restore(entry.json<SliceRecord>(), clock());
+    if (entry !== undefined) coordinator.windows.restore(JSON.parse(entry.value) as SliceRecord, clock());
   }
   const observe = (envelope: StoredEnvelope) => {
     if (!isKnown(envelope) || envelope.payload.$case !== "rateLimitObserved") return;

@@ -91,14 +91,11 @@ describe("projector on a stream with other subjects", () => {
       await keyReading(KEY_A);
     }
     const former = await connectBus({ servers: natsUrl(), prefix, name: "former-holder" });
-    const consumer = await former.durable("proj");
-    const taken = await consumer.fetch({ max_messages: 20, expires: 5_000 });
-    let last: { ack(): void } | undefined;
-    for await (const message of taken) {
-      last = message;
-      if (message.info.pending === 0) break;
-    }
-    last!.ack();
+    // What the consumer has now (up to 20), acknowledged through the last.
+    const puller = former.puller("proj");
+    const taken = await puller.pull(20);
+    await puller.ackThrough(taken.at(-1)!);
+    puller.close();
     await former.close();
     for (let i = 71; i <= 75; i++) {
       await call(`run-${i % 4}`, i);

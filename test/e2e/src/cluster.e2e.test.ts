@@ -150,7 +150,7 @@ async function history(runId: string): Promise<StoredEnvelope[]> {
 
 describe("Holdfast on a three-server NATS cluster", () => {
   it("loses no answered call, records none twice, and parks and resumes a hold when one server is killed", async () => {
-    expect((await stack.bus.streamConfig()).num_replicas).toBe(3);
+    expect((await stack.bus.streamConfig()).replicas).toBe(3);
     const other = await stack.extraGateway({});
     const gateways = [
       (run: string) => stack.client({ headers: { "X-Holdfast-Run": run } }),

@@ -63,7 +63,7 @@ describe("credentials are never stored, logged or put in an event", () => {
       log.push(Buffer.from(message.data).toString("latin1"), message.headers, message.subject);
     }
     const kv = await stack.bus.keyValue("FINGERPRINTS");
-    for await (const key of await kv.keys()) log.push(key, (await kv.get(key))?.string() ?? "");
+    for await (const key of await kv.keys()) log.push(key, (await kv.get(key))?.value ?? "");
     const everything = {
       jetstream: log.join("\n"),
       clickhouse: JSON.stringify([

@@ -1,9 +1,9 @@
-import type { KV } from "@holdfast/bus";
+import type { KeyValue } from "@holdfast/bus";
 import { type RunState, scopedRunId } from "@holdfast/events";
 
 export interface GenerationsOptions {
   /** The shared pointer store: fingerprint → current generation. */
-  kv: KV;
+  kv: KeyValue;
   /** The run as the gateway knows it (read from the log when not in memory). */
   runState: (runId: string) => Promise<RunState>;
   clock: () => number;
@@ -27,7 +27,7 @@ export function fingerprintRunId(fingerprint: string, generation: number, tenant
  * message count only grows, so a call with fewer messages than the previous one is a new
  * invocation (a cron job, a re-run); so is a call after `idleMs` of silence.
  *
- * The current generation of each fingerprint is a small pointer in a JetStream KV bucket,
+ * The current generation of each fingerprint is a small pointer in a key-value bucket,
  * advanced with compare-and-set so gateways racing on the same agent agree; everything
  * else the decision needs (last message count, last activity) comes from the run's own
  * events.
@@ -41,14 +41,14 @@ export class Generations {
   constructor(private readonly options: GenerationsOptions) {}
 
   async start(): Promise<void> {
-    const watch = await this.options.kv.watch({ include: "updates" });
+    const watch = await this.options.kv.watch({ updatesOnly: true });
     this.stopWatch = () => watch.stop();
     void (async () => {
       for await (const entry of watch) {
         const cached = this.known.get(entry.key);
         if (cached === undefined || entry.revision <= cached.revision) continue;
-        if (entry.operation === "PUT")
-          this.remember(entry.key, { generation: Number(entry.string()), revision: entry.revision });
+        if (entry.value !== undefined)
+          this.remember(entry.key, { generation: Number(entry.value), revision: entry.revision });
         else this.known.delete(entry.key);
       }
     })();
@@ -91,9 +91,9 @@ export class Generations {
   private async read(fingerprint: string): Promise<{ generation: number; revision: number }> {
     const entry = await this.options.kv.get(fingerprint);
     const pointer =
-      entry && entry.operation === "PUT"
-        ? { generation: Number(entry.string()), revision: entry.revision }
-        : { generation: 0, revision: 0 };
+      entry === undefined
+        ? { generation: 0, revision: 0 }
+        : { generation: Number(entry.value), revision: entry.revision };
     this.remember(fingerprint, pointer);
     return pointer;
   }

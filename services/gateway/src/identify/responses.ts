@@ -1,4 +1,4 @@
-import { type KV, type SwitchError, Switched } from "@holdfast/bus";
+import { type KeyValue, type SwitchError, Switched } from "@holdfast/bus";
 
 const MAX_ID_LENGTH = 256;
 
@@ -24,7 +24,7 @@ export class ResponseIndex {
   private readonly graceMs: number;
 
   constructor(
-    private readonly kv: KV,
+    private readonly kv: KeyValue,
     /** Writes a key of the bucket (Bus.putValue: a put through the bus's publisher). */
     private readonly put: (key: string, value: string) => Promise<void>,
     options: { maxLocal?: number; graceMs?: number; onError?: SwitchError } = {},
@@ -33,10 +33,10 @@ export class ResponseIndex {
     this.graceMs = options.graceMs ?? UNKNOWN_GRACE_MS;
     this.watching = new Switched(
       async () => {
-        const watch = await this.kv.watch({ include: "updates" });
+        const watch = await this.kv.watch({ updatesOnly: true });
         void (async () => {
           for await (const entry of watch) {
-            if (entry.operation === "PUT") this.keep(responseIdOf(entry.key), entry.string());
+            if (entry.value !== undefined) this.keep(responseIdOf(entry.key), entry.value);
           }
         })().catch(() => undefined);
         return () => watch.stop();
@@ -64,8 +64,8 @@ export class ResponseIndex {
     const local = this.local.get(responseId);
     if (local !== undefined) return local;
     const entry = await this.kv.get(keyOf(responseId));
-    if (entry?.operation === "PUT") {
-      const runId = entry.string();
+    if (entry !== undefined) {
+      const runId = entry.value;
       this.keep(responseId, runId);
       return runId;
     }

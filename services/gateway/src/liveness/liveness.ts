@@ -1,4 +1,4 @@
-import type { KV } from "@holdfast/bus";
+import type { KeyValue } from "@holdfast/bus";
 
 /** How many missed beats make a gateway dead. */
 const BEATS_TO_DEATH = 3;
@@ -22,7 +22,7 @@ export class Liveness {
   private stopPeers: (() => void) | undefined;
 
   constructor(
-    private readonly kv: KV,
+    private readonly kv: KeyValue,
     /** This process: "<instance id>#<boot id>". */
     readonly gatewayId: string,
     private readonly heartbeatMs: number,
@@ -47,10 +47,10 @@ export class Liveness {
   async isAlive(gatewayId: string): Promise<boolean> {
     if (gatewayId === this.gatewayId) return true;
     const entry = await this.kv.get(keyOf(gatewayId));
-    if (entry?.operation !== "PUT") return false;
-    const heartbeatMs = heartbeatOf(entry);
+    if (entry === undefined) return false;
+    const heartbeatMs = heartbeatOf(entry.value);
     if (heartbeatMs === undefined) return false;
-    return this.clock() - entry.created.getTime() < heartbeatMs * BEATS_TO_DEATH;
+    return this.clock() - entry.storedMs < heartbeatMs * BEATS_TO_DEATH;
   }
 
   /**
@@ -80,17 +80,17 @@ export class Liveness {
     void (async () => {
       for await (const entry of watch) {
         if (entry.key !== own) {
-          const heartbeatMs = entry.operation === "PUT" ? heartbeatOf(entry) : undefined;
+          const heartbeatMs = entry.value === undefined ? undefined : heartbeatOf(entry.value);
           if (heartbeatMs === undefined) this.peers.delete(entry.key);
           else {
             // Timed by this process's clock, not by the beat's own (a peer's clock may be
             // off); a key's last value, read as the watch starts, by when it was stored.
-            const seenMs = entry.isUpdate ? this.clock() : entry.created.getTime();
+            const seenMs = entry.update ? this.clock() : entry.storedMs;
             this.peers.set(entry.key, { seenMs, heartbeatMs });
           }
         }
         // The last of the keys' values (an empty bucket's first entry is a change).
-        if (!caughtUp && (entry.isUpdate || entry.delta === 0)) {
+        if (!caughtUp && entry.caughtUp) {
           caughtUp = true;
           this.blind = false;
           this.judging = true;
@@ -156,9 +156,9 @@ export class Liveness {
 const MAX_HEARTBEAT_MS = 10 * 60_000;
 
 /** How often a gateway beats, as its key says; undefined for a value that is not a beat. */
-function heartbeatOf(entry: { json<T>(): T }): number | undefined {
+function heartbeatOf(value: string): number | undefined {
   try {
-    const { beatMs, heartbeatMs } = entry.json<{ beatMs: unknown; heartbeatMs: unknown }>();
+    const { beatMs, heartbeatMs } = JSON.parse(value) as { beatMs: unknown; heartbeatMs: unknown };
     if (typeof beatMs !== "number" || !Number.isFinite(beatMs)) return undefined;
     if (typeof heartbeatMs !== "number" || !Number.isFinite(heartbeatMs) || heartbeatMs <= 0)
       return undefined;
