@@ -79,14 +79,26 @@ describe("a call is forwarded, answered and recorded", () => {
       );
     expect(outcome.response.headers["content-type"]).toMatch(/^text\/event-stream/);
     expect(outcome.response.body).toContain("data: [DONE]");
-    const text = outcome.response.body
+    const chunks = outcome.response.body
       .split("\n")
       .filter((line) => line.startsWith("data: {"))
-      .map((line) => JSON.parse(line.slice(6)) as { choices: { delta: { content?: string } }[] })
-      .map((chunk) => chunk.choices[0]?.delta.content ?? "")
-      .join("");
-    expect(text).toBe("Fake reply to: Stream me a story");
-    expect(usageOf(outcome.appended("chat-stream")[1])?.outputTokens).toBeGreaterThan(0);
+      .map(
+        (line) =>
+          JSON.parse(line.slice(6)) as {
+            choices: { delta: { content?: string } }[];
+            usage?: { prompt_tokens: number; completion_tokens: number } | null;
+          },
+      );
+    expect(chunks.map((chunk) => chunk.choices[0]?.delta.content ?? "").join("")).toBe(
+      "Fake reply to: Stream me a story",
+    );
+    // The usage the stream's last chunk reported is the step's.
+    const usage = chunks.findLast((chunk) => chunk.usage)?.usage;
+    expect(usageOf(outcome.appended("chat-stream")[1])).toMatchObject({
+      reported: true,
+      inputTokens: usage?.prompt_tokens,
+      outputTokens: usage?.completion_tokens,
+    });
   });
 
   it("Responses: the provider's answer, and its step recorded with the Responses API's usage", async () => {
@@ -185,6 +197,26 @@ describe("a provider's error reaches the agent in its API's shape, and the step 
           { type: "StepStarted", step: 1 },
           { type: "StepFailed", errorType: "overloaded_error", outcome: { step: 1, upstreamStatus: 529 } },
         ]),
+      );
+  });
+
+  it("a provider that cannot be reached: 502 in the API's shape, and the step fails as unreachable", async () => {
+    await world
+      // Nothing listens there.
+      .specification({ gateway: { upstream: "http://127.0.0.1:9/v1" } })
+      .given()
+      .when(chat({ run: "unreachable" }))
+      .then(
+        answered(502, { error: { code: "upstream_unreachable" } }),
+        appended("unreachable", [
+          { type: "StepStarted", step: 1 },
+          {
+            type: "StepFailed",
+            reason: FailureReason.FAILURE_REASON_UPSTREAM_UNREACHABLE,
+            outcome: { step: 1 },
+          },
+        ]),
+        forwarded(0),
       );
   });
 });

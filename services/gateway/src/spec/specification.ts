@@ -239,7 +239,7 @@ export async function gatewayWorld(
                       const after = await mark(runId);
                       return waitFor(
                         async () => (await eventsAfter(runId, after)).find((event) => event.type === type),
-                        { timeoutMs: 15_000, message: `no ${type} was appended to run ${runId}` },
+                        { timeoutMs: 15_000, message: `a ${type} appended to run ${runId}` },
                       );
                     },
                   });
