@@ -210,7 +210,7 @@ describe("rate-limit prediction", () => {
           {
             type: "StepStarted",
             step: 2,
-            prediction: { action: PredictAction.PREDICT_ACTION_WAIT, dimension: "tokens", remaining: 0 },
+            prediction: { action: PredictAction.PREDICT_ACTION_WAIT, dimension: "tokens" },
           },
           { type: "StepCompleted", outcome: { step: 2 } },
         ]),
