@@ -145,6 +145,32 @@ describe("a call is forwarded, answered and recorded", () => {
     });
   });
 
+  it("Responses, streamed: the events relayed to response.completed, and the step completed with its usage", async () => {
+    const outcome = await world
+      .specification()
+      .given()
+      .when(responses({ run: "responses-stream", content: "Stream a colour", stream: true }))
+      .then(
+        answered(200),
+        appended("responses-stream", [
+          { type: "StepStarted", step: 1, api: Api.API_OPENAI_RESPONSES, stream: true },
+          { type: "StepCompleted", outcome: { step: 1, upstreamStatus: 200, stream: true } },
+        ]),
+      );
+    const completed = outcome.response.body
+      .split("\n")
+      .filter((line) => line.startsWith("data: {"))
+      .map(
+        (line) => JSON.parse(line.slice(6)) as { type: string; response?: { usage: Record<string, number> } },
+      )
+      .find((event) => event.type === "response.completed");
+    expect(usageOf(outcome.appended("responses-stream")[1])).toMatchObject({
+      reported: true,
+      inputTokens: completed?.response?.usage.input_tokens,
+      outputTokens: completed?.response?.usage.output_tokens,
+    });
+  });
+
   it("a run's second call is its step 2, after the steps the log already has", async () => {
     await world
       .specification()
