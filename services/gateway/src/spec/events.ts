@@ -8,6 +8,7 @@ import {
   LimitKind,
   RunAction,
   type Selector,
+  StepCompleted,
   type Trip,
 } from "@holdfast/events";
 import type { GivenEvent } from "./specification.js";
@@ -95,21 +96,10 @@ export function run(runId: string, tag = "") {
             route: undefined,
           },
         }),
+        // As the decider writes it (version 2): what it shares with a failure is in `outcome`.
         on({
           $case: "stepCompleted",
-          value: {
-            stepId,
-            step,
-            api: Api.API_OPENAI_CHAT_COMPLETIONS,
-            model: "gpt-4o-mini",
-            upstreamStatus: 200,
-            usage: undefined,
-            cost: undefined,
-            latencyMs: 0,
-            firstByteMs: 0,
-            finishReason: "stop",
-            toolCalls: [],
-            stream: false,
+          value: StepCompleted.fromPartial({
             outcome: {
               stepId,
               step,
@@ -120,18 +110,10 @@ export function run(runId: string, tag = "") {
               cost: { known: true, nanoUsd: cost.nanoUsd },
               latencyMs: 100,
               firstByteMs: 50,
-              stream: false,
               responseId: `chatcmpl-${stepId}`,
-              estimated: false,
-              usageEstimate: 0,
-              usageProblem: "",
-              unknownPrice: false,
-              truncated: false,
-              abridged: false,
             },
-            toolCallsSignature: "",
-            toolCallsOmitted: 0,
-          },
+            finishReason: "stop",
+          }),
         }),
       ];
     },
