@@ -26,6 +26,7 @@ import {
 } from "@holdfast/proto";
 import { createPricer } from "@holdfast/providers";
 import { fleetAggregate, HeldRuns, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
+import type { FastifyInstance } from "fastify";
 import { buildApp } from "./app.js";
 import { budgetFeature } from "./budget/feature.js";
 import { gateFeature } from "./gate/feature.js";
@@ -51,6 +52,11 @@ export interface RunningGateway {
   /** Base URL agents use, e.g. http://127.0.0.1:4141/v1. */
   baseUrl: string;
   port: number;
+  /**
+   * The HTTP app, for tests that drive the gateway in-process (`app.inject`) as it is wired
+   * here; agents use `baseUrl`.
+   */
+  app: FastifyInstance;
   /** Stops taking calls, lets the ones in flight finish, records their outcomes, disconnects. */
   close(): Promise<void>;
 }
@@ -355,6 +361,7 @@ export async function startGateway(
   return {
     baseUrl: `http://${host}:${port}/v1`,
     port,
+    app,
     async close() {
       shutdown.abort();
       await predict?.close();
