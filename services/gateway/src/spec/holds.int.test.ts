@@ -115,10 +115,6 @@ describe("a stopped run's calls are refused", () => {
 });
 
 describe("a call that would cross a run's limit trips the run before it is sent", () => {
-  // The run's earlier steps are served by the same gateway. A run whose earlier steps another
-  // gateway served (or this one before a restart) is not in this gateway's cache: admission
-  // lets its call go while the start is appended, so the provider is sent a call the log
-  // then trips (found with this harness; left to the admission work of issue 23).
   const limitedCall = (run: string) => chat({ run, tag: TWO_STEPS });
   const STEPS_1_2 = [
     { type: "StepStarted", step: 1 },
@@ -176,6 +172,56 @@ describe("a call that would cross a run's limit trips the run before it is sent"
           },
         ]),
         forwarded(2),
+      );
+  });
+
+  it("a run another gateway served up to its limit (one this gateway never saw) is tripped before anything is sent", async () => {
+    // Its steps are not in this gateway's cache: admission must not let the call go while
+    // its start is appended, or the provider is sent a call the log then refuses.
+    await world
+      .specification({ on_trip: "stop", limits_by_tag: { [TWO_STEPS]: { max_steps: 2 } } })
+      .given(
+        ...run("elsewhere-stop", TWO_STEPS).step(1, { nanoUsd: 1, inputTokens: 1, outputTokens: 1 }),
+        ...run("elsewhere-stop", TWO_STEPS).step(2, { nanoUsd: 1, inputTokens: 1, outputTokens: 1 }),
+      )
+      .when(limitedCall("elsewhere-stop"))
+      .then(
+        answered(409, { error: { code: "run_stopped" } }),
+        appended("elsewhere-stop", [
+          {
+            type: "RunTripped",
+            trip: { limit: LimitKind.LIMIT_KIND_STEPS, limitValue: 2, spentValue: 2 },
+            action: RunAction.RUN_ACTION_STOP,
+          },
+        ]),
+        forwarded(0),
+      );
+  });
+
+  it("held the same way, such a run's call is sent once, after the resume", async () => {
+    await world
+      .specification()
+      .given(
+        ...run("elsewhere-held", TWO_STEPS).step(1, { nanoUsd: 1, inputTokens: 1, outputTokens: 1 }),
+        ...run("elsewhere-held", TWO_STEPS).step(2, { nanoUsd: 1, inputTokens: 1, outputTokens: 1 }),
+      )
+      .when(limitedCall("elsewhere-held"), {
+        meanwhile: async (log) => {
+          await log.appended("elsewhere-held", "CallParked");
+          await log.append(run("elsewhere-held", TWO_STEPS).resumed("one more", { maxSteps: 3 }));
+        },
+      })
+      .then(
+        answered(200),
+        appended("elsewhere-held", [
+          { type: "RunTripped", action: RunAction.RUN_ACTION_HOLD },
+          { type: "CallParked" },
+          { type: "RunResumed" },
+          { type: "CallUnparked", how: UnparkReason.UNPARK_REASON_RELEASED },
+          { type: "StepStarted", step: 3 },
+          { type: "StepCompleted", outcome: { step: 3 } },
+        ]),
+        forwarded(1),
       );
   });
 
