@@ -44,6 +44,7 @@ import {
   type RateWindow,
 } from "@holdfast/proto";
 import type { Ledger, RunLabels } from "@holdfast/runs";
+import { Compactor, type SummaryBudget } from "../compaction/compactor.js";
 import {
   type GatewayError,
   InvalidRequestError,
@@ -60,7 +61,6 @@ import {
   type Verdict,
 } from "../pipeline/hooks.js";
 import type { Room } from "../routing/router.js";
-import { Compactor, type SummaryBudget } from "./compact.js";
 import type { SharedDecision, SharedSlices, Slice } from "./shared.js";
 
 type PredictConfig = Config["predict"];
