@@ -235,11 +235,12 @@ export function predictFeature(options: PredictFeatureOptions): {
     for (;;) {
       // The call that goes out to read a new key is claimed before anything is awaited, so
       // calls arriving while it asks the coordinator wait for it too.
-      const prober = readings.proberOf(key.keyId);
+      const out = readings.proberOf(key.keyId);
+      const prober: Prober = out === undefined ? "none" : out === call ? "this" : "other";
       const probe = probeStep({
         known: key.window.known().length > 0,
         silent: key.window.silent,
-        prober: (prober === undefined ? "none" : prober === call ? "this" : "other") satisfies Prober,
+        prober,
         callsInFlight: key.window.callsInFlight,
         probed,
       });
