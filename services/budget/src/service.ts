@@ -20,7 +20,7 @@ import {
 } from "@holdfast/proto";
 import { BudgetBook, type BudgetLimit, type Lease } from "./book.js";
 import { BudgetNotReadyError, budgetStatus, InvalidBudgetRequestError } from "./errors.js";
-import { type ReserveStream, WindowCoordinator } from "./windows.js";
+import { type ReserveStream, WindowCoordinator } from "./rate-windows/coordinator.js";
 
 export interface RunningBudget {
   /** host:port of the gRPC API (holdfast.v1.Budget). */

@@ -23,7 +23,7 @@ export interface GateFeatureOptions {
 }
 
 /**
- * The tool-call gate at the pipeline's hook before delivery: the gate (services/gate)
+ * The tool-call gate at the pipeline's hook before delivery: the gate (libs/gate)
  * judges each answer from local state (no round trip); an answer it holds is recorded on
  * the run (its outcome is already on its way to the log, and the gate's event queues
  * behind it), then waits, with the keepalives a held call gets, until an operator approves

@@ -6,7 +6,7 @@ import { createLogger } from "@holdfast/log";
 import { RateWindowsClient, type ReserveRequest, type ReserveResponse } from "@holdfast/proto";
 import { makeTempDir, natsUrl, uniqueNamespace, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type RunningBudget, startBudget } from "./service.js";
+import { type RunningBudget, startBudget } from "../service.js";
 
 // The rate-limit coordinator as deployed: the budget service's gRPC RateWindows on a real
 // socket over the harness's nats-server. Readings go into the log as gateways record

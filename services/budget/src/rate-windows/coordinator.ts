@@ -16,7 +16,7 @@ import type {
   WindowAmounts,
   WindowFigures,
 } from "@holdfast/proto";
-import { BudgetNotReadyError, InvalidBudgetRequestError } from "./errors.js";
+import { BudgetNotReadyError, InvalidBudgetRequestError } from "../errors.js";
 
 /** A server stream of Reserve answers, as grpc-js hands it to the handler. */
 export interface ReserveStream {
