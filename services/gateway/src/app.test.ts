@@ -40,6 +40,17 @@ beforeAll(async () => {
     pricer: tripwire("pricer"),
     responses: tripwire("responses"),
     admission: tripwire("admission"),
+    limitsFor: () => {
+      throw new Error("a run's limits were read: this request should have been refused first");
+    },
+    rules: () => {
+      throw new Error("the standing rules were read: this request should have been refused first");
+    },
+    costControlled: () => {
+      throw new Error("a run's cost control was read: this request should have been refused first");
+    },
+    onTrip: "hold",
+    waiting: tripwire("waiting"),
     passthrough: {
       mode: "allow",
       runOf: () => {

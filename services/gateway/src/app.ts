@@ -28,6 +28,8 @@ import type { TenantKeys } from "./tenants/keys.js";
 import type { Upstreams } from "./upstream/upstream.js";
 
 export interface GatewayAppDeps extends Omit<PipelineDeps, "maxJsonDepth"> {
+  /** Holds and stops, as the passed-through calls that name a run meet them. */
+  admission: PassthroughDeps["admission"];
   log: Logger;
   maxBodyBytes: number;
   /** Timeouts, header count and JSON depth (the `http` section). */

@@ -2,9 +2,11 @@ export { buildApp, type GatewayAppDeps } from "./app.js";
 export { GatewayError } from "./errors.js";
 export {
   type AfterOutcome,
+  type Amendment,
   type BeforeDeliver,
   type BeforeForward,
   type Call,
+  type Cancellation,
   CONTINUE,
   type GatewayFeature,
   PipelineHooks,

@@ -32,6 +32,7 @@ import { budgetFeature } from "./budget/feature.js";
 import { gateFeature } from "./gate/feature.js";
 import { healthReaders } from "./health/access.js";
 import { Admission } from "./hold/admission.js";
+import { holdFeature } from "./hold/feature.js";
 import { PARKING_BOUNDS, ParkingLot } from "./hold/lot.js";
 import { Generations } from "./identify/generations.js";
 import { runResolver } from "./identify/resolve.js";
@@ -39,6 +40,8 @@ import { ResponseIndex } from "./identify/responses.js";
 import { Liveness } from "./liveness/liveness.js";
 import { Reaper } from "./liveness/reaper.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
+import { inOrder } from "./pipeline/order.js";
+import { Waiting } from "./pipeline/wait.js";
 import { predictFeature } from "./predict/feature.js";
 import { type RateWindowsApi, type Reservation, SharedSlices } from "./predict/shared.js";
 import { pricingFeature } from "./pricing/feature.js";
@@ -180,6 +183,16 @@ export async function startGateway(
     lot,
   });
   await admission.start();
+  // Waiting in place and parking, as the pipeline offers them to its features.
+  const waiting = new Waiting(
+    {
+      ledger,
+      keepaliveMs: config.hold.keepalive_ms,
+      keepalive1xx: config.hold.keepalive_1xx,
+      shutdown: shutdown.signal,
+    },
+    (call, labels) => admission.park(call, labels),
+  );
   const reaper = new Reaper({
     bus,
     ledger,
@@ -217,9 +230,6 @@ export async function startGateway(
         ledger,
         newId,
         gateway: gatewayId,
-        keepaliveMs: config.hold.keepalive_ms,
-        keepalive1xx: config.hold.keepalive_1xx,
-        shutdown: shutdown.signal,
       });
   // One window per provider key for the whole fleet, kept by the budget service's coordinator.
   const shared =
@@ -321,6 +331,11 @@ export async function startGateway(
     ...(Object.keys(config.tenants).length === 0 ? {} : { tenantKeys: new TenantKeys(config.tenants) }),
     responses,
     admission,
+    limitsFor: (tag) => admission.limitsFor(tag),
+    rules: () => admission.rules(),
+    costControlled: (runId, tag) => admission.costControlled(runId, tag),
+    onTrip: admission.onTrip,
+    waiting,
     passthrough: { mode: config.gateway.passthrough, runOf: passthroughRunNamer(rules) },
     logConnected: () => bus.connected,
     onRecordError: (error, runId) => log.error({ err: error, runId }, "could not record a call's outcome"),
@@ -341,13 +356,19 @@ export async function startGateway(
       mayRead: mayReadHealth,
       metrics: () => renderMetrics(metrics),
     },
+    // In the one declared order (pipeline/order.ts); the embedder's own after them.
     features: [
-      // Routing first: prediction decides for the target it chose, and its model is priced.
-      ...(routing === undefined ? [] : [routing]),
-      pricingFeature({ admission, unknown: config.pricing.unknown }),
-      ...(predict === undefined ? [] : [predict.feature]),
-      ...(budgets === undefined ? [] : [budgets.feature]),
-      ...(gate === undefined ? [] : [gate]),
+      ...inOrder({
+        routing,
+        pricing: pricingFeature({
+          reserve: (...reservation) => admission.reserve(...reservation),
+          unknown: config.pricing.unknown,
+        }),
+        predict: predict?.feature,
+        budget: budgets?.feature,
+        hold: holdFeature({ admission }),
+        gate,
+      }),
       ...(options.features ?? []),
     ],
   });

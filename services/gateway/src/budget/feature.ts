@@ -2,7 +2,7 @@ import { MAX_NANO_USD, type RunCommand, type RunState, type Trip } from "@holdfa
 import type { AcquireRequest, AcquireResponse } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
 import { BudgetUnavailableError } from "../errors.js";
-import { type Call, CONTINUE, type GatewayFeature } from "../pipeline/hooks.js";
+import { type Amendment, type Call, CONTINUE, type GatewayFeature } from "../pipeline/hooks.js";
 
 /** The budget service as the gateway uses it (gRPC holdfast.v1.Budget). */
 export interface BudgetApi {
@@ -122,8 +122,7 @@ export function budgetFeature(options: BudgetFeatureOptions): {
   };
 
   const feature: GatewayFeature = async (app) => {
-    app.pipeline.beforeForward.push(async (call) => {
-      call.budgetLeases.length = 0;
+    app.pipeline.beforeForward.push(async (call): Promise<Amendment> => {
       byCall.delete(call);
       const keys = options.keysFor(call.run.tag || options.ledger.cached(call.run.runId)?.tag || "");
       if (keys.length === 0) return CONTINUE;
@@ -135,15 +134,14 @@ export function budgetFeature(options: BudgetFeatureOptions): {
         const slice = await sliceFor(key, need);
         if (!("leaseId" in slice)) {
           for (const lease of taken) lease.usedNanoUsd -= need;
-          return { kind: "trip", trip: { ...slice, callModel: call.view.model } };
+          return { kind: "park", trip: { ...slice, callModel: call.view.model } };
         }
         slice.usedNanoUsd += need;
         taken.push(slice);
         refreshIfLow(key, slice, need);
       }
       byCall.set(call, taken);
-      for (const lease of taken) call.budgetLeases.push(lease.leaseId);
-      return CONTINUE;
+      return { kind: "continue", notes: { budgetLeases: taken.map((lease) => lease.leaseId) } };
     });
     // What the call really cost replaces its reservation in the slice it came out of.
     app.pipeline.afterOutcome.push((call, cost) => {

@@ -1,4 +1,5 @@
 import { boundText, type Compaction, type RunCommand, type RunState } from "@holdfast/events";
+import { CHARS_PER_TOKEN } from "@holdfast/predict";
 import { CompactionMode, type RunCompacted } from "@holdfast/proto";
 import {
   applyCompaction,
@@ -30,8 +31,6 @@ export interface CompactorOptions {
 
 /** The most tokens a summary (or each part of one) is written in. */
 const SUMMARY_MAX_TOKENS = 512;
-// About four characters a token, as a call's input is estimated before its usage is known.
-const CHARS_PER_TOKEN = 4;
 // A summary call is counted a fifth larger than four characters a token, and tried this often.
 const ESTIMATE_SLACK = 1.2;
 const SUMMARY_ATTEMPTS = 3;
@@ -40,7 +39,13 @@ const SUMMARY_ATTEMPTS = 3;
 const MAX_SUMMARY_CHARS = 64 * 1024;
 
 export type CompactionOutcome =
-  | { readonly kind: "compacted"; readonly event: RunCompacted }
+  /** The body to send instead, and its JSON (what the event measured). */
+  | {
+      readonly kind: "compacted";
+      readonly event: RunCompacted;
+      readonly body: Record<string, unknown>;
+      readonly json: Buffer;
+    }
   /** Nothing older than the messages kept (or no conversation to compact). */
   | { readonly kind: "nothing" }
   /** The summary could not be written: the call goes on as it was. */
@@ -58,11 +63,13 @@ export type CompactionOutcome =
 export class Compactor {
   constructor(private readonly options: CompactorOptions) {}
 
-  /** Sends the call compacted as the run's recorded compactions say (those its conversation starts with). */
-  applyRecorded(call: Call, compactions: readonly Compaction[]): void {
-    if (compactions.length === 0) return;
-    let body = parseBody(call.upstreamBody);
-    if (body === undefined) return;
+  /**
+   * The call's body compacted as the run's recorded compactions say (those its conversation
+   * starts with); undefined when none applies.
+   */
+  applyRecorded(call: Call, compactions: readonly Compaction[]): Record<string, unknown> | undefined {
+    if (compactions.length === 0) return undefined;
+    let body = call.body.value as Record<string, unknown>;
     let changed = false;
     for (const compaction of compactions) {
       const next = applyCompaction(call.shape.conversation, body, {
@@ -74,10 +81,10 @@ export class Compactor {
       body = next;
       changed = true;
     }
-    if (changed) this.send(call, body);
+    return changed ? body : undefined;
   }
 
-  /** Compacts the call's conversation, records it, and sends the call compacted. */
+  /** Compacts the call's conversation and records it: the body to send instead. */
   async compact(
     call: Call,
     mode: CompactionMode.COMPACTION_MODE_TRUNCATE | CompactionMode.COMPACTION_MODE_SUMMARIZE,
@@ -85,11 +92,11 @@ export class Compactor {
     budget: SummaryBudget = UNBOUNDED,
   ): Promise<CompactionOutcome> {
     const conversation = call.shape.conversation;
-    const body = parseBody(call.upstreamBody);
-    const messages = body === undefined ? undefined : conversation.messagesOf(body);
+    const body = call.body.value as Record<string, unknown>;
+    const messages = conversation.messagesOf(body);
     const plan =
       messages === undefined ? undefined : planCompaction(conversation, messages, this.options.keep);
-    if (body === undefined || messages === undefined) return { kind: "nothing" };
+    if (messages === undefined) return { kind: "nothing" };
     if (plan === undefined) {
       // An operator asked: that there was nothing to drop is recorded, and the ask is done.
       if (why === "operator")
@@ -118,7 +125,8 @@ export class Compactor {
       ...replacement,
       ...messages.slice(plan.end),
     ]);
-    const after = Buffer.byteLength(JSON.stringify(compacted));
+    const json = Buffer.from(JSON.stringify(compacted));
+    const after = (call.shape.upstreamBody(compacted, call.view, json) ?? json).length;
     const event = this.eventOf(
       call,
       mode,
@@ -131,8 +139,7 @@ export class Compactor {
       after,
     );
     await this.record(call, event);
-    this.send(call, compacted);
-    return { kind: "compacted", event };
+    return { kind: "compacted", event, body: compacted, json };
   }
 
   private eventOf(
@@ -250,7 +257,7 @@ export class Compactor {
       method: "POST",
       headers,
       body: bytes,
-      signal: AbortSignal.any([call.clientGone, AbortSignal.timeout(this.options.timeoutMs)]),
+      signal: AbortSignal.any([call.signal, AbortSignal.timeout(this.options.timeoutMs)]),
     });
     budget.answered({ statusCode: answered.statusCode, headers: answered.headers, sentAtMs });
     const { text } = await readAnswer(answered.body, answered.headers, this.options.maxAnswerBytes);
@@ -261,11 +268,6 @@ export class Compactor {
     const summary = conversation.summaryOf(parseJson(text));
     if (summary === undefined) throw new Error("the summary model's answer had no text");
     return summary;
-  }
-
-  private send(call: Call, body: Record<string, unknown>): void {
-    call.upstreamBody = Buffer.from(JSON.stringify(body));
-    call.estimatedInputTokens = Math.ceil(call.upstreamBody.length / CHARS_PER_TOKEN);
   }
 }
 
@@ -310,13 +312,6 @@ function addUsage(a: UsageReport, b: UsageReport): UsageReport {
     cacheWriteTokens: a.cacheWriteTokens + b.cacheWriteTokens,
     reasoningTokens: a.reasoningTokens + b.reasoningTokens,
   };
-}
-
-function parseBody(bytes: Buffer): Record<string, unknown> | undefined {
-  const value = parseJson(bytes.toString("utf8"));
-  return value !== null && typeof value === "object" && !Array.isArray(value)
-    ? (value as Record<string, unknown>)
-    : undefined;
 }
 
 function parseJson(text: string): unknown {

@@ -7,8 +7,8 @@ import {
   ShuttingDownError,
   ToolCallDeniedError,
 } from "../errors.js";
-import { startKeepalive, untilRun } from "../hold/park.js";
 import { type Answer, type Call, CONTINUE, type GatewayFeature, type Verdict } from "../pipeline/hooks.js";
+import type { Waiting } from "../pipeline/wait.js";
 
 export interface GateFeatureOptions {
   gate: ToolGate;
@@ -16,10 +16,6 @@ export interface GateFeatureOptions {
   newId: () => string;
   /** This gateway process, as the gate's events name it. */
   gateway: string;
-  keepaliveMs: number;
-  keepalive1xx: boolean;
-  /** Aborted when this gateway shuts down: held answers are answered "retry". */
-  shutdown: AbortSignal;
 }
 
 /**
@@ -32,6 +28,8 @@ export interface GateFeatureOptions {
  */
 export function gateFeature(options: GateFeatureOptions): GatewayFeature {
   const { gate, ledger } = options;
+  // The pipeline's waiting (with keepalives, cut short by the call's cancellation), once registered.
+  let waiting: Waiting;
 
   const hook = (call: Call, answer: Answer): Verdict | Promise<Verdict> => {
     if (answer.summary.toolCalls.length === 0 && gate.maxRepeats === 0) return CONTINUE;
@@ -63,7 +61,7 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
       gateway: options.gateway,
     });
     // The client is kept waiting from here: recording the hold may itself wait for the log.
-    const keepalive = startKeepalive(call, options);
+    const keepalive = waiting.keepalive(call);
     const labels = { tag: call.run.tag, tenant: call.run.tenant };
     let after: RunState;
     try {
@@ -117,7 +115,7 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
   ): Promise<
     { kind: "approved" } | { kind: "denied"; reason: string } | "client_gone" | "shutdown" | "gave_up"
   > =>
-    untilRun(call, ledger, options.shutdown, after, (state) => {
+    waiting.untilRun(call, after, (state) => {
       if (state.gates.has(gateId)) return undefined;
       const decision = state.gateDecisions.get(gateId);
       // Not pending and no decision on record: refused, never delivered unseen.
@@ -127,6 +125,7 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
     });
 
   return async (app) => {
+    waiting = app.pipeline.waiting;
     app.pipeline.beforeDeliver.push(hook);
   };
 }

@@ -19,7 +19,7 @@ import type { Pricer, RequestView } from "@holdfast/providers";
 import type { HeldRuns, Ledger, RunLabels } from "@holdfast/runs";
 import type { Call } from "../pipeline/hooks.js";
 import type { Upstream } from "../upstream/upstream.js";
-import { type Parkable, type ParkingOptions, park, pause, type Unparked, waitForRoom } from "./park.js";
+import { type Parkable, type ParkingOptions, park, type Unparked } from "./park.js";
 
 export interface AdmissionOptions extends ParkingOptions {
   fleet: Ledger<FleetState, FleetCommand>;
@@ -214,16 +214,6 @@ export class Admission {
     });
     const after = passthroughVerdict(tripped.state, NO_LIMITS, this.options.clock());
     return typeof after === "string" ? after : "go";
-  }
-
-  /** Waits for a call of the run in flight to finish (the run is busy near its cost limit). */
-  waitForRoom(call: Call): Promise<"ready" | "client_gone" | "shutdown" | "gave_up"> {
-    return waitForRoom(call, this.options);
-  }
-
-  /** Waits `ms` in place with keepalives (a rate-limit wait, a 429's retry-after). */
-  pause(call: Call, ms: number): Promise<"ready" | "client_gone" | "shutdown" | "gave_up"> {
-    return pause(call, ms, this.options);
   }
 
   /** The standing hold rules in force, for the decider. */

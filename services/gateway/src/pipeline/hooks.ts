@@ -1,64 +1,86 @@
 import type { Api, Trip } from "@holdfast/events";
 import type { Prediction, RouteChoice, Usage } from "@holdfast/proto";
 import type { AnswerSummary, ApiShape, RequestView } from "@holdfast/providers";
+import type { RunLabels } from "@holdfast/runs";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { GatewayError } from "../errors.js";
 import type { ResolvedRun } from "../identify/resolve.js";
 import type { Upstream } from "../upstream/upstream.js";
+import type { RequestBody } from "./body.js";
+import type { Waiting } from "./wait.js";
 import type { ResponseWriter } from "./writer.js";
 
-/** One model call as the pipeline's hooks see it. */
+/**
+ * Why a call was cancelled, as the reason of its one cancellation signal: the client left,
+ * the gateway shut down while the call waited, or a feature gave up on it while it waited
+ * (its error is the answer the client gets instead).
+ */
+export type Cancellation =
+  | { readonly kind: "client_gone" }
+  | { readonly kind: "shutdown" }
+  | { readonly kind: "gave_up"; readonly error: GatewayError };
+
+/**
+ * One model call as the pipeline's hooks see it. Features read it; what they decide comes
+ * back to the pipeline as an amendment, which the pipeline applies (only the pipeline
+ * writes a call).
+ */
 export interface Call {
   readonly shape: ApiShape;
   readonly api: Api;
   readonly view: RequestView;
   readonly run: ResolvedRun;
+  readonly labels: RunLabels;
   readonly stepId: string;
   readonly request: FastifyRequest;
   /** The client's side: whether anything has been written yet, keepalives, the answer. */
   readonly writer: ResponseWriter;
-  /** Aborted when the client goes away. */
-  readonly clientGone: AbortSignal;
+  /**
+   * The call's one cancellation signal: aborted when the client goes away, when the gateway
+   * shuts down while the call waits, or when a feature gives up on it; its reason a Cancellation.
+   */
+  readonly signal: AbortSignal;
+  /** How the call was cancelled, if it was. */
+  readonly cancelled: Cancellation | undefined;
+  /** Cancels the call (a feature giving up on it while it waits); the first reason stands. */
+  cancel(reason: Cancellation): void;
+  /** The request body, parsed once, as features amended it. */
+  readonly body: RequestBody;
+  /** The body as forwarded to the provider (its model a route target's). */
+  readonly upstreamBody: Buffer;
   /** Input tokens estimated from the body sent (about four characters a token; a compaction lowers it). */
-  estimatedInputTokens: number;
+  readonly estimatedInputTokens: number;
   /** Cost reserved for this call while in flight: its input, and the run's usual output, priced. */
-  reservedNanoUsd: number;
-  /** The model the reservation was priced for (a routing feature may send the call to another). */
-  reservedFor: string;
+  readonly reservedNanoUsd: number;
+  /** The model the reservation was priced for ("" until priced; a routing feature may send the call to another). */
+  readonly reservedFor: string;
   /** That model has no known price, and a cost limit or budget applies to the run. */
-  unpriced: boolean;
-  /** Budget leases this call's reservation was taken from (a budget feature fills it). */
-  readonly budgetLeases: string[];
+  readonly unpriced: boolean;
+  /** Budget leases this call's reservation was taken from. */
+  readonly budgetLeases: readonly string[];
   /**
    * The call's credentials (its API key, a route target's own, a tenant's Holdfast key),
    * kept out of everything recorded about it; the first is the one the provider is sent
    * ("" when the call sends none).
    */
-  secrets: readonly string[];
+  readonly secrets: readonly string[];
   /** Where the call goes: its API shape's upstream, or the route target a routing feature chose. */
-  upstream: Upstream;
+  readonly upstream: Upstream;
   /** The origin (scheme://host:port) of that upstream. */
-  upstreamOrigin: string;
-  /** The body as forwarded to the provider (its model a route target's). */
-  upstreamBody: Buffer;
+  readonly upstreamOrigin: string;
   /** The model asked of the provider: the request's, or a route target's. */
-  model: string;
+  readonly model: string;
   /** Headers that replace the client's credential when forwarded (a route target's own key). */
-  credentialHeaders: Readonly<Record<string, string>> | undefined;
+  readonly credentialHeaders: Readonly<Record<string, string>> | undefined;
   /**
    * A call to a routed model alias: where it went and why (recorded with its start), and
    * the model name its answer shows the agent (the alias; undefined: as the provider says).
    */
-  route: { readonly choice: RouteChoice; readonly answerModel: string | undefined } | undefined;
+  readonly route: { readonly choice: RouteChoice; readonly answerModel: string | undefined } | undefined;
   /** The step's number in its run, once the log has started it (0 before). */
-  step: number;
+  readonly step: number;
   /** What rate-limit prediction decided before the call went on (recorded with its start). */
-  prediction: Prediction | undefined;
-  /**
-   * Aborted when a feature gives up on the call while it waits (parked on a held run): its
-   * reason, a GatewayError, is the answer the client gets instead.
-   */
-  readonly giveUp: AbortController;
+  readonly prediction: Prediction | undefined;
 }
 
 /** A provider's answer to one attempt of a call, as its status line and headers came. */
@@ -76,31 +98,64 @@ export interface Answer {
   readonly toolCallsSignature: string;
 }
 
+/** Another upstream for the call: a route target, with its model, key and what the start records of it. */
+export interface Destination {
+  readonly upstream: Upstream;
+  readonly model: string;
+  readonly secrets: readonly string[];
+  readonly credentialHeaders: Readonly<Record<string, string>> | undefined;
+  readonly route: { readonly choice: RouteChoice; readonly answerModel: string | undefined };
+}
+
+/** What a feature found out for the call's start to record (its StartStep carries them). */
+export interface StartNotes {
+  /** The reservation, priced for the model the call goes to. */
+  readonly reservation?: { readonly nanoUsd: number; readonly model: string; readonly unpriced: boolean };
+  /** The budget leases the reservation was taken from. */
+  readonly budgetLeases?: readonly string[];
+  /** What rate-limit prediction decided. */
+  readonly prediction?: Prediction;
+}
+
 /**
- * What a hook decides before forward: go on; go on, but only once the log has accepted
- * the step's start (a limit or budget is near: no overlap of the start with the
- * provider's latency); trip the run (a budget across runs is spent: the run is held or
- * stopped as `on_trip` says, and the call parked or refused); or answer the client with
- * this error instead.
+ * What a feature decides of a call, for the pipeline to apply:
+ * - `continue`: go on (with what the start should record, if anything);
+ * - `confirm`: go on, but only once the log has accepted the step's start (a limit or
+ *   budget is near: no overlap of the start with the provider's latency);
+ * - `wait`: wait `ms` in place (with keepalives), then ask the same feature again;
+ * - `park`: the run is held: the call waits, parked, until it is resumed, and is then
+ *   decided anew from the first feature. With a `trip` (a limit or budget is spent), the
+ *   pipeline records the trip first (the run held or stopped as `action`, or `on_trip`,
+ *   says) and the features after this one are not asked: the holds decide.
+ * - `reroute`: send the call to another upstream (a route target);
+ * - `rewrite`: send this body instead (a compaction; `json` its serialization, when the
+ *   feature made one), then ask the same feature again;
+ * - `refuse`: answer the client with this error instead.
  */
-export type Verdict =
-  | { readonly kind: "continue" }
-  | { readonly kind: "confirm" }
-  | { readonly kind: "trip"; readonly trip: Trip; readonly action?: "hold" | "stop" }
+export type Amendment =
+  | { readonly kind: "continue"; readonly notes?: StartNotes }
+  | { readonly kind: "confirm"; readonly notes?: StartNotes }
+  | { readonly kind: "wait"; readonly ms: number }
+  | { readonly kind: "park"; readonly trip?: Trip; readonly action?: "hold" | "stop" }
+  | { readonly kind: "reroute"; readonly to: Destination }
+  | { readonly kind: "rewrite"; readonly body: Record<string, unknown>; readonly json?: Buffer }
   | { readonly kind: "refuse"; readonly error: GatewayError };
 
-export const CONTINUE: Verdict = Object.freeze({ kind: "continue" });
-export const CONFIRM: Verdict = Object.freeze({ kind: "confirm" });
+/** What features decided before forward, as the hooks of earlier versions called it. */
+export type Verdict = Amendment;
 
-/** Decides before the call is recorded and forwarded (limits, holds, waits, routing). */
-export type BeforeForward = (call: Call) => Verdict | Promise<Verdict>;
+export const CONTINUE: Amendment = Object.freeze({ kind: "continue" });
+export const CONFIRM: Amendment = Object.freeze({ kind: "confirm" });
+
+/** Decides before the call is recorded and forwarded (routing, pricing, prediction, budgets, holds). */
+export type BeforeForward = (call: Call) => Amendment | Promise<Amendment>;
 /**
  * Decides before the end of the answer reaches the client: after the provider answered, the
  * answer was metered and its outcome handed to the log (an append the hook's own appends
  * for the run queue behind), before a buffered body is sent or a stream's terminal event
- * is released (the tool-call gate).
+ * is released (the tool-call gate). Continue or refuse.
  */
-export type BeforeDeliver = (call: Call, answer: Answer) => Verdict | Promise<Verdict>;
+export type BeforeDeliver = (call: Call, answer: Answer) => Amendment | Promise<Amendment>;
 
 /**
  * Told what a started step cost once its outcome is known (after the answer, off the
@@ -115,46 +170,42 @@ export type AfterOutcome = (
 /** Told of every attempt's answer from the provider, before its body is read (rate-limit headers). */
 export type OnUpstreamAnswer = (call: Call, answer: UpstreamAnswer) => void;
 
-/**
- * Asked when the provider refused a started call (a 429): how long to wait before sending
- * it again, or undefined to let the client have the refusal. `attempt` is the one that was refused.
- */
-export type RetryPolicy = (call: Call, answer: UpstreamAnswer, attempt: number) => number | undefined;
+/** How a started call's attempt failed: the provider refused it (a 429, a 5xx), or could not be reached. */
+export type Failure = UpstreamAnswer | { readonly error: unknown };
 
 /**
- * Asked when a started call's attempt failed (a 429, a 5xx, or no answer at all): the
- * route target the call goes to next (the call already moved there), or undefined to keep
- * it where it is (a 429 is then retried in place, as the retry policy says).
+ * Asked when a started call's attempt failed (a 429, a 5xx, or no answer at all), in the
+ * features' order, until one decides: `reroute` (send it to another route target at once)
+ * or `wait` (send it again after `ms`, a 429's retry-after); undefined leaves it to the
+ * next (and, when none decides, the client gets the failure). `attempt` is the one that failed.
  */
-export type Reroute = (
+export type AfterFailure = (
   call: Call,
-  failure: { statusCode: number } | { error: unknown },
-) => RouteChoice | undefined;
+  failure: Failure,
+  attempt: number,
+) => Extract<Amendment, { kind: "reroute" | "wait" }> | undefined;
 
 /** Told once a call is over, however it ended (answered, refused, abandoned). */
 export type OnCallEnd = (call: Call) => void;
 
-/** The two decision points of the pipeline, filled by feature plugins, and what follows an outcome. */
+/**
+ * The pipeline's decision points, filled by the features in their declared order
+ * (pipeline/order.ts), what follows an outcome, and the waiting the pipeline offers them.
+ */
 export class PipelineHooks {
+  /** Before the call is recorded and forwarded, in order: routing, pricing, prediction, budgets. */
   readonly beforeForward: BeforeForward[] = [];
+  /** Last before the start is appended: the holds (a held run's call parks here). */
+  readonly beforeStart: BeforeForward[] = [];
   readonly beforeDeliver: BeforeDeliver[] = [];
   readonly afterOutcome: AfterOutcome[] = [];
   readonly upstreamAnswered: OnUpstreamAnswer[] = [];
+  /** Where a failed attempt goes next (routing), or how long until it is sent again (prediction). */
+  readonly afterFailure: AfterFailure[] = [];
   readonly callEnded: OnCallEnd[] = [];
-  /** The one policy for sending a refused call again (rate-limit prediction sets it). */
-  retry: RetryPolicy | undefined;
-  /** Where a failed attempt goes next (routing sets it). */
-  reroute: Reroute | undefined;
 
-  async forward(call: Call): Promise<Verdict> {
-    let confirm = false;
-    for (const hook of this.beforeForward) {
-      const verdict = await hook(call);
-      if (verdict.kind === "confirm") confirm = true;
-      else if (verdict.kind !== "continue") return verdict;
-    }
-    return confirm ? CONFIRM : CONTINUE;
-  }
+  /** Waiting in place, parking and following a run's state, with keepalives: what features wait with. */
+  constructor(readonly waiting: Waiting) {}
 
   outcome(
     call: Call,
@@ -168,14 +219,26 @@ export class PipelineHooks {
     for (const hook of this.upstreamAnswered) hook(call, answer);
   }
 
+  failed(
+    call: Call,
+    failure: Failure,
+    attempt: number,
+  ): Extract<Amendment, { kind: "reroute" | "wait" }> | undefined {
+    for (const hook of this.afterFailure) {
+      const amendment = hook(call, failure, attempt);
+      if (amendment !== undefined) return amendment;
+    }
+    return undefined;
+  }
+
   ended(call: Call): void {
     for (const hook of this.callEnded) hook(call);
   }
 
-  async deliver(call: Call, answer: Answer): Promise<Verdict> {
+  async deliver(call: Call, answer: Answer): Promise<Amendment> {
     for (const hook of this.beforeDeliver) {
-      const verdict = await hook(call, answer);
-      if (verdict.kind !== "continue") return verdict;
+      const amendment = await hook(call, answer);
+      if (amendment.kind !== "continue") return amendment;
     }
     return CONTINUE;
   }

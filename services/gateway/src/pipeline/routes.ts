@@ -1,6 +1,7 @@
 import { type ApiShape, openAIChatShape, SHAPES } from "@holdfast/providers";
 import type { FastifyInstance } from "fastify";
 import { handleCall, type PipelineDeps } from "./call.js";
+import { finishDeps } from "./finish.js";
 import { PipelineHooks, shared } from "./hooks.js";
 
 declare module "fastify" {
@@ -13,10 +14,12 @@ declare module "fastify" {
 /** One route per API shape, all through the one pipeline; `app.pipeline` takes the features' hooks. */
 export function pipelineRoutes(deps: PipelineDeps) {
   return shared(async (app: FastifyInstance) => {
-    app.decorate("pipeline", new PipelineHooks());
+    const hooks = new PipelineHooks(deps.waiting);
+    app.decorate("pipeline", hooks);
+    const finishing = finishDeps(deps, hooks);
     for (const shape of SHAPES) {
       app.post(shape.path, { config: { shape } }, (request, reply) =>
-        handleCall(shape, app.pipeline, deps, request, reply),
+        handleCall(shape, hooks, deps, finishing, request, reply),
       );
     }
   });

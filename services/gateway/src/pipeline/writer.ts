@@ -1,12 +1,24 @@
 import type { ServerResponse } from "node:http";
 import { formatSseComment, type SseEvent, type StreamSoFar } from "@holdfast/providers";
 
+/** What answering a call needs of its client's side (finish answers through it). */
+export interface ClientSide {
+  /** The provider's events the client has been sent: what an event of the gateway's own follows. */
+  readonly streamed: StreamSoFar;
+  /** The status line and headers have been sent: the answer's status can no longer change. */
+  readonly headersSent: boolean;
+  /** A whole answer at once. */
+  send(status: number, headers: Record<string, string | string[]>, body: Buffer | string): void;
+  /** Ends the answer, with a last piece. */
+  end(text?: string): void;
+}
+
 /**
  * The client's side of one call. It knows whether the status line is out yet, so a call
  * can be parked (SSE keepalives, 1xx interim responses) before the provider's own status
  * is known, and answered however it ends.
  */
-export class ResponseWriter {
+export class ResponseWriter implements ClientSide {
   #streamed: StreamSoFar = { events: 0, last: undefined };
 
   constructor(private readonly res: ServerResponse) {}

@@ -45,7 +45,7 @@ export class Checkpoints {
       const ceiling: Ceiling = { sinceMs: predicted.sinceMs, maxWaitMs: this.options.maxWaitMs };
       predicted.ceiling = setTimeout(
         () => {
-          call.giveUp.abort(waitedTooLong(Math.max(0, decision.untilMs - clock())));
+          call.cancel({ kind: "gave_up", error: waitedTooLong(Math.max(0, decision.untilMs - clock())) });
         },
         ceilingLeftMs(clock(), ceiling),
       );
@@ -61,7 +61,7 @@ export class Checkpoints {
       callModel: call.view.model,
       prediction,
     };
-    return { kind: "trip", trip, action: "hold" };
+    return { kind: "park", trip, action: "hold" };
   }
 
   /**

@@ -4,8 +4,8 @@ import { decide } from "@holdfast/predict";
 import { CompactionMode } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
 import { Compactor, type SummaryBudget } from "../compaction/compactor.js";
-import { type ParkingOptions, pause } from "../hold/park.js";
-import type { Call, UpstreamAnswer } from "../pipeline/hooks.js";
+import type { Amendment, Call, UpstreamAnswer } from "../pipeline/hooks.js";
+import { pause, type WaitingOptions } from "../pipeline/wait.js";
 import type { Key, Keys } from "./key.js";
 import { summaryMaxInputTokens, summaryNeed, summaryStep } from "./policy.js";
 
@@ -17,7 +17,7 @@ export interface CompactingOptions {
   maxWaitMs: number;
   clock: () => number;
   /** How a summary call waits for its window: in place, with the keepalives of a parked call. */
-  waiting: Pick<ParkingOptions, "keepaliveMs" | "keepalive1xx" | "shutdown">;
+  waiting: Pick<WaitingOptions, "keepaliveMs" | "keepalive1xx" | "shutdown">;
   /** Longest a compaction's summary call may take. */
   summaryTimeoutMs: number;
   /** The most of a summary model's answer read (gateway.max_answer_bytes). */
@@ -62,19 +62,22 @@ export class Compacting {
 
   /**
    * A compacted run's call goes compacted the same way; and the first call after an
-   * operator's resume --compact compacts the run's conversation as asked.
+   * operator's resume --compact compacts the run's conversation as asked (when asked
+   * again, once the body the recorded compactions make is sent). The body to send
+   * instead, as the pipeline's rewrite; undefined when the call goes as it is.
    */
-  async asRecorded(call: Call): Promise<void> {
+  async asRecorded(call: Call): Promise<Rewrite | undefined> {
     const state = this.options.ledger.cached(call.run.runId);
-    if (state === undefined) return;
-    this.compactor.applyRecorded(call, state.compactions);
+    if (state === undefined) return undefined;
+    const recorded = this.compactor.applyRecorded(call, state.compactions);
+    if (recorded !== undefined) return { kind: "rewrite", body: recorded };
     const asked = state.compactNext;
     if (
       (asked !== CompactionMode.COMPACTION_MODE_TRUNCATE &&
         asked !== CompactionMode.COMPACTION_MODE_SUMMARIZE) ||
       this.tried.has(call)
     )
-      return;
+      return undefined;
     this.tried.add(call);
     const outcome = await this.compactor.compact(
       call,
@@ -82,16 +85,19 @@ export class Compacting {
       "operator",
       this.summaryBudget(call, this.options.keys.of(call), this.options.clock()),
     );
+    if (outcome.kind === "compacted") return { kind: "rewrite", body: outcome.body, json: outcome.json };
     if (outcome.kind === "failed") warnFailed(call, outcome.error);
+    return undefined;
   }
 
   /**
    * The overflow wall: with predict.compaction on, a call too large for its key's whole
-   * window goes on with its conversation compacted, if that makes it fit. True when it was
-   * compacted (and is to be decided again).
+   * window goes on with its conversation compacted, if that makes it fit. The body to send
+   * instead (the call is then decided again), as the pipeline's rewrite; undefined when it
+   * was not compacted.
    */
-  async atWall(call: Call, key: Key, sinceMs: number): Promise<boolean> {
-    if (this.atTheWall === undefined || this.tried.has(call)) return false;
+  async atWall(call: Call, key: Key, sinceMs: number): Promise<Rewrite | undefined> {
+    if (this.atTheWall === undefined || this.tried.has(call)) return undefined;
     this.tried.add(call);
     const outcome = await this.compactor.compact(
       call,
@@ -99,9 +105,9 @@ export class Compacting {
       "too_large",
       this.summaryBudget(call, key, sinceMs),
     );
-    if (outcome.kind === "compacted") return true;
+    if (outcome.kind === "compacted") return { kind: "rewrite", body: outcome.body, json: outcome.json };
     if (outcome.kind === "failed") warnFailed(call, outcome.error);
-    return false;
+    return undefined;
   }
 
   /**
@@ -133,6 +139,9 @@ export class Compacting {
     };
   }
 }
+
+/** A body to send instead, as the pipeline applies it. */
+type Rewrite = Extract<Amendment, { kind: "rewrite" }>;
 
 function warnFailed(call: Call, error: unknown): void {
   call.request.log.warn({ err: error, runId: call.run.runId }, "could not summarize the run's conversation");

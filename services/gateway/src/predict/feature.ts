@@ -6,14 +6,8 @@ import { type Decision, decide, type Figures, type Need, readRateLimits } from "
 import { type Envelope, PredictAction } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
 import { ShuttingDownError } from "../errors.js";
-import { pause, pauseUntil } from "../hold/park.js";
-import {
-  type Call,
-  CONTINUE,
-  type GatewayFeature,
-  type UpstreamAnswer,
-  type Verdict,
-} from "../pipeline/hooks.js";
+import type { Call, GatewayFeature, UpstreamAnswer, Verdict } from "../pipeline/hooks.js";
+import { pause, pauseUntil } from "../pipeline/wait.js";
 import type { Room } from "../routing/router.js";
 import { Checkpoints } from "./checkpoint.js";
 import { Compacting } from "./compacting.js";
@@ -108,6 +102,11 @@ export function predictFeature(options: PredictFeatureOptions): {
   const estimates = new Estimates(config, options.log);
   const keys = new Keys(config);
   const calls = new WeakMap<Call, Predicted>();
+  // A call asked again once its body was compacted keeps when it arrived and what it waited.
+  const resumed = new WeakMap<
+    Call,
+    { sinceMs: number; waited: { ms: number; figures: Figures | undefined } }
+  >();
   const readings = new Readings({
     keys,
     appendKeyEvent: (keyId, envelope) => options.keyEvents.appendKeyEvent(keyId, envelope),
@@ -205,19 +204,21 @@ export function predictFeature(options: PredictFeatureOptions): {
     clearTimeout(predicted.ceiling);
     predicted.ceiling = undefined;
     predicted.key.window.reserve(call, predicted.need, nowMs);
-    call.prediction = predictionOf(
+    const prediction = predictionOf(
       waited.ms > 0 ? PredictAction.PREDICT_ACTION_WAIT : PredictAction.PREDICT_ACTION_CONTINUE,
       predicted.key.keyId,
       waited.figures ?? figures,
       predicted,
       { waitedMs: waited.ms, resumeAtMs: 0 },
     );
-    return CONTINUE;
+    return { kind: "continue", notes: { prediction } };
   };
 
   const beforeForward = async (call: Call): Promise<Verdict> => {
     const key = predictedOf(call)?.key ?? keys.of(call);
-    const sinceMs = calls.get(call)?.sinceMs ?? clock();
+    const carried = resumed.get(call);
+    resumed.delete(call);
+    const sinceMs = calls.get(call)?.sinceMs ?? carried?.sinceMs ?? clock();
     const ceiling: Ceiling = { sinceMs, maxWaitMs };
     const priority = priorityOf(
       call.request.headers["x-holdfast-priority"],
@@ -225,10 +226,19 @@ export function predictFeature(options: PredictFeatureOptions): {
       config.priority_by_tag,
     );
     if (typeof priority !== "number") return refuse(priority);
-    await compacting.asRecorded(call);
     // How long the call has waited, and why: the figures of the decision to wait, not
     // those of the one that let it go.
-    const waited: { ms: number; figures: Figures | undefined } = { ms: 0, figures: undefined };
+    const waited: { ms: number; figures: Figures | undefined } = carried?.waited ?? {
+      ms: 0,
+      figures: undefined,
+    };
+    // Sent compacted (as recorded, or as an operator asked): the pipeline rewrites the body
+    // and asks again for the call as it now is.
+    const recorded = await compacting.asRecorded(call);
+    if (recorded !== undefined) {
+      resumed.set(call, { sinceMs, waited });
+      return recorded;
+    }
     // The fleet's window decides while its coordinator answers; this gateway alone when not.
     let sharing = options.shared !== undefined;
     let probed = false;
@@ -267,7 +277,13 @@ export function predictFeature(options: PredictFeatureOptions): {
         decision = decideFor(call, predicted, nowMs);
       }
       calls.set(call, predicted);
-      if (decision.action === "too_large" && (await compacting.atWall(call, key, sinceMs))) continue;
+      if (decision.action === "too_large") {
+        const compacted = await compacting.atWall(call, key, sinceMs);
+        if (compacted !== undefined) {
+          resumed.set(call, { sinceMs, waited });
+          return compacted;
+        }
+      }
       if (sharing && options.shared !== undefined) {
         const answer = await options.shared.decide({
           keyId: key.keyId,
@@ -406,7 +422,13 @@ export function predictFeature(options: PredictFeatureOptions): {
   const feature: GatewayFeature = async (app) => {
     app.pipeline.beforeForward.push(beforeForward);
     app.pipeline.upstreamAnswered.push(onAnswer);
-    app.pipeline.retry = retryAfter;
+    // After routing had its say (a routed call goes to the next target at once), a 429 is
+    // sent again after its wait.
+    app.pipeline.afterFailure.push((call, failure, attempt) => {
+      if (!("statusCode" in failure) || failure.statusCode !== 429) return undefined;
+      const ms = retryAfter(call, failure, attempt);
+      return ms === undefined ? undefined : { kind: "wait", ms };
+    });
     app.pipeline.afterOutcome.push((call, _cost, observedOutcome) => {
       const predicted = calls.get(call);
       if (predicted === undefined) return;

@@ -12,6 +12,7 @@ import {
 } from "../errors.js";
 import type { Admission } from "../hold/admission.js";
 import type { Parkable } from "../hold/park.js";
+import type { Cancellation } from "../pipeline/hooks.js";
 import { ResponseWriter } from "../pipeline/writer.js";
 import { forwardHeaders, isTimeout, returnHeaders, type Upstreams } from "../upstream/upstream.js";
 import { callsModelUnmetered, type NamedRun, spendsNothing } from "./govern.js";
@@ -54,12 +55,11 @@ export function passthrough(deps: PassthroughDeps) {
     app.all("/v1/*", deny, async (request, reply) => {
       const abort = new AbortController();
       reply.raw.on("close", () => {
-        if (!reply.raw.writableFinished) abort.abort();
+        if (!reply.raw.writableFinished) abort.abort(CLIENT_GONE);
       });
       // A call that cannot spend (a read, a cancel, a token count) goes on whatever its run.
       const run = spendsNothing(request.method, pathOf(request)) ? undefined : deps.runOf(request);
-      if (run !== undefined && !(await admitted(run, request, reply, abort.signal, deps.admission)))
-        return reply;
+      if (run !== undefined && !(await admitted(run, request, reply, abort, deps.admission))) return reply;
       const body = Buffer.isBuffer(request.body) && request.body.length > 0 ? request.body : undefined;
       const upstream = deps.upstreams.forPassthrough(request.url, request.headers);
       let response: Awaited<ReturnType<typeof upstream.request>>;
@@ -96,7 +96,8 @@ async function admitted(
   run: NamedRun,
   request: FastifyRequest,
   reply: FastifyReply,
-  clientGone: AbortSignal,
+  /** The call's cancellation: aborted when the client leaves (or the gateway shuts down while it is parked). */
+  cancellation: AbortController,
   admission: PassthroughDeps["admission"],
 ): Promise<boolean> {
   const labels: RunLabels = { tag: run.tag, tenant: run.tenant };
@@ -123,8 +124,8 @@ async function admitted(
       upstreamBody: Buffer.isBuffer(request.body) ? request.body : undefined,
       request,
       writer: new ResponseWriter(reply.raw),
-      clientGone,
-      giveUp: new AbortController(),
+      signal: cancellation.signal,
+      cancel: (reason) => cancellation.abort(reason),
     };
     const how = await admission.park(parkable, labels);
     if (how === "client_gone") return false;
@@ -133,6 +134,8 @@ async function admitted(
     // Released: the run may have been held again before this call goes on.
   }
 }
+
+const CLIENT_GONE: Cancellation = Object.freeze({ kind: "client_gone" });
 
 /** The request's path, without its query. */
 function pathOf(request: FastifyRequest): string {

@@ -1,6 +1,13 @@
 import { ANTHROPIC_HEADERS, OPENAI_HEADERS, readRateLimits } from "@holdfast/predict";
 import { type RouteChoice, RouteReason, RouteStanding } from "@holdfast/proto";
-import { type Call, CONTINUE, type GatewayFeature, type UpstreamAnswer } from "../pipeline/hooks.js";
+import {
+  type Amendment,
+  type Call,
+  CONTINUE,
+  type Destination,
+  type GatewayFeature,
+  type UpstreamAnswer,
+} from "../pipeline/hooks.js";
 import type { Upstreams } from "../upstream/upstream.js";
 import type { Choice, Reason, Room, Route, Router, RouteTarget, Standing } from "./router.js";
 
@@ -48,34 +55,31 @@ export function routingFeature(options: RoutingFeatureOptions): GatewayFeature {
       });
     };
 
-  /** Moves the call to a target: its upstream, its model in the body, its key. */
-  const moveTo = (call: Call, state: Routed, choice: Choice): RouteChoice => {
+  /** Where the call goes at a target: its upstream, its model, its key (the pipeline moves it there). */
+  const destination = (call: Call, state: Routed, choice: Choice): Destination => {
     const { target } = choice;
     const upstream = upstreams.at(target.baseUrl);
     state.target = target;
-    call.upstream = upstream;
-    call.upstreamOrigin = upstream.origin;
-    call.model = target.model;
-    // From the body as it is now (a compaction may have made it smaller), its model the target's.
-    call.upstreamBody = withModel(call.upstreamBody, target.model);
-    call.secrets = target.key === undefined ? state.secrets : [target.key, ...state.secrets];
-    call.credentialHeaders =
-      target.key === undefined
-        ? undefined
-        : call.shape.family === "anthropic"
-          ? { "x-api-key": target.key }
-          : { authorization: `Bearer ${target.key}` };
-    const recorded = choiceOf(state.route, choice, upstream.origin);
-    call.route = {
-      choice: recorded,
-      answerModel:
-        state.route.exposeModel || target.model === state.route.alias ? undefined : state.route.alias,
+    return {
+      upstream,
+      model: target.model,
+      secrets: target.key === undefined ? state.secrets : [target.key, ...state.secrets],
+      credentialHeaders:
+        target.key === undefined
+          ? undefined
+          : call.shape.family === "anthropic"
+            ? { "x-api-key": target.key }
+            : { authorization: `Bearer ${target.key}` },
+      route: {
+        choice: choiceOf(state.route, choice, upstream.origin),
+        answerModel:
+          state.route.exposeModel || target.model === state.route.alias ? undefined : state.route.alias,
+      },
     };
-    return recorded;
   };
 
   return async (app) => {
-    app.pipeline.beforeForward.push((call) => {
+    app.pipeline.beforeForward.push((call): Amendment => {
       const route = router.route(call.view.model);
       if (route === undefined) return CONTINUE;
       let state = routed.get(call);
@@ -90,15 +94,14 @@ export function routingFeature(options: RoutingFeatureOptions): GatewayFeature {
       }
       // Again after a park: the windows have moved since.
       const choice = router.choose(route, clock(), roomFor(call, state));
-      if (choice !== undefined) moveTo(call, state, choice);
-      return CONTINUE;
+      return choice === undefined ? CONTINUE : { kind: "reroute", to: destination(call, state, choice) };
     });
     app.pipeline.upstreamAnswered.push((call: Call, answer: UpstreamAnswer) => {
       const state = routed.get(call);
       if (state === undefined) return;
       router.answered(state.target, answer.statusCode, clock(), waitNamed(call, answer, clock()));
     });
-    app.pipeline.reroute = (call, failure) => {
+    app.pipeline.afterFailure.push((call, failure) => {
       const state = routed.get(call);
       if (state === undefined) return undefined;
       const nowMs = clock();
@@ -107,7 +110,7 @@ export function routingFeature(options: RoutingFeatureOptions): GatewayFeature {
       const choice = router.choose(state.route, nowMs, roomFor(call, state), state.tried);
       if (choice === undefined) return undefined;
       const from = state.target;
-      const recorded = moveTo(call, state, choice);
+      const to = destination(call, state, choice);
       call.request.log.info(
         {
           alias: state.route.alias,
@@ -117,20 +120,9 @@ export function routingFeature(options: RoutingFeatureOptions): GatewayFeature {
         },
         "route target failed the call: sent to the next",
       );
-      return recorded;
-    };
+      return { kind: "reroute", to };
+    });
   };
-}
-
-/** The body with another model asked for (the body as it was if it is no JSON object). */
-function withModel(body: Buffer, model: string): Buffer {
-  try {
-    const value = JSON.parse(body.toString("utf8")) as unknown;
-    if (value === null || typeof value !== "object" || Array.isArray(value)) return body;
-    return Buffer.from(JSON.stringify({ ...(value as object), model }));
-  } catch {
-    return body;
-  }
 }
 
 /** How long a 429 asked to wait: its retry-after, or the reset of the dimension it spent; undefined when unsaid. */
