@@ -121,7 +121,9 @@ export async function handleCall(
   } catch (error) {
     ending = refused(asGatewayError(error, call));
   }
-  await finish(call, ending, finishing);
+  // Most endings finish at once; a whole answer may wait for the decision before delivery.
+  const delivering = finish(call, ending, finishing);
+  if (delivering !== undefined) await delivering;
 }
 
 function parseJson(raw: Buffer | undefined, maxDepth: number): unknown {

@@ -126,27 +126,49 @@ export interface FinishDeps<C extends Finishing> {
  * reset midway, a client gone, a stopped run, a refusal, a parked call dropped, the
  * gateway shutting down, a give-up after retries. A second finish of the same call does nothing.
  */
-export async function finish<C extends Finishing>(
+export function finish<C extends Finishing>(
   call: C,
   ending: Ending,
   deps: FinishDeps<C>,
-): Promise<void> {
-  if (call.finished) return;
+): Promise<void> | undefined {
+  if (call.finished) return undefined;
   call.finished = true;
   try {
-    let reply = ending.reply;
     const outcome = ending.outcome;
     if (outcome !== undefined) {
       record(call, outcome, deps);
-      if (outcome.kind === "completed") {
-        if (deps.hooks.beforeDeliver.length > 0) {
-          const decided = await deps.hooks.deliver(call, outcome.answer);
-          if (decided.kind === "refuse") reply = { kind: "error", error: decided.error };
-        }
-        if (reply.kind !== "error" && deps.shared(call.run.runId)) await outcomeOnItsWay(deps);
+      // A whole answer waits for the decision before delivery, and on a run another gateway
+      // serves, for its outcome to be on its way; any other ending is answered at once.
+      if (
+        outcome.kind === "completed" &&
+        (deps.hooks.beforeDeliver.length > 0 || deps.shared(call.run.runId))
+      ) {
+        return delivered(call, outcome.answer, ending.reply, deps);
       }
     }
-    answer(call, reply);
+    answer(call, ending.reply);
+  } catch (error) {
+    answer(call, { kind: "error", error: asGatewayError(error, call) });
+  }
+  deps.hooks.ended(call);
+  return undefined;
+}
+
+/** Delivers a whole answer once the features before delivery let it go (or answers their refusal). */
+async function delivered<C extends Finishing>(
+  call: C,
+  whole: Answer,
+  reply: Reply,
+  deps: FinishDeps<C>,
+): Promise<void> {
+  try {
+    let decided = reply;
+    if (deps.hooks.beforeDeliver.length > 0) {
+      const amendment = await deps.hooks.deliver(call, whole);
+      if (amendment.kind === "refuse") decided = { kind: "error", error: amendment.error };
+    }
+    if (decided.kind !== "error" && deps.shared(call.run.runId)) await outcomeOnItsWay(deps);
+    answer(call, decided);
   } catch (error) {
     answer(call, { kind: "error", error: asGatewayError(error, call) });
   } finally {
