@@ -191,4 +191,16 @@ describe("admit: features' amendments, applied in their order", () => {
     expect(ending.reply).toMatchObject({ kind: "error", error: { status: 503 } });
     expect(appended).toEqual([]);
   });
+
+  it("a call cancelled by a shutdown while a feature waited is not started, even when the feature went on", async () => {
+    const { deps, appended, hooks } = depsOf();
+    const call = callOf({ model: "m", messages: [] });
+    hooks.beforeForward.push(() => {
+      call.cancel({ kind: "shutdown" });
+      return CONTINUE;
+    });
+    const ending = (await admit(call, hooks, deps)) as Ending;
+    expect(ending.reply).toMatchObject({ kind: "error", error: { status: 503 } });
+    expect(appended).toEqual([]);
+  });
 });

@@ -78,6 +78,10 @@ export async function admit(
       if (ending !== undefined) return ending;
       continue;
     }
+    // Cancelled while a feature waited (the gateway shutting down, a feature giving up), and
+    // gone on all the same: nothing is started. (A client gone is started and recorded as
+    // aborted, as the attempt it cancels says.)
+    if (call.cancelled !== undefined && call.cancelled.kind !== "client_gone") return cancelled(call);
     if (!deps.logConnected()) return refused(logUnavailable());
     const started = startResult(
       call,
