@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { UnpricedModelError } from "../errors.js";
 import type { ResolvedRun } from "../identify/resolve.js";
 import type { Upstream } from "../upstream/upstream.js";
-import { admit } from "./admit.js";
+import { admit, MAX_REWRITES } from "./admit.js";
 import { RequestBody } from "./body.js";
 import type { PipelineDeps } from "./call.js";
 import type { Ending } from "./finish.js";
@@ -162,6 +162,31 @@ describe("admit: features' amendments, applied in their order", () => {
     expect(parked()).toBe(1);
     expect(appended.map((command) => command.type)).toEqual(["TripRun", "StartStep"]);
     expect(appended[0]).toMatchObject({ action: "hold" });
+  });
+
+  it("a feature that rewrites the body for ever is asked a bounded number of times, and the call goes on", async () => {
+    const { deps, appended, hooks } = depsOf();
+    let asked = 0;
+    let after = 0;
+    // A compaction whose result keeps matching what it compacts: each rewrite asks it again.
+    hooks.beforeForward.push((call) => {
+      asked += 1;
+      const messages = (call.body.value as { messages: unknown[] }).messages;
+      return { kind: "rewrite", body: { model: "gpt-4o", messages: messages.slice(1) } };
+    });
+    hooks.beforeForward.push(() => {
+      after += 1;
+      return CONTINUE;
+    });
+    const messages = Array.from({ length: 20 }, (_, i) => ({ role: "user", content: `turn ${i}` }));
+    const call = callOf({ model: "gpt-4o", messages });
+    const admitted = await admit(call, hooks, deps);
+    expect("started" in admitted).toBe(true);
+    expect(asked).toBe(MAX_REWRITES + 1);
+    expect(after).toBe(1);
+    // The rewrites applied, and no more: the body sent is the fourth.
+    expect(JSON.parse(call.upstreamBody.toString()).messages).toHaveLength(20 - MAX_REWRITES);
+    expect(appended.map((c) => c.type)).toEqual(["StartStep"]);
   });
 
   it("a refusal ends the call before anything is appended, and no later feature is asked", async () => {

@@ -103,10 +103,18 @@ export async function admit(
 }
 
 /**
+ * Rewrites of one call's body that ask the feature again, per decision: past them the
+ * feature's rewrite is not applied and the next feature is asked. A feature that rewrites
+ * for ever (a compaction that keeps matching the body it made) would otherwise hold the
+ * event loop: every turn is a microtask.
+ */
+export const MAX_REWRITES = 4;
+
+/**
  * Asks these features in order, applying each amendment: a reroute or a note for the start
- * goes on to the next feature; a rewrite, or a wait once waited, asks the same one again;
- * a refusal ends the call; a park stops the asking. A feature that decides at once is not
- * awaited.
+ * goes on to the next feature; a rewrite (at most MAX_REWRITES), or a wait once waited,
+ * asks the same one again; a refusal ends the call; a park stops the asking. A feature that
+ * decides at once is not awaited.
  */
 async function decide(
   call: CallState,
@@ -114,6 +122,7 @@ async function decide(
   deps: PipelineDeps,
 ): Promise<Decided> {
   let confirm = false;
+  let rewrites = 0;
   for (let i = 0; i < features.length; ) {
     const asked = features[i]!(call);
     const amendment: Amendment = asked instanceof Promise ? await asked : asked;
@@ -129,6 +138,11 @@ async function decide(
         i += 1;
         break;
       case "rewrite":
+        if (rewrites >= MAX_REWRITES) {
+          i += 1;
+          break;
+        }
+        rewrites += 1;
         call.rewrite(amendment.body, amendment.json);
         break;
       case "wait": {

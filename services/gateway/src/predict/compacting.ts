@@ -41,6 +41,8 @@ export class Compacting {
     | undefined;
   // Calls a compaction was tried for (once a call).
   private readonly tried = new WeakSet<Call>();
+  /** Calls the run's recorded compactions were applied to (once each). */
+  private readonly recordedApplied = new WeakSet<Call>();
 
   constructor(private readonly options: CompactingOptions) {
     const { config } = options;
@@ -69,8 +71,14 @@ export class Compacting {
   async asRecorded(call: Call): Promise<Rewrite | undefined> {
     const state = this.options.ledger.cached(call.run.runId);
     if (state === undefined) return undefined;
-    const recorded = this.compactor.applyRecorded(call, state.compactions);
-    if (recorded !== undefined) return { kind: "rewrite", body: recorded };
+    // Once per call: applied again to the body they made, the recorded compactions could
+    // keep matching (a summary that reads like the message it replaced; an agent that
+    // repeats a turn) and strip what the agent sent anew.
+    if (!this.recordedApplied.has(call)) {
+      this.recordedApplied.add(call);
+      const recorded = this.compactor.applyRecorded(call, state.compactions);
+      if (recorded !== undefined) return { kind: "rewrite", body: recorded };
+    }
     const asked = state.compactNext;
     if (
       (asked !== CompactionMode.COMPACTION_MODE_TRUNCATE &&
