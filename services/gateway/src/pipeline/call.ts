@@ -87,13 +87,23 @@ export async function handleCall(
   if (view.model.length > EVENT_BOUNDS.modelChars) {
     throw new FieldTooLongError("model", view.model.length, EVENT_BOUNDS.modelChars);
   }
+  // The client going away cancels everything done on its behalf: the upstream attempt in
+  // flight directly, and whoever listens on the call's signal. Listened for before the run
+  // is identified (a read of the log or of a bucket): a client gone meanwhile is gone.
+  let call: CallState | undefined;
+  let left = false;
+  reply.raw.on("close", () => {
+    if (reply.raw.writableFinished) return;
+    left = true;
+    call?.clientGone();
+  });
   const run = await deps.resolveRun(
     new RequestHeaders(request.raw.rawHeaders),
     value,
     view,
     request.keyTenant,
   );
-  const call = new CallState(
+  call = new CallState(
     shape,
     view,
     run,
@@ -106,11 +116,7 @@ export async function handleCall(
     t0,
     raw.length,
   );
-  // The client going away cancels everything done on its behalf: the upstream attempt in
-  // flight directly, and whoever listens on the call's signal.
-  reply.raw.on("close", () => {
-    if (!reply.raw.writableFinished) call.clientGone();
-  });
+  if (left) call.clientGone();
   // From here the gateway writes the answer itself (a held call gets keepalives before
   // anything else), so every ending is answered by finish, in the call's API's shape.
   reply.hijack();
