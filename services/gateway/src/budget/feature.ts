@@ -54,7 +54,8 @@ export function budgetFeature(options: BudgetFeatureOptions): {
 } {
   const leases = new Map<string, LocalLease>();
   const pending = new Map<string, Promise<LocalLease | Trip>>();
-  const byCall = new WeakMap<Call, LocalLease[]>();
+  // Each call's reservation: the slices it came out of, and how much it took of each.
+  const byCall = new WeakMap<Call, { leases: LocalLease[]; need: number }>();
 
   /** A slice covering `need` on one budget: the current one, or a new one (one request at a time). */
   const sliceFor = async (key: string, need: number): Promise<LocalLease | Trip> => {
@@ -123,7 +124,9 @@ export function budgetFeature(options: BudgetFeatureOptions): {
 
   const feature: GatewayFeature = async (app) => {
     app.pipeline.beforeForward.push(async (call): Promise<Amendment> => {
-      byCall.delete(call);
+      // Asked again for the same call (parked then released, a run busy, a rewrite): what
+      // the last asking reserved goes back first, or it would count twice.
+      giveBack(call);
       const keys = options.keysFor(call.run.tag || options.ledger.cached(call.run.runId)?.tag || "");
       if (keys.length === 0) return CONTINUE;
       // The operator set this window's limits: budgets do not hold it until the next.
@@ -140,7 +143,7 @@ export function budgetFeature(options: BudgetFeatureOptions): {
         taken.push(slice);
         refreshIfLow(key, slice, need);
       }
-      byCall.set(call, taken);
+      byCall.set(call, { leases: taken, need });
       return { kind: "continue", notes: { budgetLeases: taken.map((lease) => lease.leaseId) } };
     });
     // What the call really cost replaces its reservation in the slice it came out of.
@@ -148,10 +151,20 @@ export function budgetFeature(options: BudgetFeatureOptions): {
       const taken = byCall.get(call);
       if (taken === undefined) return;
       byCall.delete(call);
-      const actual = cost.known ? cost.nanoUsd : call.reservedNanoUsd;
-      for (const lease of taken) lease.usedNanoUsd += actual - call.reservedNanoUsd;
+      const actual = cost.known ? cost.nanoUsd : taken.need;
+      for (const lease of taken.leases) lease.usedNanoUsd += actual - taken.need;
     });
+    // A call over with no outcome (never started: refused, stopped, left or dropped while
+    // parked) spent nothing: its reservation goes back.
+    app.pipeline.callEnded.push(giveBack);
   };
+
+  function giveBack(call: Call): void {
+    const taken = byCall.get(call);
+    if (taken === undefined) return;
+    byCall.delete(call);
+    for (const lease of taken.leases) lease.usedNanoUsd -= taken.need;
+  }
 
   return {
     feature,
