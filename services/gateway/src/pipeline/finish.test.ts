@@ -346,6 +346,23 @@ describe("finish: the one end of every call", () => {
     for (const command of parts.recorded) expect(JSON.stringify(command)).not.toContain("sk-secret");
   });
 
+  it("a feature whose settlement throws keeps neither the outcome from the log nor the answer from the client", async () => {
+    const client = new Client();
+    const parts = partsOf();
+    const throwing: FinishDeps<TestCall> = {
+      ...parts.deps,
+      hooks: {
+        ...parts.deps.hooks,
+        outcome: () => {
+          throw new Error("a budget's settlement failed");
+        },
+      },
+    };
+    await finish(callOf(client), ENDINGS[0]!.ending(client), throwing);
+    expect(parts.recorded.map((command) => command.type)).toEqual(["CompleteStep"]);
+    expect(client.answers.map((answer) => answer.status)).toEqual([200]);
+  });
+
   it("a held stream's error ends the stream with the API's error event, after what the client has", async () => {
     const client = new Client().streaming();
     await finish(callOf(client), refused(new ShuttingDownError()), partsOf().deps);

@@ -202,12 +202,20 @@ export function asGatewayError(error: unknown, call: Pick<Finishing, "request" |
 function record<C extends Finishing>(call: C, outcome: Outcome, deps: FinishDeps<C>): void {
   const latencyMs = Math.round(performance.now() - call.t0);
   const command = redactSecretsDeep(outcomeCommand(call, outcome, latencyMs, deps), call.secrets);
-  deps.hooks.outcome(call, command.outcome.cost, {
-    usage: command.outcome.usage,
-    latencyMs,
-    status: command.outcome.upstreamStatus,
-  });
+  // Recorded first: a feature's settlement that throws must not keep the outcome from the log.
   deps.record(call, command);
+  try {
+    deps.hooks.outcome(call, command.outcome.cost, {
+      usage: command.outcome.usage,
+      latencyMs,
+      status: command.outcome.upstreamStatus,
+    });
+  } catch (error) {
+    call.request.log.error(
+      { err: error, runId: call.run.runId },
+      "a feature failed to settle a call's outcome",
+    );
+  }
 }
 
 /** Answers the client, however far its answer got (a held stream is already 200). */
