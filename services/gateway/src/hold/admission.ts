@@ -132,11 +132,13 @@ export class Admission {
     // A run whose held answers this process could not all see at start: its fold decides.
     if (state === undefined && this.options.held.uncertain(runId)) return "confirm";
     if (this.ruleMatches(call, state)) return "confirm";
-    // A run this gateway has no state of (another gateway served it, or this one before a
-    // restart) may be at its limit already: under a limit, its start is accepted by the log
-    // (which reads the run) before the call is sent, or the provider would be sent a call
-    // the log then refuses. One wait for an ack, on such a run's first call here only.
-    if (state === undefined) return hasLimits(this.limitsFor(call.run.tag)) ? "confirm" : "go";
+    // A run this gateway has no state of (new, served by another gateway, or by this one
+    // before a restart) may be at a limit already (configured, or its resume's own), in
+    // flight elsewhere under a rule on running runs, or tagged by its first call as a rule
+    // names: its start is accepted by the log (which reads the run) before the call is
+    // sent, or the provider would be sent a call the log then refuses. One wait for an
+    // ack, on such a run's first call here only.
+    if (state === undefined) return "confirm";
     if (this.nearLimit(call, state)) return "confirm";
     return "go";
   }
@@ -325,11 +327,4 @@ export class Admission {
     const next = { model: call.view.model, reservedNanoUsd: call.reservedNanoUsd };
     return headroom(limits, state, next, this.options.clock()).kind !== "room";
   }
-}
-
-/** Whether any per-run limit is set. */
-function hasLimits(limits: ConfiguredLimits): boolean {
-  return (
-    limits.maxCostNanoUsd > 0 || limits.maxSteps > 0 || limits.maxMinutes > 0 || limits.maxTokensPerMinute > 0
-  );
 }
