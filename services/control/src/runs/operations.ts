@@ -416,9 +416,9 @@ export class ControlOperations {
   /**
    * As eachMatching, for a selector that may match thousands of runs (a resume of the
    * fleet): the candidates are read READ_CHUNK at a time in one batched read each
-   * (LogRuns.histories), the next chunk's read overlapping the appends of this one, instead
-   * of one read per run. A run the batched read cannot vouch for (or all of a chunk whose
-   * read failed) is read alone, as eachMatching does.
+   * (LogRuns.histories), CHUNKS_AT_ONCE chunks at once, instead of one read per run. A
+   * run the batched read cannot vouch for (or all of a chunk whose read failed) is read
+   * alone, as eachMatching does.
    */
   private async eachMatchingRead(
     selector: Selector,
@@ -427,24 +427,26 @@ export class ControlOperations {
   ): Promise<AffectedRun[]> {
     const chunks: string[][] = [];
     for (let i = 0; i < candidates.length; i += READ_CHUNK) chunks.push(candidates.slice(i, i + READ_CHUNK));
-    const read = (chunk: readonly string[] | undefined) =>
-      chunk === undefined
-        ? undefined
-        : this.deps.log
-            .histories(chunk.filter((runId) => runIdDefect(runId) === undefined))
-            .catch(() => undefined);
-    const results: AffectedRun[] = [];
-    let reading = read(chunks[0]);
-    for (let i = 0; i < chunks.length; i++) {
-      const histories = await reading;
-      reading = read(chunks[i + 1]);
-      const adopted = new Set<string>();
-      for (const [runId, history] of histories ?? []) {
-        if (this.deps.runs.adopt(runId, history.events, history.lastStreamSequence)) adopted.add(runId);
+    const done: AffectedRun[][] = new Array(chunks.length);
+    let next = 0;
+    // A few chunks at a time: one's read overlaps another's appends, and the appends of
+    // one chunk's last runs do not leave the log idle while the next chunk is read.
+    const worker = async () => {
+      while (next < chunks.length) {
+        const index = next++;
+        const chunk = chunks[index]!;
+        const histories = await this.deps.log
+          .histories(chunk.filter((runId) => runIdDefect(runId) === undefined))
+          .catch(() => undefined);
+        const adopted = new Set<string>();
+        for (const [runId, history] of histories ?? []) {
+          if (this.deps.runs.adopt(runId, history.events, history.lastStreamSequence)) adopted.add(runId);
+        }
+        done[index] = await this.eachMatching(selector, chunk, act, adopted);
       }
-      results.push(...(await this.eachMatching(selector, chunks[i]!, act, adopted)));
-    }
-    return results;
+    };
+    await Promise.all(Array.from({ length: Math.min(CHUNKS_AT_ONCE, chunks.length) }, worker));
+    return done.flat();
   }
 }
 
@@ -453,6 +455,8 @@ const NONE: ReadonlySet<string> = new Set();
 const CONCURRENCY = 128;
 /** Runs read in one batched read by a selector that may match thousands (a resume). */
 const READ_CHUNK = 500;
+/** Chunks of READ_CHUNK runs read and acted on at once. */
+const CHUNKS_AT_ONCE = 4;
 
 function resumeCommand(
   actor: Actor,
