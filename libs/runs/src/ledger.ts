@@ -237,6 +237,7 @@ export class Ledger<State, Command> {
     entry.lastStreamSequence = lastStreamSequence;
     entry.known = true;
     entry.stale = false;
+    this.changed(entry);
     return true;
   }
 
