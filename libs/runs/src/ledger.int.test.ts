@@ -220,6 +220,69 @@ describe("ledger", () => {
   });
 });
 
+describe("ledger adopting a history read in a batch", () => {
+  it("appends after an adopted history without reading the run, and reads it when the log moved on meanwhile", async () => {
+    const elsewhere = runLedger();
+    await elsewhere.execute("adopt-a", labels, { type: "HoldRun", actor: operator, reason: "freeze" });
+    await elsewhere.execute("adopt-a", labels, {
+      type: "ResumeRun",
+      actor: operator,
+      reason: "",
+      onlyIfHeld: true,
+    });
+    await elsewhere.execute("adopt-a", labels, { type: "HoldRun", actor: operator, reason: "freeze" });
+    const history = await bus.readRun("adopt-a");
+    const envelopes = history.events.map((e) => e.envelope);
+
+    const here = runLedger();
+    // Only a history from the first event without a gap is taken.
+    expect(here.adopt("adopt-a", envelopes.slice(1), history.lastStreamSequence)).toBe(false);
+    expect(here.adopt("adopt-a", [], history.lastStreamSequence)).toBe(false);
+    expect(here.adopt("adopt-a", envelopes, history.lastStreamSequence)).toBe(true);
+    expect(here.cached("adopt-a")?.status).toBe(RunStatus.Held);
+    const resumed = await here.execute("adopt-a", labels, {
+      type: "ResumeRun",
+      actor: operator,
+      reason: "thaw",
+      onlyIfHeld: true,
+    });
+    expect(resumed.events.map((e) => e.type)).toEqual(["RunResumed"]);
+
+    // Adopted, then the run moves on elsewhere (held again): the append conflicts, the run
+    // is read, and the command is decided on what the log says.
+    await elsewhere.execute("adopt-b", labels, { type: "HoldRun", actor: operator, reason: "freeze" });
+    const before = await bus.readRun("adopt-b");
+    const late = runLedger();
+    expect(
+      late.adopt(
+        "adopt-b",
+        before.events.map((e) => e.envelope),
+        before.lastStreamSequence,
+      ),
+    ).toBe(true);
+    await elsewhere.execute("adopt-b", labels, {
+      type: "ResumeRun",
+      actor: operator,
+      reason: "x",
+      onlyIfHeld: true,
+    });
+    await elsewhere.execute("adopt-b", labels, { type: "StopRun", actor: operator, reason: "y" });
+    const after = await late.execute("adopt-b", labels, {
+      type: "ResumeRun",
+      actor: operator,
+      reason: "thaw",
+      onlyIfHeld: true,
+    });
+    expect(after.events.map((e) => e.type)).toEqual(["RunResumed"]);
+    expect((await bus.readRun("adopt-b")).events.map((e) => e.envelope.type)).toEqual([
+      "RunHeld",
+      "RunResumed",
+      "RunStopped",
+      "RunResumed",
+    ]);
+  });
+});
+
 describe("ledger on a log holding what it cannot use", () => {
   const garbage = new Uint8Array([0xff, 0xff, 0xff, 0x00, 0x13]);
 

@@ -213,6 +213,35 @@ export class Ledger<State, Command> {
   }
 
   /**
+   * Takes `events` (the aggregate's whole history, in order, from its first event, as a
+   * batched read of many aggregates found it) as what the log holds of it up to stream
+   * sequence `lastStreamSequence`, so a command decided next appends without reading the
+   * aggregate first: an operator acting on thousands of runs at once reads them in a few
+   * requests instead of one each. The next append's expected-sequence check still has the
+   * last word: if the log moved on meanwhile, it fails, and the aggregate is read then.
+   * Ignored (false) unless the events are the aggregate's first ones without a gap (one at
+   * least), and while a command of this process is queued on it or it already knows more.
+   */
+  adopt(id: string, events: readonly StoredEnvelope[], lastStreamSequence: number): boolean {
+    const { aggregate } = this.options;
+    const known = this.entries.get(id);
+    if (known !== undefined && (known.queued > 0 || known.appending > 0)) return false;
+    if (events.length === 0 || (known?.known && known.lastStreamSequence >= lastStreamSequence)) return false;
+    let state = aggregate.initial(id);
+    for (const envelope of events) {
+      if (envelope.sequence !== aggregate.lastSequence(state) + 1) return false;
+      state = aggregate.evolve(state, envelope);
+    }
+    const entry = this.entry(id);
+    entry.state = state;
+    entry.lastStreamSequence = lastStreamSequence;
+    entry.known = true;
+    entry.stale = false;
+    this.changed(entry);
+    return true;
+  }
+
+  /**
    * Takes every aggregate held here to be behind the log: each is read from the last event
    * it knew before it is next decided on or handed out. For when the process starts or
    * stops following every event: what another writer appended just before may have

@@ -9,6 +9,7 @@ import {
   FLEET,
   initialState,
   makeEnvelope,
+  RunHeld,
   type RunState,
   StepCompleted,
   StepStarted,
@@ -383,6 +384,52 @@ function keysOf(value: unknown, at = "$"): string[] {
   if (value === null || typeof value !== "object") return [];
   return Object.entries(value).flatMap(([key, inner]) => [`${at}.${key}`, ...keysOf(inner, `${at}.${key}`)]);
 }
+
+describe("resuming a fleet by selector", () => {
+  it("resumes every held run it matches, each recorded once as the operator's, however many", async () => {
+    // More runs than one batched read takes; one in ten held after two calls of its own (a
+    // history the batched read cannot vouch for, so read alone), the rest held before any.
+    const runIds = Array.from({ length: 1_200 }, (_, i) => `herd-${i}`);
+    await Promise.all(
+      runIds.map(async (runId, i) => {
+        if (i % 10 === 0) {
+          await call(runId, { tag: "herd" });
+          await call(runId, { tag: "herd" });
+        }
+        await gateway.execute(runId, { tag: "herd", tenant: "" }, [
+          { $case: "runHeld", value: RunHeld.fromPartial({ actor: OPERATOR, reason: "freeze" }) },
+        ]);
+      }),
+    );
+    await call("herd-free", { tag: "herd" });
+
+    const resumed = await rest("POST", "/resume", { tag: "herd", reason: "thaw" });
+    expect(resumed.status).toBe(200);
+    const runs = resumed.body.runs as { run_id: string; changed: boolean; status: string }[];
+    expect(runs.map((r) => r.run_id).sort()).toEqual([...runIds].sort());
+    expect(runs.every((r) => r.changed && r.status === "idle")).toBe(true);
+    for (let i = 0; i < runIds.length; i += 100) {
+      const chunk = runIds.slice(i, i + 100);
+      const found = await Promise.all(chunk.map((runId) => payloads(runId, "runResumed")));
+      for (const [j, resumes] of found.entries()) {
+        expect(resumes, chunk[j]).toEqual([
+          expect.objectContaining({
+            actor: OPERATOR,
+            reason: "thaw",
+            selector: expect.objectContaining({ tag: "herd" }),
+          }),
+        ]);
+      }
+    }
+    expect(await payloads("herd-free", "runResumed")).toEqual([]);
+    // Asked again (a retry): nothing is held, nothing more is appended.
+    expect((await rest("POST", "/resume", { tag: "herd", reason: "thaw" })).body).toEqual({
+      runs: [],
+      lifted_rules: [],
+    });
+    expect(await payloads("herd-7", "runResumed")).toHaveLength(1);
+  });
+});
 
 describe("REST answers", () => {
   it("are snake_case throughout, the run folded from the log (GET runs/:id) as much as the listed rows", async () => {

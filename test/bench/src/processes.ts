@@ -18,6 +18,8 @@ export interface UpFile {
   /** host:port of the durable-run API (holdfast.v1.Runs). */
   schedulerGrpc: string;
   schedulerUrl: string;
+  /** The control API's origin (REST under /holdfast/v1). */
+  controlUrl: string;
 }
 
 /**
@@ -26,6 +28,12 @@ export interface UpFile {
  */
 export function readerHeaders(dataDir: string): Record<string, string> {
   const token = readFileSync(join(dataDir, "credentials", "read.token"), "utf8").trim();
+  return { authorization: `Bearer ${token}` };
+}
+
+/** What an operator sends to change runs through the control API: its control token. */
+export function controlHeaders(dataDir: string): Record<string, string> {
+  const token = readFileSync(join(dataDir, "credentials", "control.token"), "utf8").trim();
   return { authorization: `Bearer ${token}` };
 }
 

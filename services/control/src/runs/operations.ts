@@ -13,6 +13,7 @@ import {
   type RunState,
   RunStatus,
   type RunView,
+  runIdDefect,
   type Selector,
   sameSelector,
   type WindowLimits,
@@ -174,8 +175,8 @@ export class ControlOperations {
       const inForce = added.state.rules.get(ruleId);
       rule = inForce === undefined ? null : ruleView(inForce);
     }
-    const runs = await this.eachMatching(selector, await this.currentRuns(selector), (runId) =>
-      this.execute(runId, { type: "HoldRun", actor, reason, selector }),
+    const runs = await this.eachMatching(selector, await this.currentRuns(selector), (runId, state) =>
+      this.executeOn(runId, state, { type: "HoldRun", actor, reason, selector }),
     );
     return { runs, rule, ruleCreated };
   }
@@ -213,8 +214,8 @@ export class ControlOperations {
     const liftedIds = new Set(
       lifted.events.flatMap((e) => (e.payload.$case === "holdRuleLifted" ? [e.payload.value.ruleId] : [])),
     );
-    const runs = await this.eachMatching(selector, await this.deps.log.heldOrStopped(), (runId) =>
-      this.execute(runId, resumeCommand(actor, reason, limits, selector, true)),
+    const runs = await this.eachMatchingRead(selector, await this.deps.log.heldOrStopped(), (runId, state) =>
+      this.executeOn(runId, state, resumeCommand(actor, reason, limits, selector, true)),
     );
     return {
       runs,
@@ -229,8 +230,8 @@ export class ControlOperations {
       return { runs: [await this.execute(target.runId, { type: "StopRun", actor, reason })] };
     }
     const selector = target.selector;
-    const runs = await this.eachMatching(selector, await this.currentRuns(selector), (runId) =>
-      this.execute(runId, { type: "StopRun", actor, reason, selector }),
+    const runs = await this.eachMatching(selector, await this.currentRuns(selector), (runId, state) =>
+      this.executeOn(runId, state, { type: "StopRun", actor, reason, selector }),
     );
     return { runs };
   }
@@ -353,7 +354,11 @@ export class ControlOperations {
 
   private async execute(runId: string, command: RunCommand): Promise<AffectedRun> {
     checkRunId(runId);
-    const state = await this.deps.runs.latest(runId);
+    return this.executeOn(runId, await this.deps.runs.latest(runId), command);
+  }
+
+  /** Decides `command` on the run as just read (`state`); the append's sequence check has the last word. */
+  private async executeOn(runId: string, state: RunState, command: RunCommand): Promise<AffectedRun> {
     const done = await this.deps.runs.execute(runId, { tag: state.tag, tenant: state.tenant }, command);
     return { runId, changed: done.events.length > 0, status: done.state.status };
   }
@@ -387,7 +392,8 @@ export class ControlOperations {
   private async eachMatching(
     selector: Selector,
     candidates: readonly string[],
-    act: (runId: string) => Promise<AffectedRun>,
+    act: (runId: string, state: RunState) => Promise<AffectedRun>,
+    adopted: ReadonlySet<string> = NONE,
   ): Promise<AffectedRun[]> {
     const results: (AffectedRun | undefined)[] = new Array(candidates.length);
     let next = 0;
@@ -395,16 +401,62 @@ export class ControlOperations {
       while (next < candidates.length) {
         const index = next++;
         const runId = candidates[index]!;
-        const state = await this.deps.runs.latest(runId);
+        const state = adopted.has(runId)
+          ? await this.deps.runs.current(runId)
+          : await this.deps.runs.latest(runId);
         if (state.lastSequence === 0 || !matches(selector, runAttributes(state))) continue;
-        results[index] = await act(runId);
+        results[index] = await act(checkRunId(runId), state);
       }
     };
-    const workers = Math.max(1, Math.min(this.deps.concurrency ?? 8, candidates.length));
+    const workers = Math.max(1, Math.min(this.deps.concurrency ?? CONCURRENCY, candidates.length));
     await Promise.all(Array.from({ length: workers }, worker));
     return results.filter((r): r is AffectedRun => r !== undefined);
   }
+
+  /**
+   * As eachMatching, for a selector that may match thousands of runs (a resume of the
+   * fleet): the candidates are read READ_CHUNK at a time in one batched read each
+   * (LogRuns.histories), CHUNKS_AT_ONCE chunks at once, instead of one read per run. A
+   * run the batched read cannot vouch for (or all of a chunk whose read failed) is read
+   * alone, as eachMatching does.
+   */
+  private async eachMatchingRead(
+    selector: Selector,
+    candidates: readonly string[],
+    act: (runId: string, state: RunState) => Promise<AffectedRun>,
+  ): Promise<AffectedRun[]> {
+    const chunks: string[][] = [];
+    for (let i = 0; i < candidates.length; i += READ_CHUNK) chunks.push(candidates.slice(i, i + READ_CHUNK));
+    const done: AffectedRun[][] = new Array(chunks.length);
+    let next = 0;
+    // A few chunks at a time: one's read overlaps another's appends, and the appends of
+    // one chunk's last runs do not leave the log idle while the next chunk is read.
+    const worker = async () => {
+      while (next < chunks.length) {
+        const index = next++;
+        const chunk = chunks[index]!;
+        const histories = await this.deps.log
+          .histories(chunk.filter((runId) => runIdDefect(runId) === undefined))
+          .catch(() => undefined);
+        const adopted = new Set<string>();
+        for (const [runId, history] of histories ?? []) {
+          if (this.deps.runs.adopt(runId, history.events, history.lastStreamSequence)) adopted.add(runId);
+        }
+        done[index] = await this.eachMatching(selector, chunk, act, adopted);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(CHUNKS_AT_ONCE, chunks.length) }, worker));
+    return done.flat();
+  }
 }
+
+const NONE: ReadonlySet<string> = new Set();
+/** Runs acted on at once by a selector (each an append in flight, or a read). */
+const CONCURRENCY = 128;
+/** Runs read in one batched read by a selector that may match thousands (a resume). */
+const READ_CHUNK = 500;
+/** Chunks of READ_CHUNK runs read and acted on at once. */
+const CHUNKS_AT_ONCE = 4;
 
 function resumeCommand(
   actor: Actor,

@@ -50,6 +50,12 @@ export class Projection {
   }
 }
 
+/** A run's events from its first, in order, and the stream sequence of its last. */
+export interface RunHistory {
+  events: StoredEnvelope[];
+  lastStreamSequence: number;
+}
+
 /** What the log itself says of the fleet's runs, read directly from the stream. */
 export class LogRuns {
   constructor(private readonly bus: Bus) {}
@@ -79,6 +85,35 @@ export class LogRuns {
       }
     }
     return readings;
+  }
+
+  /**
+   * The whole history of each of `runIds` that a batched read can vouch for, in a few
+   * requests however many runs there are: the last event on each of the runs' subjects
+   * (one short-lived consumer per READ_CHUNK runs), which is the run's whole history when
+   * each kind of event it has happened once (a run held at its first call). Only a run
+   * whose events so read are numbered 1..n without a gap is returned; any other is for
+   * the caller to read alone (Bus.readRun). What was appended after the read is found by
+   * the next append's sequence check.
+   */
+  async histories(runIds: readonly string[]): Promise<Map<string, RunHistory>> {
+    const found = new Map<string, RunHistory>();
+    if (runIds.length === 0) return found;
+    const events = await this.bus.lastOnSubjects(runIds.map((runId) => this.bus.subjects.run(runId)));
+    for (const { envelope, streamSequence } of events) {
+      let history = found.get(envelope.runId);
+      if (history === undefined) {
+        history = { events: [], lastStreamSequence: 0 };
+        found.set(envelope.runId, history);
+      }
+      history.events.push(envelope);
+      history.lastStreamSequence = Math.max(history.lastStreamSequence, streamSequence);
+    }
+    for (const [runId, history] of found) {
+      history.events.sort((a, b) => a.sequence - b.sequence);
+      if (!history.events.every((envelope, i) => envelope.sequence === i + 1)) found.delete(runId);
+    }
+    return found;
   }
 
   /** Runs whose last hold, stop, trip or resume left them held or stopped: exact, from the log. */

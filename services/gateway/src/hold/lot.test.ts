@@ -53,4 +53,17 @@ describe("ParkingLot", () => {
     expect(lot.take("a", 5)).toBeUndefined();
     expect(lot.parked).toBe(1);
   });
+
+  it("lets calls released together go on a few per turn of the event loop, every one, in order", async () => {
+    const lot = new ParkingLot({ perRun: 5, perGateway: 1_000, bytes: 100 * MiB });
+    const gone: number[] = [];
+    const all = Array.from({ length: 100 }, (_, i) => lot.turn().then(() => gone.push(i)));
+    // The next turn of the loop (I/O, such as the rest of a fleet's resumes, between them).
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(gone).toHaveLength(32);
+    await Promise.all(all);
+    expect(gone).toEqual(Array.from({ length: 100 }, (_, i) => i));
+    // Alone, a released call goes on at the next turn.
+    await lot.turn();
+  });
 });

@@ -3,6 +3,9 @@ export type ParkingBound = "per_run" | "per_gateway" | "bytes";
 
 export const PARKING_BOUNDS: readonly ParkingBound[] = ["per_run", "per_gateway", "bytes"];
 
+/** Released calls that go on in one turn of the event loop (ParkingLot.turn). */
+const GOING_PER_TURN = 32;
+
 /**
  * The calls this gateway keeps parked, per run and in all, within `hold.max_parked_per_run`
  * and `hold.max_parked`, and the bodies they hold within `hold.max_parked_bytes`. A parked
@@ -16,9 +19,36 @@ export class ParkingLot {
   private bytes = 0;
   readonly #refused: Record<ParkingBound, number> = { per_run: 0, per_gateway: 0, bytes: 0 };
 
+  /** Released calls waiting for their turn to go on (`turn`), and whether a turn is due. */
+  private readonly going: (() => void)[] = [];
+  private turnDue = false;
+
   constructor(
     readonly bounds: { readonly perRun: number; readonly perGateway: number; readonly bytes: number },
   ) {}
+
+  /**
+   * Resolves when a call that left its place (released) may go on: at once unless many were
+   * released together, then GOING_PER_TURN at a time, each batch in a turn of the event loop
+   * of its own. A resume of the fleet releases thousands of calls within moments; going on
+   * all at once, their forwarding would hold the event loop for seconds, during which the
+   * rest of the resumes (and health checks, and other runs' calls) would not be read. So
+   * every parked call is released as soon as its resume arrives, and they go on in turns.
+   */
+  turn(): Promise<void> {
+    return new Promise((resolve) => {
+      this.going.push(resolve);
+      if (this.turnDue) return;
+      this.turnDue = true;
+      setImmediate(this.nextTurn);
+    });
+  }
+
+  private readonly nextTurn = () => {
+    for (const go of this.going.splice(0, GOING_PER_TURN)) go();
+    if (this.going.length > 0) setImmediate(this.nextTurn);
+    else this.turnDue = false;
+  };
 
   /**
    * Takes a place for a call of `runId` holding a body of `bytes`, or says which bound is

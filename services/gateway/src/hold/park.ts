@@ -46,11 +46,15 @@ export async function park(call: Parkable, labels: RunLabels, options: ParkingOp
   const bytes = call.upstreamBody?.length ?? 0;
   const full = lot.take(runId, bytes);
   if (full !== undefined) throw new ParkingFullError(runId, full, lot.limitOf(full));
+  let how: Unparked;
   try {
-    return await waitParked(call, labels, options);
+    how = await waitParked(call, labels, options);
   } finally {
     lot.leave(runId, bytes);
   }
+  // Released (and recorded so) at once; it goes on when its turn comes, a few at a time.
+  if (how === "released") await lot.turn();
+  return how;
 }
 
 async function waitParked(call: Parkable, labels: RunLabels, options: ParkingOptions): Promise<Unparked> {
