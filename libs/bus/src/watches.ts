@@ -89,14 +89,7 @@ export class Watches {
           if (stopped) return;
           if (message.seq <= after) continue;
           after = message.seq;
-          const subject = message.subject;
-          handler({
-            runId: keys ? "" : subjects.runIdOf(subject),
-            type: subject.slice(subject.lastIndexOf(".") + 1),
-            streamSequence: message.seq,
-            subject,
-            data: message.data,
-          });
+          handler(watchedEvent(subjects, message, keys));
         }
         // A quiet log is looked at less and less often (each look wakes this process and
         // nats-server), up to `idleMs`; the first event brings the pace back.
@@ -150,14 +143,7 @@ export class Watches {
           if (mine !== generation || message.seq <= after) return;
           aliveMs = Date.now();
           after = message.seq;
-          const subject = message.subject;
-          handler({
-            runId: keys ? "" : subjects.runIdOf(subject),
-            type: subject.slice(subject.lastIndexOf(".") + 1),
-            streamSequence: message.seq,
-            subject,
-            data: message.data,
-          });
+          handler(watchedEvent(subjects, message, keys));
         },
       });
       // Heartbeats and expired pulls are signs of life too ("next" is only our own pull).
@@ -237,4 +223,23 @@ export class Watches {
     });
     return () => subscription.unsubscribe();
   }
+}
+
+/**
+ * A stored message as a watch hands it on: its type is its subject's last token, its run
+ * the subject's (none, "", for a provider key's or an agent's event).
+ */
+function watchedEvent(
+  subjects: Link["subjects"],
+  message: { seq: number; subject: string; data: Uint8Array },
+  keys: boolean,
+): WatchedEvent {
+  const { subject } = message;
+  return {
+    runId: keys ? "" : subjects.runIdOf(subject),
+    type: subject.slice(subject.lastIndexOf(".") + 1),
+    streamSequence: message.seq,
+    subject,
+    data: message.data,
+  };
 }

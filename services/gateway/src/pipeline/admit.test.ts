@@ -1,44 +1,13 @@
-import type { ServerResponse } from "node:http";
 import type { RunCommand, StartStep, Trip } from "@holdfast/events";
 import { LimitKind, type Prediction } from "@holdfast/proto";
-import { openAIChatShape, type RequestView } from "@holdfast/providers";
-import type { FastifyRequest } from "fastify";
 import { describe, expect, it } from "vitest";
 import { UnpricedModelError } from "../errors.js";
-import type { ResolvedRun } from "../identify/resolve.js";
-import type { Upstream } from "../upstream/upstream.js";
 import { admit, MAX_REWRITES } from "./admit.js";
-import { RequestBody } from "./body.js";
+import { chatCall, upstreamAt } from "./call.fixture.js";
 import type { PipelineDeps } from "./call.js";
 import type { Ending } from "./finish.js";
 import { type Amendment, type BeforeForward, CONTINUE, PipelineHooks } from "./hooks.js";
-import { CallState } from "./state.js";
 import type { Unparked, Waiting } from "./wait.js";
-
-const upstream = (origin: string) => ({ origin, provider: "openai" }) as Upstream;
-
-/** A call as the read stage makes it, its client's side a response that is never written here. */
-function callOf(body: Record<string, unknown>): CallState {
-  const raw = Buffer.from(JSON.stringify(body));
-  const read = openAIChatShape.readRequest(body);
-  if (!read.ok) throw new Error(read.error.message);
-  const view: RequestView = read.request;
-  const run = { runId: "run-1", tag: "", tenant: "", promptHash: "", identity: {} } as unknown as ResolvedRun;
-  const response = { on: () => {}, headersSent: false, destroyed: false, writableEnded: false };
-  return new CallState(
-    openAIChatShape,
-    view,
-    run,
-    { headers: {}, log: { warn() {}, error() {}, info() {} } } as unknown as FastifyRequest,
-    "step-1",
-    new RequestBody(openAIChatShape, view, body, raw),
-    ["sk-client"],
-    upstream("http://provider.test"),
-    response as unknown as ServerResponse,
-    performance.now(),
-    raw.length,
-  );
-}
 
 /** The pipeline's parts admit talks to: what it appended to the run, and how parked calls leave. */
 function depsOf(parkings: Unparked[] = []) {
@@ -78,7 +47,7 @@ describe("admit: features' amendments, applied in their order", () => {
   it("each feature sees the call as the ones before it amended it, and the start records their notes", async () => {
     const { deps, appended, hooks } = depsOf();
     const seen: string[] = [];
-    const to = upstream("http://target.test");
+    const to = upstreamAt("http://target.test");
     const routing: BeforeForward = () => ({
       kind: "reroute",
       to: {
@@ -105,7 +74,7 @@ describe("admit: features' amendments, applied in their order", () => {
     };
     const budget: BeforeForward = () => ({ kind: "confirm", notes: { budgetLeases: ["lease-1"] } });
     hooks.beforeForward.push(routing, pricing, compaction, budget);
-    const call = callOf({
+    const call = chatCall({
       model: "alias",
       messages: [
         { role: "user", content: "a" },
@@ -155,7 +124,7 @@ describe("admit: features' amendments, applied in their order", () => {
     let holds = 0;
     hooks.beforeStart.push(() => (holds++ === 0 ? { kind: "park" } : CONTINUE));
 
-    const admitted = await admit(callOf({ model: "m", messages: [] }), hooks, deps);
+    const admitted = await admit(chatCall({ model: "m", messages: [] }), hooks, deps);
 
     expect("started" in admitted).toBe(true);
     expect(asked).toEqual(["first", "tripping", "first", "tripping", "after"]);
@@ -179,7 +148,7 @@ describe("admit: features' amendments, applied in their order", () => {
       return CONTINUE;
     });
     const messages = Array.from({ length: 20 }, (_, i) => ({ role: "user", content: `turn ${i}` }));
-    const call = callOf({ model: "gpt-4o", messages });
+    const call = chatCall({ model: "gpt-4o", messages });
     const admitted = await admit(call, hooks, deps);
     expect("started" in admitted).toBe(true);
     expect(asked).toBe(MAX_REWRITES + 1);
@@ -200,7 +169,7 @@ describe("admit: features' amendments, applied in their order", () => {
         return CONTINUE;
       },
     );
-    const ending = (await admit(callOf({ model: "m", messages: [] }), hooks, deps)) as Ending;
+    const ending = (await admit(chatCall({ model: "m", messages: [] }), hooks, deps)) as Ending;
     expect(ending).toEqual({ reply: { kind: "error", error } });
     expect(later).toBe(0);
     expect(appended).toEqual([]);
@@ -209,7 +178,7 @@ describe("admit: features' amendments, applied in their order", () => {
   it("a call parked and then cancelled ends as its cancellation says, nothing appended", async () => {
     const { deps, appended, hooks } = depsOf(["shutdown"]);
     hooks.beforeStart.push(() => ({ kind: "park" }));
-    const call = callOf({ model: "m", messages: [] });
+    const call = chatCall({ model: "m", messages: [] });
     call.cancel({ kind: "shutdown" });
     const ending = (await admit(call, hooks, deps)) as Ending;
     expect(ending.outcome).toBeUndefined();
@@ -219,7 +188,7 @@ describe("admit: features' amendments, applied in their order", () => {
 
   it("a call cancelled by a shutdown while a feature waited is not started, even when the feature went on", async () => {
     const { deps, appended, hooks } = depsOf();
-    const call = callOf({ model: "m", messages: [] });
+    const call = chatCall({ model: "m", messages: [] });
     hooks.beforeForward.push(() => {
       call.cancel({ kind: "shutdown" });
       return CONTINUE;
