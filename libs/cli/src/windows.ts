@@ -9,7 +9,12 @@ export const WINDOWS_USAGE = `holdfast windows [--json] [--data-dir DIR] [--conf
 Lists each provider key's rate-limit window as the gateways last read it from the
 provider's headers, refilled to now: what is left of each dimension (requests, tokens,
 input and output tokens), its limit and when it is whole again. Keys are shown by id, a
-hash of the upstream and the key; the key itself is never stored.`;
+hash of the upstream and the key; the key itself is never stored.
+
+SHAPE is how the window was read to refill, and from how many readings: continuous
+(evenly, until whole at its reset), fixed (whole again at once at its reset), irregular
+(in steps; acted on as fixed) or unknown (not told yet; nothing is counted back before
+the reset).`;
 
 /** One key's window as the control API answers it. */
 export interface WindowBody {
@@ -24,6 +29,8 @@ export interface WindowBody {
     remaining_read: number;
     remaining_now: number;
     reset_at: string | null;
+    shape: string;
+    shape_readings: number;
   }[];
 }
 
@@ -49,6 +56,7 @@ export async function windows(argv: string[]): Promise<void> {
         window.upstream,
         d.dimension,
         `${d.remaining_now}/${d.limit || "?"}`,
+        `${d.shape || "unknown"} (${d.shape_readings} reading${d.shape_readings === 1 ? "" : "s"})`,
         d.reset_at === null ? "-" : inSeconds(Date.parse(d.reset_at) - now),
         window.cooldown_until === null
           ? "-"
@@ -57,7 +65,9 @@ export async function windows(argv: string[]): Promise<void> {
       ]);
     }
   }
-  console.log(table(["KEY", "UPSTREAM", "DIMENSION", "LEFT NOW", "FULL IN", "COOLDOWN", "READ"], rows));
+  console.log(
+    table(["KEY", "UPSTREAM", "DIMENSION", "LEFT NOW", "SHAPE", "FULL IN", "COOLDOWN", "READ"], rows),
+  );
 }
 
 function inSeconds(ms: number): string {

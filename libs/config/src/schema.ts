@@ -362,6 +362,16 @@ const predictSection = z.strictObject(
       .describe(
         "A call waiting for a shared window gains one priority level per this many seconds waited, so none starves.",
       ),
+    window_shapes: z
+      .record(
+        url("http", "https"),
+        z.enum(["auto", "continuous", "fixed"], { error: "expected auto, continuous or fixed" }),
+        { error: "expected a mapping of upstream origins to auto, continuous or fixed" },
+      )
+      .default({})
+      .describe(
+        "How each upstream's windows refill, when known: continuous (a token bucket, refilled evenly to its reset), fixed (whole again at once at its reset); auto (or unset): learnt from its readings, nothing counted back before a reset until they show it refills as it goes.",
+      ),
     headers: z
       .record(url("http", "https"), rateLimitHeaders, {
         error: "expected a mapping of upstream origins to rate-limit header names",

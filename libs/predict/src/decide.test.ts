@@ -13,6 +13,19 @@ const need = (tokens: number, requests = 1): Need => ({ requests, tokens, inputT
  */
 function keyWith(tokens: number, requests = 30): KeyWindow {
   const window = new KeyWindow("k1", "https://api.example");
+  // Two earlier answers, half the window left at each, showed it refills evenly.
+  for (const before of [20_000, 10_000]) {
+    const at = NOW - before;
+    window.observe(
+      {
+        tokens: { limit: 6_000, remaining: 3_000, resetAtMs: at + 30_000 },
+        requests: { limit: 30, remaining: 15, resetAtMs: at + 30_000 },
+      },
+      at,
+      at,
+      1,
+    );
+  }
   window.observe(
     {
       tokens: { limit: 6_000, remaining: tokens, resetAtMs: NOW + (6_000 - tokens) * 10 },
@@ -205,5 +218,96 @@ describe("KeyWindow: which readings are worth an event", () => {
       NOW + 11,
     );
     expect(window.view("tokens", NOW + 11)?.remaining).toBeLessThan(1_100);
+  });
+});
+
+describe("decide, by the window's shape", () => {
+  // A window of 6,000 tokens a minute with 1,000 left, whole again in 30 s.
+  const reading = { tokens: { limit: 6_000, remaining: 1_000, resetAtMs: NOW + 30_000 } };
+
+  it("waits for the reset of a window whose shape is not known yet, never on a guessed refill", () => {
+    const window = new KeyWindow("k1", "https://api.example");
+    window.observe(reading, NOW, NOW, 1);
+    expect(window.shapeOf("tokens")).toMatchObject({ shape: "unknown", readings: 1 });
+    const decision = decide({ window, need: need(2_000), nowMs: NOW, waitThresholdMs: 60_000 });
+    expect(decision).toMatchObject({ action: "wait", untilMs: NOW + 30_000 + 50 });
+  });
+
+  it("waits for the reset of a fixed window, then spends the whole of it", () => {
+    const window = new KeyWindow("k1", "https://api.example");
+    // Three answers 5 s apart: what is left only falls, and the reset does not move.
+    for (const [after, left] of [
+      [-10_000, 3_000],
+      [-5_000, 2_000],
+      [0, 1_000],
+    ] as const) {
+      window.observe(
+        { tokens: { limit: 6_000, remaining: left, resetAtMs: NOW + 30_000 } },
+        NOW + after,
+        NOW + after,
+        1,
+      );
+    }
+    expect(window.shapeOf("tokens")?.shape).toBe("fixed");
+    expect(decide({ window, need: need(2_000), nowMs: NOW + 20_000, waitThresholdMs: 60_000 })).toMatchObject(
+      {
+        action: "wait",
+        untilMs: NOW + 30_050,
+      },
+    );
+    // At the reset: six calls of 1,000 go, the seventh waits for the next window.
+    const at = NOW + 30_050;
+    for (let i = 0; i < 6; i++) {
+      expect(decide({ window, need: need(1_000, 0), nowMs: at, waitThresholdMs: 600_000 }).action).toBe(
+        "continue",
+      );
+      window.reserve({}, need(1_000, 0), at);
+    }
+    expect(decide({ window, need: need(1_000, 0), nowMs: at, waitThresholdMs: 600_000 }).action).toBe("wait");
+  });
+
+  it("takes a reset hours away as a day's budget: a call that does not fit is checkpointed, not waited a minute for", () => {
+    const window = new KeyWindow("k1", "https://api.example");
+    // Groq's requests per day: 14,400, none left, whole again in 6 hours.
+    window.observe(
+      { requests: { limit: 14_400, remaining: 0, resetAtMs: NOW + 6 * 3_600_000 } },
+      NOW,
+      NOW,
+      1,
+    );
+    const decision = decide({ window, need: need(0, 1), nowMs: NOW, waitThresholdMs: 15_000 });
+    expect(decision).toMatchObject({ action: "checkpoint", why: "threshold" });
+    if (decision.action === "checkpoint")
+      expect(decision.untilMs).toBeGreaterThanOrEqual(NOW + 6 * 3_600_000);
+  });
+
+  it("acts on the shape another gateway learnt, and records a reading that changed its own", () => {
+    const window = new KeyWindow("k1", "https://api.example");
+    window.learn(reading, NOW, NOW, { tokens: "continuous" });
+    // 5,000 missing, whole in 30 s: 1,000 more comes back in 6 s.
+    const decision = decide({ window, need: need(2_000, 0), nowMs: NOW, waitThresholdMs: 60_000 });
+    expect(decision.action).toBe("wait");
+    if (decision.action === "wait") expect(decision.untilMs).toBeLessThan(NOW + 7_000);
+
+    const own = new KeyWindow("k2", "https://api.example");
+    const read = (after: number, left: number) =>
+      own.observe(
+        { tokens: { limit: 6_000, remaining: left, resetAtMs: NOW + 30_000 } },
+        NOW + after,
+        NOW + after,
+        1,
+      );
+    expect(read(0, 3_000)).toBe(true);
+    // Moved by less than a tenth, but it showed the window is fixed: worth recording.
+    expect(read(5_000, 2_900)).toBe(true);
+    expect(own.shapeOf("tokens")).toMatchObject({ shape: "fixed", readings: 2, declared: false });
+  });
+
+  it("takes the shape an operator gave over what the readings show", () => {
+    const window = new KeyWindow("k1", "https://api.example", "continuous");
+    window.observe(reading, NOW, NOW, 1);
+    expect(window.shapeOf("tokens")).toMatchObject({ shape: "continuous", declared: true });
+    expect(decide({ window, need: need(2_000, 0), nowMs: NOW, waitThresholdMs: 60_000 }).action).toBe("wait");
+    expect(window.view("tokens", NOW + 6_000)?.remaining).toBeCloseTo(2_000, 0);
   });
 });

@@ -268,7 +268,11 @@ describe("rate-limit headers past their bounds", () => {
 });
 
 describe("a window as time passes", () => {
-  const window = WindowState.from({ limit: 1_000, remaining: 200, resetAtMs: NOW + 8_000 }, NOW);
+  const window = WindowState.from(
+    { limit: 1_000, remaining: 200, resetAtMs: NOW + 8_000 },
+    NOW,
+    "continuous",
+  );
 
   it("refills evenly to the whole window by its reset", () => {
     expect(window.available(NOW)).toBe(200);
@@ -285,5 +289,28 @@ describe("a window as time passes", () => {
     const unknown = WindowState.from({ limit: undefined, remaining: 5, resetAtMs: undefined }, NOW);
     expect(unknown.available(NOW + 1_000)).toBe(5);
     expect(unknown.availableAt(6, NOW)).toBeUndefined();
+  });
+});
+
+describe("a window that does not refill as it goes", () => {
+  const read = { limit: 1_000, remaining: 200, resetAtMs: NOW + 8_000 };
+
+  it("gives nothing back before its reset, and all of it at the reset, fixed or not yet known", () => {
+    for (const shape of ["fixed", "irregular", "unknown"] as const) {
+      const window = WindowState.from(read, NOW, shape);
+      expect(window.available(NOW + 7_999)).toBe(200);
+      expect(window.available(NOW + 8_000)).toBe(1_000);
+      expect(window.availableAt(100, NOW)).toBe(NOW);
+      expect(window.availableAt(201, NOW)).toBe(NOW + 8_000);
+      expect(window.availableAt(1_001, NOW)).toBeUndefined();
+    }
+  });
+
+  it("takes one period for every further window's worth, once a period was seen", () => {
+    const window = WindowState.from(read, NOW, "fixed", 60_000);
+    // 1,200 beyond what is left: the reset's whole window, and one more window a minute on.
+    expect(window.refilledAt(1_400, NOW, 30_000)).toBe(NOW + 8_000 + 60_000);
+    expect(WindowState.from(read, NOW, "fixed").refilledAt(1_400, NOW, 30_000)).toBe(NOW + 8_000 + 30_000);
+    expect(window.refilledAt(1_200, NOW, 30_000)).toBe(NOW + 8_000);
   });
 });

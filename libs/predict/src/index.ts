@@ -24,7 +24,19 @@ export {
   type WindowReading,
 } from "./headers.js";
 export { DIMENSIONS, type DimensionView, KeyWindow, KeyWindows, type Need } from "./keys.js";
-export { type RecordedReading, type RecordedWindow, readingOfRecorded } from "./observed.js";
+export {
+  type RecordedReading,
+  type RecordedWindow,
+  readingOfRecorded,
+  shapesOfRecorded,
+} from "./observed.js";
+export {
+  declaredShapes,
+  SECOND_RESOLUTION_MS,
+  ShapeTracker,
+  type ShapeView,
+  type WindowShape,
+} from "./shape.js";
 export {
   type Grant,
   type KeyReport,

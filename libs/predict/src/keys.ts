@@ -1,4 +1,5 @@
-import type { Dimension, RateLimitReading } from "./headers.js";
+import type { Dimension, RateLimitReading, WindowReading } from "./headers.js";
+import { SECOND_RESOLUTION_MS, ShapeTracker, type ShapeView, type WindowShape } from "./shape.js";
 import { WindowState } from "./window.js";
 
 export const DIMENSIONS: readonly Dimension[] = ["requests", "tokens", "inputTokens", "outputTokens"];
@@ -19,6 +20,8 @@ export interface DimensionView {
   /** What calls this process forwarded since the reading have reserved and the reading does not show. */
   readonly reserved: number;
   readonly resetAtMs: number | undefined;
+  /** How the window was read to refill: only a `continuous` one is counted as refilling before its reset. */
+  readonly shape: WindowShape;
 }
 
 // A reading is worth recording when a dimension moved by this share of its limit since
@@ -40,6 +43,9 @@ const TIGHT_SHARE = 0.2;
  */
 export class KeyWindow {
   private readonly dimensions = new Map<Dimension, WindowState>();
+  private readonly shapes = new Map<Dimension, ShapeTracker>();
+  // The shapes other gateways' readings of the key said they had learnt.
+  private readonly told = new Map<Dimension, WindowShape>();
   private readonly inFlight = new Map<object, InFlight>();
   private asOfMs = Number.NEGATIVE_INFINITY;
   private cooldownUntilMs = 0;
@@ -51,6 +57,8 @@ export class KeyWindow {
     readonly keyId: string,
     /** The upstream's origin (scheme://host:port). */
     readonly upstream: string,
+    /** The shape an operator said the upstream's windows have, taken over what readings show. */
+    private readonly declared?: WindowShape,
   ) {}
 
   /**
@@ -58,7 +66,12 @@ export class KeyWindow {
    * True when it is worth recording as an event: the first, a move by a tenth of a
    * limit, a cooldown, or any move ten seconds after the last recorded one.
    */
-  observe(reading: RateLimitReading, asOfMs: number, nowMs: number): boolean {
+  observe(
+    reading: RateLimitReading,
+    asOfMs: number,
+    nowMs: number,
+    resolutionMs: number = SECOND_RESOLUTION_MS,
+  ): boolean {
     if (reading.retryAfterMs !== undefined) this.coolDown(nowMs + reading.retryAfterMs);
     // An answer to an older call than the last reading's says less than it does.
     if (asOfMs < this.asOfMs) return reading.retryAfterMs !== undefined;
@@ -66,7 +79,10 @@ export class KeyWindow {
     for (const dimension of DIMENSIONS) {
       const read = reading[dimension];
       if (read === undefined) continue;
-      this.dimensions.set(dimension, WindowState.from(read, nowMs));
+      const shapeBefore = this.shapes.has(dimension) ? this.shapeNow(dimension) : undefined;
+      this.take(dimension, read, nowMs, resolutionMs);
+      // Other gateways, and `holdfast windows`, learn a new shape from the reading that showed it.
+      if (this.shapeNow(dimension) !== shapeBefore) moved = true;
       const before = this.recorded?.remaining.get(dimension);
       const limit = read.limit ?? read.remaining;
       if (before === undefined || Math.abs(before - read.remaining) >= Math.max(1, limit * RECORD_SHARE)) {
@@ -93,14 +109,54 @@ export class KeyWindow {
    * one of this process's own answers, read at `readAtMs` from a call sent at `asOfMs`,
    * except that it is never recorded again.
    */
-  learn(reading: RateLimitReading, asOfMs: number, readAtMs: number): void {
+  learn(
+    reading: RateLimitReading,
+    asOfMs: number,
+    readAtMs: number,
+    shapes: Partial<Record<Dimension, WindowShape>> = {},
+  ): void {
+    for (const [dimension, shape] of Object.entries(shapes) as [Dimension, WindowShape][]) {
+      this.told.set(dimension, shape);
+    }
     if (reading.retryAfterMs !== undefined) this.coolDown(readAtMs + reading.retryAfterMs);
     if (asOfMs <= this.asOfMs) return;
     for (const dimension of DIMENSIONS) {
       const read = reading[dimension];
-      if (read !== undefined) this.dimensions.set(dimension, WindowState.from(read, readAtMs));
+      // A recorded reset is to the millisecond; one that is not a whole second was written finer.
+      const resolutionMs =
+        read?.resetAtMs !== undefined && read.resetAtMs % 1_000 !== 0 ? 1 : SECOND_RESOLUTION_MS;
+      if (read !== undefined) this.take(dimension, read, readAtMs, resolutionMs);
     }
     this.asOfMs = asOfMs;
+  }
+
+  /** A reading of one dimension: its shape learnt from it, and the window as it now stands. */
+  private take(dimension: Dimension, read: WindowReading, readAtMs: number, resolutionMs: number): void {
+    let tracker = this.shapes.get(dimension);
+    if (tracker === undefined) {
+      tracker = new ShapeTracker();
+      this.shapes.set(dimension, tracker);
+    }
+    tracker.observe(read, readAtMs, resolutionMs);
+    const { periodMs } = tracker.view();
+    this.dimensions.set(dimension, WindowState.from(read, readAtMs, this.shapeNow(dimension), periodMs));
+  }
+
+  /**
+   * The shape a dimension is acted on as: the operator's, else what this process's readings
+   * showed, else what another gateway's had shown it, else unknown.
+   */
+  private shapeNow(dimension: Dimension): WindowShape {
+    if (this.declared !== undefined) return this.declared;
+    const own = this.shapes.get(dimension)?.shape ?? "unknown";
+    return own !== "unknown" ? own : (this.told.get(dimension) ?? "unknown");
+  }
+
+  /** How one dimension was read to refill, and from how many readings; undefined when never reported. */
+  shapeOf(dimension: Dimension): (ShapeView & { readonly declared: boolean }) | undefined {
+    const view = this.shapes.get(dimension)?.view();
+    if (view === undefined) return undefined;
+    return { ...view, shape: this.shapeNow(dimension), declared: this.declared !== undefined };
   }
 
   /** An answer on this key carried no reading. */
@@ -141,6 +197,7 @@ export class KeyWindow {
       remaining: state.available(nowMs),
       reserved,
       resetAtMs: state.resetAtMs,
+      shape: state.shape,
     };
   }
 
@@ -176,7 +233,11 @@ export class KeyWindow {
 export class KeyWindows {
   private readonly windows = new Map<string, KeyWindow>();
 
-  constructor(private readonly max = 10_000) {}
+  constructor(
+    private readonly max = 10_000,
+    /** The shape an operator said an upstream's windows have (`predict.window_shapes`); undefined: learnt. */
+    private readonly knownShape: (upstream: string) => WindowShape | undefined = () => undefined,
+  ) {}
 
   get(keyId: string): KeyWindow | undefined {
     return this.windows.get(keyId);
@@ -190,7 +251,7 @@ export class KeyWindows {
       this.windows.set(keyId, window);
       return window;
     }
-    window = new KeyWindow(keyId, upstream);
+    window = new KeyWindow(keyId, upstream, this.knownShape(upstream));
     this.windows.set(keyId, window);
     if (this.windows.size > this.max) {
       for (const [id, old] of this.windows) {

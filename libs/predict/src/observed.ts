@@ -5,6 +5,7 @@ import {
   type RateLimitReading,
   type WindowReading,
 } from "./headers.js";
+import type { WindowShape } from "./shape.js";
 
 /** One dimension of a recorded reading (the RateWindow of a RateLimitObserved event). */
 export interface RecordedWindow {
@@ -12,6 +13,8 @@ export interface RecordedWindow {
   readonly limit: number;
   readonly remaining: number;
   readonly resetAtMs: number;
+  /** How the recording gateway took the window to refill (empty before shapes were read). */
+  readonly shape?: string;
 }
 
 /** A recorded reading (a RateLimitObserved event's payload), as far as a window takes it in. */
@@ -56,4 +59,22 @@ export function readingOfRecorded(recorded: RecordedReading, readAtMs: number): 
     reading.retryAfterMs = recorded.retryAfterMs;
   }
   return reading;
+}
+
+const SHAPES: ReadonlySet<string> = new Set<WindowShape>(["continuous", "fixed", "irregular"]);
+
+/**
+ * The shapes a recorded reading says its gateway had learnt, per dimension it reported:
+ * only the three a gateway can have learnt (`unknown`, an empty field from before shapes
+ * were read, and anything else are left out).
+ */
+export function shapesOfRecorded(recorded: RecordedReading): Partial<Record<Dimension, WindowShape>> {
+  const shapes: Partial<Record<Dimension, WindowShape>> = {};
+  for (const dimension of ["requests", "tokens", "inputTokens", "outputTokens"] as const) {
+    const window = recorded[dimension];
+    if (window?.reported === true && window.shape !== undefined && SHAPES.has(window.shape)) {
+      shapes[dimension] = window.shape as WindowShape;
+    }
+  }
+  return shapes;
 }

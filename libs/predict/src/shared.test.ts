@@ -23,9 +23,12 @@ function ask(overrides: Partial<ReserveRequest> & { need: Need }): ReserveReques
   };
 }
 
-/** A key read at NOW with `tokens` of 6,000 a minute left (100 a second) and `requests` of 600 (10 a second). */
+/**
+ * A key read at NOW with `tokens` of 6,000 a minute left (100 a second) and `requests` of
+ * 600 (10 a second), its provider known to refill continuously.
+ */
 function windowsWith(tokens: number, requests = 600): SharedWindows {
-  const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+  const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000, knownShape: () => "continuous" });
   windows.observe(
     KEY,
     UPSTREAM,
@@ -265,7 +268,8 @@ describe("SharedWindows: one window per key for every gateway", () => {
       spent += cost;
       return true;
     };
-    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    // Only the first answer is read here, so the shape is given (what readings would show).
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000, knownShape: () => "continuous" });
     let seed = 42;
     const random = () => {
       seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
@@ -356,7 +360,52 @@ describe("SharedWindows: one window per key for every gateway", () => {
     const queued = outcomes.filter((o) => o.kind === "queued");
     expect(queued).toHaveLength(19);
     expect(outcomes.some((o) => o.kind === "checkpoint")).toBe(false);
-    // Never more granted than the bound allows: nothing more before the rate is measured.
-    expect(windows.tick(NOW + 300).granted).toEqual([]);
+    // Never more granted than the bound allows: before the shape or the rate is known, only
+    // what the reading said was missing is back, by its reset.
+    expect(windows.tick(NOW + 300).granted).toHaveLength(1);
+  });
+
+  it("learns a fixed window from its readings: nothing back before the reset, the whole window at it", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    // A window of 6,000 tokens cleared at NOW + 30 s, read three times 5 s apart as it is spent.
+    for (const [after, left] of [
+      [-10_000, 3_000],
+      [-5_000, 2_000],
+      [0, 1_000],
+    ] as const) {
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: left, resetAtMs: NOW + 30_000 } },
+        { asOfMs: NOW + after - 1, readAtMs: NOW + after, nowMs: NOW + after },
+      );
+    }
+    // 1,000 left: one call of 1,000 goes; the next waits for the reset, not for a refill.
+    granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW));
+    const waiting = windows.reserve(ask({ ticket: "next", need: need(1_000, 0), thresholdMs: 60_000 }), NOW);
+    expect(waiting).toMatchObject({ kind: "queued" });
+    if (waiting.kind === "queued") expect(waiting.etaMs).toBeGreaterThanOrEqual(NOW + 30_000);
+    expect(windows.tick(NOW + 29_000).granted).toEqual([]);
+    // At the reset the window is whole: the waiter, and five more like it, and no seventh.
+    expect(windows.tick(NOW + 30_010).granted.map((g) => g.ticket)).toEqual(["next"]);
+    for (let i = 0; i < 5; i++) granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 30_010));
+    expect(windows.reserve(ask({ need: need(1_000, 0), thresholdMs: 600_000 }), NOW + 30_010).kind).toBe("queued");
+  });
+
+  it("takes the shape another gateway learnt when its own readings have not told it yet", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    // One reading, 1,000 of 6,000 left, whole in 50 s: a gateway had read it as refilling evenly.
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      { tokens: { limit: 6_000, remaining: 1_000, resetAtMs: NOW + 50_000 } },
+      { asOfMs: NOW - 1, readAtMs: NOW, nowMs: NOW },
+      { tokens: "continuous" },
+    );
+    granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW));
+    // 100 tokens a second: 1,000 more is there in about 10 s, not at the reset.
+    const waiting = windows.reserve(ask({ need: need(1_000, 0), thresholdMs: 60_000 }), NOW);
+    expect(waiting.kind).toBe("queued");
+    if (waiting.kind === "queued") expect(waiting.etaMs).toBeLessThan(NOW + 15_000);
   });
 });

@@ -1,6 +1,7 @@
 import type { Figures } from "./decide.js";
 import type { Dimension, RateLimitReading } from "./headers.js";
 import { DIMENSIONS, type Need } from "./keys.js";
+import { SECOND_RESOLUTION_MS, ShapeTracker, type WindowShape } from "./shape.js";
 
 /**
  * One provider key's window shared by every gateway of a deployment: the coordinator's own
@@ -40,6 +41,8 @@ export class SharedWindows {
     upstream: string,
     reading: RateLimitReading,
     at: { asOfMs: number; readAtMs: number; nowMs: number },
+    /** The shapes the gateway that read it had learnt (see KeyWindow.learn). */
+    told: Partial<Record<Dimension, WindowShape>> = {},
   ): void {
     const { asOfMs, readAtMs, nowMs } = at;
     const key = this.keyOf(keyId, upstream);
@@ -54,6 +57,17 @@ export class SharedWindows {
       const limit = read.limit ?? Math.max(read.remaining, key.buckets.get(dimension)?.limit ?? 0);
       if (limit <= 0) continue;
       let bucket = key.buckets.get(dimension);
+      const tracker = bucket?.tracker ?? new ShapeTracker();
+      // A recorded reset is to the millisecond; one that is not a whole second was written finer.
+      tracker.observe(
+        read,
+        readAtMs,
+        read.resetAtMs !== undefined && read.resetAtMs % 1_000 !== 0 ? 1 : SECOND_RESOLUTION_MS,
+      );
+      const { periodMs } = tracker.view();
+      const own = tracker.shape;
+      const shape =
+        key.declared ?? (own !== "unknown" ? own : (told[dimension] ?? bucket?.told ?? "unknown"));
       // The rate is the highest of the lower bounds readings gave for this limit (each is
       // one), or a minute's refill before any did.
       const measured = refillRate(read.remaining, limit, read.resetAtMs, readAtMs);
@@ -71,8 +85,15 @@ export class SharedWindows {
       const etaPerMs = isMeasured
         ? perMs
         : (guessedRate(read.remaining, limit, read.resetAtMs, readAtMs) ?? bucket?.etaPerMs ?? perMs);
-      // What the provider had left then, refilled to now, less what was granted since and not given back.
-      const provider = Math.min(limit, read.remaining + perMs * Math.max(0, nowMs - readAtMs));
+      // What the provider had left then, refilled to now (a window that does not refill as
+      // it goes: whole at its reset, and as read before), less what was granted since and
+      // not given back.
+      const provider =
+        shape !== "continuous"
+          ? read.resetAtMs !== undefined && nowMs >= read.resetAtMs
+            ? limit
+            : read.remaining
+          : Math.min(limit, read.remaining + perMs * Math.max(0, nowMs - readAtMs));
       const implied = provider - this.outstandingSince(keyId, dimension, asOfMs);
       if (bucket === undefined) {
         bucket = {
@@ -83,6 +104,11 @@ export class SharedWindows {
           level: implied,
           atMs: nowMs,
           resetAtMs: read.resetAtMs ?? 0,
+          tracker,
+          shape,
+          periodMs,
+          missingAtReset: limit - read.remaining,
+          told: told[dimension],
         };
         key.buckets.set(dimension, bucket);
         continue;
@@ -95,6 +121,10 @@ export class SharedWindows {
       bucket.level = Math.min(level, implied);
       bucket.atMs = nowMs;
       bucket.resetAtMs = read.resetAtMs ?? bucket.resetAtMs;
+      bucket.shape = shape;
+      bucket.periodMs = periodMs;
+      bucket.missingAtReset = limit - read.remaining;
+      bucket.told = told[dimension] ?? bucket.told;
     }
   }
 
@@ -259,7 +289,14 @@ export class SharedWindows {
   private keyOf(keyId: string, upstream: string): SharedKey {
     let key = this.keys.get(keyId);
     if (key === undefined) {
-      key = { upstream, buckets: new Map(), asOfMs: Number.NEGATIVE_INFINITY, cooldownUntilMs: 0, queue: [] };
+      key = {
+        upstream,
+        declared: this.options.knownShape?.(upstream),
+        buckets: new Map(),
+        asOfMs: Number.NEGATIVE_INFINITY,
+        cooldownUntilMs: 0,
+        queue: [],
+      };
       this.keys.set(keyId, key);
     }
     return key;
@@ -320,7 +357,12 @@ export class SharedWindows {
       if (own[dimension] <= 0) continue;
       const level = levelAt(bucket, nowMs);
       // Calls ahead take their part as it refills: the account never fills to its cap meanwhile.
-      const at = level >= total ? nowMs : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
+      const at =
+        level >= total
+          ? nowMs
+          : bucket.shape !== "continuous"
+            ? wholeAgainAt(bucket, total - level, nowMs) + SETTLE_MS
+            : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
       if (figures === undefined || at > atMs || (at === atMs && figures.dimension === undefined)) {
         figures = figuresOf(dimension, bucket, own[dimension], total - own[dimension], nowMs);
       }
@@ -335,6 +377,11 @@ export interface SharedWindowOptions {
   readonly sliceMs: number;
   /** A waiter's priority grows by one for each this long it has waited. */
   readonly agingMs: number;
+  /**
+   * The shape an operator said an upstream's windows have (`predict.window_shapes`), taken
+   * over what readings show; undefined: learnt from the readings.
+   */
+  readonly knownShape?: (upstream: string) => WindowShape | undefined;
 }
 
 export interface ReserveRequest {
@@ -416,10 +463,26 @@ interface Bucket {
   level: number;
   atMs: number;
   resetAtMs: number;
+  /** Learns how the window refills from the readings. */
+  readonly tracker: ShapeTracker;
+  /** Only a `continuous` window refills as it goes; any other is whole at its reset, and not before. */
+  shape: WindowShape;
+  /** How long one window lasts, when seen (a window that comes back whole). */
+  periodMs: number | undefined;
+  /**
+   * What the last reading said was missing: what any window gives back by its reset. A fixed
+   * window gives back more (all of it: what was granted since the reading was spent in the
+   * window before), but that is only known once it was read as fixed.
+   */
+  missingAtReset: number;
+  /** The shape the gateways that read it last said they had learnt. */
+  told: WindowShape | undefined;
 }
 
 interface SharedKey {
   readonly upstream: string;
+  /** The shape an operator said the upstream's windows have, if any. */
+  readonly declared: WindowShape | undefined;
   readonly buckets: Map<Dimension, Bucket>;
   /** The send time of the call whose answer gave the newest reading taken in. */
   asOfMs: number;
@@ -470,7 +533,28 @@ const NO_FIGURES: Figures = Object.freeze({
 
 function levelAt(bucket: Bucket, nowMs: number): number {
   if (nowMs <= bucket.atMs) return bucket.level;
+  if (bucket.shape !== "continuous") {
+    // As it was until the reset that falls after the account was last set; then whole
+    // (fixed), or what the reading said was missing back (any other).
+    if (bucket.resetAtMs <= bucket.atMs || nowMs < bucket.resetAtMs) return bucket.level;
+    return bucket.shape === "fixed"
+      ? bucket.limit
+      : Math.min(bucket.limit, bucket.level + bucket.missingAtReset);
+  }
   return Math.min(bucket.limit, bucket.level + bucket.perMs * (nowMs - bucket.atMs));
+}
+
+/**
+ * When a window that comes back whole (not refilling as it goes) has given back `missing`
+ * more than it holds now: at its reset, and a period later for every further window's
+ * worth (a minute's, before a period was seen). A reset already passed and spent is followed
+ * by one a period on.
+ */
+function wholeAgainAt(bucket: Bucket, missing: number, nowMs: number): number {
+  const periodMs = bucket.periodMs ?? MINUTE_MS;
+  const windows = Math.max(1, Math.ceil(missing / Math.max(1, bucket.limit)));
+  const next = bucket.resetAtMs > nowMs ? bucket.resetAtMs : nowMs + periodMs;
+  return next + (windows - 1) * periodMs;
 }
 
 /**

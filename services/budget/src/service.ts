@@ -5,7 +5,7 @@ import { type Config, natsConnection } from "@holdfast/config";
 import { isKnown, type StoredEnvelope } from "@holdfast/events";
 import { GrpcStatus, serve, unary } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
-import { readingOfRecorded, type SliceRecord } from "@holdfast/predict";
+import { declaredShapes, readingOfRecorded, type SliceRecord, shapesOfRecorded } from "@holdfast/predict";
 import {
   type AcquireRequest,
   type AcquireResponse,
@@ -111,6 +111,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
   const coordinator = new WindowCoordinator({
     sliceMs: config.predict.slice_ms,
     agingMs: config.predict.priority_aging_s * 1_000,
+    knownShape: declaredShapes(config.predict.window_shapes),
     clock,
     log,
     persist: async (record) => {
@@ -134,6 +135,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
         readAtMs: envelope.timestampMs,
         nowMs: clock(),
       },
+      shapesOfRecorded(observed),
     );
   };
   for (const { envelope } of await bus.lastOnSubjects([bus.subjects.ofKeyType("RateLimitObserved")])) {

@@ -13,7 +13,7 @@ import {
 import { type GrpcServer, serve } from "@holdfast/grpc";
 import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
-import { KeyWindows, readingOfRecorded } from "@holdfast/predict";
+import { declaredShapes, KeyWindows, readingOfRecorded, shapesOfRecorded } from "@holdfast/predict";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
 import { Ledger, LogFollower, runAggregate } from "@holdfast/runs";
 import { AgentRegistry } from "./agents/registry.js";
@@ -89,7 +89,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
 
     // Provider keys' windows as gateways read them: a run is not started into one that
     // cannot take its next step.
-    const windows = new KeyWindows();
+    const windows = new KeyWindows(undefined, declaredShapes(config.predict.window_shapes));
     const readings = await bus.follow(
       ["RateLimitObserved"],
       (event) => {
@@ -104,6 +104,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
             readingOfRecorded(observed, envelope.timestampMs),
             observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
             envelope.timestampMs,
+            shapesOfRecorded(observed),
           );
       },
       { keys: true },

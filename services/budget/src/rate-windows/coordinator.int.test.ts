@@ -61,8 +61,16 @@ async function record(keyId: string, tokens: number): Promise<void> {
         value: {
           keyId,
           upstream: "https://api.example",
-          requests: { reported: false, limit: 0, remaining: 0, resetAtMs: 0 },
-          tokens: { reported: true, limit: 6_000, remaining: tokens, resetAtMs: now + (6_000 - tokens) * 10 },
+          requests: { reported: false, limit: 0, remaining: 0, resetAtMs: 0, shape: "", shapeReadings: 0 },
+          // As a gateway that had learnt the window refills evenly records it.
+          tokens: {
+            reported: true,
+            limit: 6_000,
+            remaining: tokens,
+            resetAtMs: now + (6_000 - tokens) * 10,
+            shape: "continuous",
+            shapeReadings: 3,
+          },
           inputTokens: undefined,
           outputTokens: undefined,
           retryAfterMs: 0,

@@ -7,6 +7,7 @@ import {
   type ReserveOutcome,
   SharedWindows,
   type SliceRecord,
+  type WindowShape,
 } from "@holdfast/predict";
 import type {
   ListSharedWindowsResponse,
@@ -31,6 +32,8 @@ export interface ReserveStream {
 export interface WindowCoordinatorOptions {
   sliceMs: number;
   agingMs: number;
+  /** The shape an operator said an upstream's windows have (`predict.window_shapes`); undefined: learnt. */
+  knownShape?: (upstream: string) => WindowShape | undefined;
   clock: () => number;
   log: Logger;
   /**
@@ -54,7 +57,11 @@ export class WindowCoordinator {
   private closed = false;
 
   constructor(private readonly options: WindowCoordinatorOptions) {
-    this.windows = new SharedWindows({ sliceMs: options.sliceMs, agingMs: options.agingMs });
+    this.windows = new SharedWindows({
+      sliceMs: options.sliceMs,
+      agingMs: options.agingMs,
+      knownShape: options.knownShape,
+    });
   }
 
   reserve(stream: ReserveStream): void {

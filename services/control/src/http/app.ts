@@ -140,6 +140,8 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
         limit: d.limit,
         remaining_read: d.remainingRead,
         remaining_now: d.remainingNow,
+        shape: d.shape,
+        shape_readings: d.shapeReadings,
         reset_at: d.resetAtMs > 0 ? isoTime(d.resetAtMs) : null,
       })),
     })),

@@ -18,7 +18,7 @@ import {
   sameSelector,
   type WindowLimits,
 } from "@holdfast/events";
-import { WindowState } from "@holdfast/predict";
+import { shapesOfRecorded, WindowState } from "@holdfast/predict";
 import type { DurableRun } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
 import { AnalyticsUnavailableError, InvalidArgumentError, NotFoundError } from "../errors.js";
@@ -38,6 +38,9 @@ export interface KeyWindowView {
     remainingRead: number;
     remainingNow: number;
     resetAtMs: number;
+    /** How the recording gateway took the window to refill, and from how many readings. */
+    shape: string;
+    shapeReadings: number;
   }[];
 }
 
@@ -302,6 +305,7 @@ export class ControlOperations {
   async listWindows(nowMs: number): Promise<KeyWindowView[]> {
     const views: KeyWindowView[] = [];
     for (const { observedAtMs, reading } of await this.deps.log.keyReadings()) {
+      const shapes = shapesOfRecorded(reading);
       const dimensions: KeyWindowView["dimensions"] = [];
       for (const [dimension, read] of [
         ["requests", reading.requests],
@@ -310,6 +314,7 @@ export class ControlOperations {
         ["output_tokens", reading.outputTokens],
       ] as const) {
         if (read?.reported !== true) continue;
+        const shape = shapes[camel(dimension)] ?? "unknown";
         const state = WindowState.from(
           {
             limit: read.limit > 0 ? read.limit : undefined,
@@ -317,6 +322,7 @@ export class ControlOperations {
             resetAtMs: read.resetAtMs > 0 ? read.resetAtMs : undefined,
           },
           observedAtMs,
+          shape,
         );
         dimensions.push({
           dimension,
@@ -324,6 +330,8 @@ export class ControlOperations {
           remainingRead: read.remaining,
           remainingNow: Math.floor(state.available(nowMs)),
           resetAtMs: read.resetAtMs,
+          shape,
+          shapeReadings: read.shapeReadings,
         });
       }
       const cooldown = reading.retryAfterMs > 0 ? observedAtMs + reading.retryAfterMs : 0;
@@ -498,4 +506,13 @@ function ruleView(rule: HoldRule): RuleView {
     reason: rule.reason,
     addedMs: rule.addedMs,
   };
+}
+
+/** A dimension as the control API names it, as `libs/predict` does. */
+function camel(dimension: "requests" | "tokens" | "input_tokens" | "output_tokens") {
+  return dimension === "input_tokens"
+    ? "inputTokens"
+    : dimension === "output_tokens"
+      ? "outputTokens"
+      : dimension;
 }

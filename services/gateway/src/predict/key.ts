@@ -3,6 +3,7 @@ import type { Config } from "@holdfast/config";
 import {
   ANTHROPIC_HEADERS,
   type Dimension,
+  declaredShapes,
   type KeyWindow,
   KeyWindows,
   OPENAI_HEADERS,
@@ -26,10 +27,12 @@ const KEY_IDS_KEPT = 10_000;
  * first 16 hex digits of a SHA-256 of upstream origin and API key.
  */
 export class Keys {
-  readonly windows = new KeyWindows();
+  readonly windows: KeyWindows;
   private readonly keyIds = new Map<string, string>();
 
-  constructor(private readonly config: PredictConfig) {}
+  constructor(private readonly config: PredictConfig) {
+    this.windows = new KeyWindows(undefined, declaredShapes(config.window_shapes));
+  }
 
   /** The key of the upstream a call goes to now (a route may have moved it). */
   of(call: Call): Key {

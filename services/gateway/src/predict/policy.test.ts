@@ -31,10 +31,11 @@ const tokens = (n: number): Need => ({ requests: 1, tokens: n, inputTokens: 0, o
 
 /**
  * A key whose last answer (to a call started at NOW) left `left` of 6,000 tokens a minute,
- * refilling evenly (100 tokens a second) to full by its reset, and 30 requests of 30.
+ * refilling evenly (100 tokens a second) to full by its reset (as its operator said it
+ * does), and 30 requests of 30.
  */
 function keyWith(left: number): KeyWindow {
-  const window = new KeyWindow("0123456789abcdef", "https://api.example");
+  const window = new KeyWindow("0123456789abcdef", "https://api.example", "continuous");
   window.observe(
     {
       tokens: { limit: 6_000, remaining: left, resetAtMs: NOW + (6_000 - left) * 10 },

@@ -1,6 +1,13 @@
 import { isKnown, makeEnvelope, type StoredEnvelope } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
-import { type Dimension, type RateLimitReading, readingOfRecorded, readRateLimits } from "@holdfast/predict";
+import {
+  type Dimension,
+  type RateLimitReading,
+  readingOfRecorded,
+  readRateLimits,
+  SECOND_RESOLUTION_MS,
+  shapesOfRecorded,
+} from "@holdfast/predict";
 import type { Envelope, RateLimitObserved, RateWindow } from "@holdfast/proto";
 import type { Call, UpstreamAnswer } from "../pipeline/hooks.js";
 import type { Key, Keys } from "./key.js";
@@ -87,7 +94,12 @@ export class Readings {
       this.came(key.keyId);
       return;
     }
-    const worth = key.window.observe(reading, answer.sentAtMs, nowMs);
+    const worth = key.window.observe(
+      reading,
+      answer.sentAtMs,
+      nowMs,
+      key.names.resetFormat === "timestamp" ? SECOND_RESOLUTION_MS : 1,
+    );
     this.came(key.keyId);
     if (!worth) return;
     const envelope = makeEnvelope({
@@ -118,6 +130,7 @@ export class Readings {
       readingOfRecorded(observed, envelope.timestampMs),
       Number(observed.asOfMs) || envelope.timestampMs,
       envelope.timestampMs,
+      shapesOfRecorded(observed),
     );
     this.came(observed.keyId);
   }
@@ -138,13 +151,16 @@ export class Readings {
 function observed(key: Key, reading: RateLimitReading, gateway: string, asOfMs: number): RateLimitObserved {
   const window = (dimension: Dimension): RateWindow => {
     const read = reading[dimension];
+    const shape = key.window.shapeOf(dimension);
     return read === undefined
-      ? { reported: false, limit: 0, remaining: 0, resetAtMs: 0 }
+      ? { reported: false, limit: 0, remaining: 0, resetAtMs: 0, shape: "", shapeReadings: 0 }
       : {
           reported: true,
           limit: Math.round(read.limit ?? 0),
           remaining: Math.round(read.remaining),
           resetAtMs: Math.round(read.resetAtMs ?? 0),
+          shape: shape?.shape ?? "unknown",
+          shapeReadings: Math.min(shape?.readings ?? 0, 0xffff_ffff),
         };
   };
   return {

@@ -177,15 +177,16 @@ describe("the tool-call gate holds an answer asking for a dangerous tool", () =>
 });
 
 describe("rate-limit prediction", () => {
-  // What the provider said of the key with its last answer: no tokens left, 6,000 a minute
-  // (100 a second) coming back.
+  // What the provider said of the key with its last answer: no tokens left of 6,000, whole
+  // again in 1.5 s. One reading does not tell how the window refills, so nothing is counted
+  // back before that reset.
   const spent = JSON.stringify({
     "x-ratelimit-limit-requests": "10000",
     "x-ratelimit-remaining-requests": "9999",
     "x-ratelimit-reset-requests": "6ms",
     "x-ratelimit-limit-tokens": "6000",
     "x-ratelimit-remaining-tokens": "0",
-    "x-ratelimit-reset-tokens": "60s",
+    "x-ratelimit-reset-tokens": "1.5s",
   });
 
   it("a call the key's window has no room for waits for its reset instead of drawing a 429, and its start says so", async () => {
@@ -217,7 +218,8 @@ describe("rate-limit prediction", () => {
         forwarded(2),
       );
     const started = outcome.appended("predict-wait")[2];
-    expect((started?.prediction as { waitedMs?: number } | undefined)?.waitedMs).toBeGreaterThan(0);
+    // It waited for the reset, 1.5 s after the first answer.
+    expect((started?.prediction as { waitedMs?: number } | undefined)?.waitedMs).toBeGreaterThan(1_300);
     // Nothing the provider refused.
     expect(world.provider.requests.filter((r) => r.status === 429)).toHaveLength(0);
   });

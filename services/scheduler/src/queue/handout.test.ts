@@ -59,9 +59,9 @@ function prediction(tokens: number): Prediction {
   } as Prediction;
 }
 
-/** KEY's window as last read: `left` of 6,000 tokens, refilling 100 a second. */
+/** KEY's window as last read: `left` of 6,000 tokens, refilling 100 a second (known to refill evenly). */
 function windowsWith(left: number): KeyWindows {
-  const windows = new KeyWindows();
+  const windows = new KeyWindows(undefined, () => "continuous");
   windows
     .of(KEY, "https://api.example")
     .observe({ tokens: { limit: 6_000, remaining: left, resetAtMs: NOW + (6_000 - left) * 10 } }, NOW, NOW);

@@ -182,8 +182,16 @@ describe("a reading recorded before gateways bounded them", () => {
     const upstream = new URL(stack.provider.url).origin;
     const keyId = createHash("sha256").update(`${upstream}\n${API_KEY}`).digest("hex").slice(0, 16);
     const now = Date.now();
-    const window = { reported: true, limit: 10_000_000, remaining: 10_000_000, resetAtMs: now + 60_000 };
-    const unreported = { reported: false, limit: 0, remaining: 0, resetAtMs: 0 };
+    // Recorded before shapes were read: no shape in it.
+    const window = {
+      reported: true,
+      limit: 10_000_000,
+      remaining: 10_000_000,
+      resetAtMs: now + 60_000,
+      shape: "",
+      shapeReadings: 0,
+    };
+    const unreported = { reported: false, limit: 0, remaining: 0, resetAtMs: 0, shape: "", shapeReadings: 0 };
     const reading = makeEnvelope({
       id: `old-reading-${now}`,
       runId: "",

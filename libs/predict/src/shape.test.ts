@@ -1,0 +1,133 @@
+import { describe, expect, it } from "vitest";
+import type { WindowReading } from "./headers.js";
+import { ShapeTracker } from "./shape.js";
+
+// Three providers' windows of 1,200 tokens a minute, read as their headers say: what is
+// left, and when the window is whole again.
+const LIMIT = 1_200;
+const MINUTE = 60_000;
+
+/** A token bucket: refills evenly, whole again when its deficit has refilled. */
+function bucket() {
+  let level = LIMIT;
+  let at = 0;
+  const perMs = LIMIT / MINUTE;
+  const refill = (now: number) => {
+    level = Math.min(LIMIT, level + (now - at) * perMs);
+    at = now;
+  };
+  return {
+    take(now: number, cost: number): WindowReading {
+      refill(now);
+      level = Math.max(0, level - cost);
+      return { limit: LIMIT, remaining: Math.floor(level), resetAtMs: now + (LIMIT - level) / perMs };
+    },
+  };
+}
+
+/** A fixed window: cleared at every whole minute. */
+function fixed() {
+  let used = 0;
+  let period = 0;
+  return {
+    take(now: number, cost: number): WindowReading {
+      const start = Math.floor(now / MINUTE) * MINUTE;
+      if (start !== period) {
+        period = start;
+        used = 0;
+      }
+      used = Math.min(LIMIT, used + cost);
+      return { limit: LIMIT, remaining: LIMIT - used, resetAtMs: start + MINUTE };
+    },
+  };
+}
+
+/** A sliding log: what was spent a minute ago comes back; whole again a minute after the last call. */
+function sliding() {
+  const log: { at: number; cost: number }[] = [];
+  return {
+    take(now: number, cost: number): WindowReading {
+      while (log.length > 0 && log[0]!.at + MINUTE <= now) log.shift();
+      log.push({ at: now, cost });
+      const used = log.reduce((sum, e) => sum + e.cost, 0);
+      return { limit: LIMIT, remaining: Math.max(0, LIMIT - used), resetAtMs: now + MINUTE };
+    },
+  };
+}
+
+// Resets written to the millisecond, as OpenAI's durations are.
+function track(window: { take(now: number, cost: number): WindowReading }, calls: [number, number][]) {
+  const tracker = new ShapeTracker();
+  for (const [now, cost] of calls) tracker.observe(window.take(now, cost), now, 1);
+  return tracker.view();
+}
+
+// Calls of 100 tokens every 2.5 s from 1 s past a minute: a steady agent.
+const steady: [number, number][] = Array.from({ length: 16 }, (_, i) => [61_000 + i * 2_500, 100]);
+// A burst of 8 calls within 100 ms, then single calls 5 s apart.
+const bursty: [number, number][] = [
+  ...Array.from({ length: 8 }, (_, i): [number, number] => [61_000 + i * 10, 120]),
+  ...Array.from({ length: 6 }, (_, i): [number, number] => [66_000 + i * 5_000, 20]),
+];
+
+describe("a window's shape, from its readings", () => {
+  it("is unknown from one reading, and from readings too close together to tell", () => {
+    expect(track(bucket(), [[61_000, 100]]).shape).toBe("unknown");
+    // Nothing taken between them and 40 ms apart: a token bucket would have refilled less
+    // than a token, so neither shape is told from the other.
+    const close = new ShapeTracker();
+    for (const at of [61_000, 61_020, 61_040]) {
+      close.observe({ limit: LIMIT, remaining: 600, resetAtMs: 120_000 }, at);
+    }
+    expect(close.view()).toMatchObject({ shape: "unknown", readings: 3, evidence: 0 });
+  });
+
+  it("reads a token bucket as continuous, steady or bursty", () => {
+    expect(track(bucket(), steady)).toMatchObject({ shape: "continuous", readings: 16 });
+    expect(track(bucket(), bursty).shape).toBe("continuous");
+  });
+
+  it("reads a token bucket whose resets are whole seconds (Anthropic's) as continuous", () => {
+    const tracker = new ShapeTracker();
+    const b = bucket();
+    for (const [now, cost] of steady) {
+      const read = b.take(now, cost);
+      tracker.observe({ ...read, resetAtMs: Math.ceil(read.resetAtMs! / 1_000) * 1_000 }, now);
+    }
+    expect(tracker.shape).toBe("continuous");
+  });
+
+  it("reads a window cleared every minute as fixed, and learns its period", () => {
+    const view = track(fixed(), [...steady, [125_000, 100], [130_000, 100]]);
+    expect(view.shape).toBe("fixed");
+    expect(view.periodMs).toBe(MINUTE);
+    expect(track(fixed(), bursty).shape).toBe("fixed");
+  });
+
+  it("does not read a sliding log under a burst as continuous", () => {
+    expect(track(sliding(), bursty).shape).not.toBe("continuous");
+    expect(track(sliding(), bursty).shape).not.toBe("unknown");
+  });
+
+  it("needs a clear majority to call a window continuous, and one vote to call it fixed", () => {
+    const tracker = new ShapeTracker();
+    const b = bucket();
+    for (const [now, cost] of steady.slice(0, 3)) tracker.observe(b.take(now, cost), now, 1);
+    expect(tracker.shape).toBe("continuous");
+    // The same key then reads flat with an unmoved reset for 5 s: one vote the other way.
+    tracker.observe({ limit: LIMIT, remaining: 500, resetAtMs: 200_000 }, 80_000);
+    tracker.observe({ limit: LIMIT, remaining: 400, resetAtMs: 200_000 }, 85_000);
+    expect(tracker.shape).toBe("fixed");
+  });
+
+  it("ignores readings with no limit or no reset, and readings older than the last", () => {
+    const tracker = new ShapeTracker();
+    tracker.observe({ limit: undefined, remaining: 10, resetAtMs: 70_000 }, 61_000);
+    tracker.observe({ limit: LIMIT, remaining: 10, resetAtMs: undefined }, 62_000);
+    expect(tracker.view()).toMatchObject({ shape: "unknown", readings: 2, evidence: 0 });
+    const f = fixed();
+    tracker.observe(f.take(63_000, 100), 63_000);
+    tracker.observe(f.take(62_000, 100), 62_000);
+    expect(tracker.view().evidence).toBe(0);
+  });
+});

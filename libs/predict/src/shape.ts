@@ -1,0 +1,170 @@
+import type { WindowReading } from "./headers.js";
+
+/**
+ * How a provider refills one dimension of a key's window, as its readings show it:
+ * - `continuous`: what is left grows evenly between readings until the window is whole at
+ *   its reset (a token bucket: OpenAI, Anthropic);
+ * - `fixed`: what is left stays flat, and the reset stays the same instant, until the whole
+ *   window comes back at once (a counter cleared every minute, hour or day);
+ * - `irregular`: neither fits (what comes back comes in steps, as from a sliding log);
+ * - `unknown`: the readings have not told yet.
+ *
+ * Only `continuous` is acted on as refilling before the reset: for every other shape
+ * nothing is counted as back until the reset, which is never early.
+ */
+export type WindowShape = "continuous" | "fixed" | "irregular" | "unknown";
+
+/** What a dimension's readings showed of its shape, and from how many. */
+export interface ShapeView {
+  readonly shape: WindowShape;
+  /** Readings taken in. */
+  readonly readings: number;
+  /** Pairs of readings that told one shape from another (the shape is judged from these). */
+  readonly evidence: number;
+  /** The time between two resets of a window that does not refill as it goes; undefined until seen. */
+  readonly periodMs: number | undefined;
+}
+
+// A reset read from the headers is off by how late the answer was read after the provider
+// wrote it, and by its format (Anthropic's are whole seconds): a fixed window's resets this
+// close are the same instant.
+const RESET_TOLERANCE_MS = 1_000;
+// How late an answer's headers are read after the provider wrote them, at most, besides
+// the format's own precision: what a token bucket's foretold refill may be off by.
+const READ_LATE_MS = 100;
+/** The precision of resets written as whole seconds (Anthropic's, and any not known to be finer). */
+export const SECOND_RESOLUTION_MS = 1_000;
+// What is left is a whole number (rounded down by the provider); a hundredth of the limit
+// covers that and a provider's own rounding.
+const UNIT_SHARE = 0.01;
+// The shape is judged from this many of the latest pairs that told something.
+const KEPT = 8;
+
+type Vote = Exclude<WindowShape, "unknown">;
+
+interface Anchor {
+  readonly limit: number;
+  readonly remaining: number;
+  readonly resetAtMs: number;
+  readonly readAtMs: number;
+}
+
+/**
+ * Learns one dimension's shape from its readings, one at a time, in the order they were
+ * read. Each reading is held against an earlier one of the same window (the anchor): a
+ * token bucket's first reading foretells the second exactly (it refilled at the rate that
+ * brings it whole at the reset, less what the reset moved by, which is what calls took); a
+ * fixed window's reset has not moved and nothing came back. A pair that fits one and not
+ * the other is a vote; one that fits both (too close together to tell) is not, and the
+ * anchor stays so that time can tell. A reading past the anchor's reset starts over.
+ *
+ * The shape is `continuous` only on a clear majority of at least two votes, since acting
+ * on it is the optimistic choice; a single vote for `fixed` is enough to be careful.
+ */
+export class ShapeTracker {
+  private anchor: Anchor | undefined;
+  private readonly votes: Vote[] = [];
+  private taken = 0;
+  private period: number | undefined;
+
+  /**
+   * Takes in one reading of the dimension, read at `readAtMs`, its reset written to the
+   * nearest `resolutionMs` (a second when not known to be finer).
+   */
+  observe(read: WindowReading, readAtMs: number, resolutionMs = SECOND_RESOLUTION_MS): void {
+    this.taken += 1;
+    const { limit, resetAtMs, remaining } = read;
+    if (limit === undefined || resetAtMs === undefined || limit <= 0) return;
+    const next: Anchor = { limit, remaining, resetAtMs, readAtMs };
+    const anchor = this.anchor;
+    if (anchor === undefined || anchor.limit !== limit) {
+      this.anchor = next;
+      return;
+    }
+    if (readAtMs <= anchor.readAtMs) return;
+    if (readAtMs >= anchor.resetAtMs - RESET_TOLERANCE_MS) {
+      // The anchor's window came back whole by now, whatever its shape: a window that came
+      // back and did not refill as it went shows its period in how far its reset moved.
+      const moved = resetAtMs - anchor.resetAtMs;
+      if (this.shape !== "continuous" && moved > RESET_TOLERANCE_MS) {
+        this.period = this.period === undefined ? moved : Math.min(this.period, moved);
+      }
+      this.anchor = next;
+      return;
+    }
+    const unit = Math.max(1, limit * UNIT_SHARE);
+    const grew = remaining - anchor.remaining;
+    const resetMoved = resetAtMs - anchor.resetAtMs;
+    const fixedFits = Math.abs(resetMoved) <= RESET_TOLERANCE_MS && grew <= unit;
+    // A token bucket refills at the rate that makes it whole at its reset; what calls took
+    // since moved the reset on by as long as refilling it takes.
+    const rate =
+      anchor.remaining < limit && anchor.resetAtMs > anchor.readAtMs
+        ? (limit - anchor.remaining) / (anchor.resetAtMs - anchor.readAtMs)
+        : undefined;
+    if (rate === undefined) {
+      this.anchor = next;
+      return;
+    }
+    const foretold = rate * (readAtMs - anchor.readAtMs - resetMoved);
+    const offMs = resolutionMs + READ_LATE_MS;
+    const continuousFits =
+      Math.abs(grew - foretold) <= unit + rate * offMs && sameRate(rate, next, unit, offMs);
+    if (fixedFits && continuousFits) return;
+    this.vote(fixedFits ? "fixed" : continuousFits ? "continuous" : "irregular");
+    this.anchor = next;
+  }
+
+  get shape(): WindowShape {
+    let continuous = 0;
+    let fixed = 0;
+    let irregular = 0;
+    for (const vote of this.votes) {
+      if (vote === "continuous") continuous += 1;
+      else if (vote === "fixed") fixed += 1;
+      else irregular += 1;
+    }
+    if (continuous >= 2 && continuous > 2 * (fixed + irregular)) return "continuous";
+    if (fixed > 0 && fixed >= irregular) return "fixed";
+    if (irregular > 0) return "irregular";
+    return "unknown";
+  }
+
+  view(): ShapeView {
+    return { shape: this.shape, readings: this.taken, evidence: this.votes.length, periodMs: this.period };
+  }
+
+  private vote(vote: Vote): void {
+    this.votes.push(vote);
+    if (this.votes.length > KEPT) this.votes.shift();
+  }
+}
+
+// Rates a tenth apart are the same, besides what rounding can move them by.
+const RATE_SHARE = 0.1;
+
+/**
+ * A token bucket's readings all show one rate: what is missing over how long it takes to
+ * come back. A window that only looks like one for a while (a sliding log, whose reset is a
+ * window after its last call however much is missing) shows a rate that follows its use.
+ */
+function sameRate(rate: number, read: Anchor, unit: number, offMs: number): boolean {
+  const missing = read.limit - read.remaining;
+  const spanMs = read.resetAtMs - read.readAtMs;
+  if (missing <= unit || spanMs <= offMs) return true;
+  const slack = RATE_SHARE + unit / missing + offMs / spanMs;
+  return Math.abs(missing / spanMs - rate) <= rate * slack;
+}
+
+/**
+ * The shapes an operator said upstreams' windows have (`predict.window_shapes`, by origin),
+ * as a lookup; `auto` and an origin not named are left to be learnt.
+ */
+export function declaredShapes(
+  byOrigin: Readonly<Record<string, "auto" | "continuous" | "fixed">>,
+): (upstream: string) => WindowShape | undefined {
+  return (upstream) => {
+    const shape = byOrigin[upstream];
+    return shape === undefined || shape === "auto" ? undefined : shape;
+  };
+}
