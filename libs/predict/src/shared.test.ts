@@ -389,7 +389,9 @@ describe("SharedWindows: one window per key for every gateway", () => {
     // At the reset the window is whole: the waiter, and five more like it, and no seventh.
     expect(windows.tick(NOW + 30_010).granted.map((g) => g.ticket)).toEqual(["next"]);
     for (let i = 0; i < 5; i++) granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 30_010));
-    expect(windows.reserve(ask({ need: need(1_000, 0), thresholdMs: 600_000 }), NOW + 30_010).kind).toBe("queued");
+    expect(windows.reserve(ask({ need: need(1_000, 0), thresholdMs: 600_000 }), NOW + 30_010).kind).toBe(
+      "queued",
+    );
   });
 
   it("takes the shape another gateway learnt when its own readings have not told it yet", () => {
