@@ -44,6 +44,7 @@ import {
   startFakeProvider,
   WINDOW_MODES,
   type WindowMode,
+  windowOf,
 } from "@holdfast/fake-provider";
 import OpenAI from "openai";
 import { startExtraGateway, startUp } from "./processes.js";
@@ -82,6 +83,8 @@ interface Outcome {
   wastedTokens: number;
   chargedTokens: number;
   admitted: number;
+  /** What each admitted call took of the tokens window, in the order the provider admitted them. */
+  calls: number[];
   waits: number;
   checkpoints: number;
   gatewayRetries: number;
@@ -133,7 +136,14 @@ async function main(): Promise<void> {
         );
         bases["holdfast x2"] = [stack.gatewayUrl, `${second.url}/v1`];
       }
-      bus = await connectBus({ servers: stack.natsUrl, prefix: "hf", name: "bench-ratelimit" });
+      // Read the runs' events as the CLI does: as the stack's reader, with the credential up made.
+      bus = await connectBus({
+        servers: stack.natsUrl,
+        prefix: "hf",
+        name: "bench-ratelimit",
+        credentials: join(dataDir, "credentials", "nats-reader.nk"),
+        principal: "reader",
+      });
     }
     console.log(
       `Holdfast rate-limit benchmark — ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), node ${process.version}\n` +
@@ -150,7 +160,7 @@ async function main(): Promise<void> {
       const prefix = `${mode}-${arm.replace(" ", "")}-${size}`;
       const outcome = await runFleet(size, bases[arm], key, provider, prefix);
       if (arm !== "reactive" && bus !== undefined) await countHoldfast(bus, outcome, prefix, size);
-      const bound = boundOf(limits, outcome);
+      const bound = boundOf(limits, outcome, size);
       const ratio = bound.ms > 0 ? outcome.wallMs / bound.ms : Number.NaN;
       rows.push([
         mode,
@@ -206,7 +216,9 @@ async function main(): Promise<void> {
         "  continuous: the tokens the provider admitted / its rate; in brackets, less the full window the key starts with\n" +
         "    (the least a run that uses every token can take).\n" +
         "  fixed, sliding: no window holds more than its capacity, so (the windows the admitted tokens need, or the\n" +
-        "    requests if more, − 1) × the window: the start of the last one; in brackets, how many windows.\n" +
+        "    requests if more, − 1) × the window: the start of the last one; in brackets, how many windows. Or, when\n" +
+        '    later ("alone"), when one agent\'s calls could all be in with the windows to itself, each sent the moment\n' +
+        "    they let it in: a call does not fit the part of a window the one before it left.\n" +
         "  none: the provider's own bucket; Holdfast sees no figures (no rate-limit headers, only retry-after on a 429);\n" +
         "    the continuous bound.\n" +
         `Target: 0 seen by agents, 0 re-sent, wall / bound ≤ ${TARGET_RATIO.toFixed(2)} (Holdfast's arms; the reactive arm is the baseline).\n`,
@@ -255,16 +267,48 @@ function limitsFor(mode: WindowMode, size: number): Limits {
 }
 
 /** The least time the tokens (and requests) the provider admitted could have taken, in the cell's mode. */
-function boundOf(limits: Limits, outcome: Outcome): { ms: number; detail: string } {
+function boundOf(limits: Limits, outcome: Outcome, size: number): { ms: number; detail: string } {
   const { mode, tpm, rpm, windowMs } = limits;
   if (mode === "fixed" || mode === "sliding") {
     const windows = Math.max(Math.ceil(outcome.chargedTokens / tpm), Math.ceil(outcome.admitted / rpm));
-    return { ms: Math.max(0, windows - 1) * windowMs, detail: `${windows} windows` };
+    const windowsMs = Math.max(0, windows - 1) * windowMs;
+    // Every agent makes the same calls: one of each size is one agent's conversation.
+    const oneAgent = [...outcome.calls].sort((a, b) => a - b).filter((_, i) => i % size === 0);
+    const aloneMs = earliestMs(limits, oneAgent);
+    return aloneMs > windowsMs
+      ? { ms: aloneMs, detail: `${windows} windows; alone` }
+      : { ms: windowsMs, detail: `${windows} windows` };
   }
   // The bucket starts full (tpm) and refills tpm a window.
   const ms = (outcome.chargedTokens / tpm) * windowMs;
   const afterFullMs = (Math.max(0, outcome.chargedTokens - tpm) / tpm) * windowMs;
   return { ms, detail: seconds(afterFullMs) };
+}
+
+/**
+ * When the last of one agent's calls could be admitted with the cell's windows to itself, each
+ * call sent the moment the windows let it in. No schedule admits a sequence of calls sooner
+ * (what an earlier admission holds of a window it gives back no later), so no agent of a fleet
+ * can finish before this. A window's tokens can outlast what the fleet needs of it: a call
+ * does not fit the part of a window the one before left.
+ */
+function earliestMs(limits: Limits, calls: readonly number[]): number {
+  let now = 0;
+  const clock = () => now;
+  // The cell started at a period's start (fixed) or on an empty log (sliding): both at 0 here.
+  const tokens = windowOf(limits.mode, limits.tpm, clock, limits.windowMs);
+  const requests = windowOf(limits.mode, limits.rpm, clock, limits.windowMs);
+  for (const cost of calls) {
+    for (;;) {
+      const waitMs = Math.max(tokens.waitMs(cost), requests.waitMs(1));
+      if (waitMs === 0) break;
+      if (!Number.isFinite(waitMs)) return 0;
+      now += waitMs;
+    }
+    tokens.take(cost);
+    requests.take(1);
+  }
+  return now;
 }
 
 /** What Holdfast did for the cell's runs, from their events. */
@@ -338,14 +382,16 @@ async function runFleet(
   const mine = provider.requests.filter((r) => r.apiKey === apiKey);
   const refusals = mine.filter((r) => r.status === 429);
   const answered = mine.filter((r) => r.status === 200);
+  const calls = answered.map((r) => answeredInput(r.responseBody) + MAX_TOKENS);
   return {
     wallMs,
     sent429: refusals.length,
     seen429: results.reduce((sum, r) => sum + r.seen, 0),
     redone: results.reduce((sum, r) => sum + r.redone, 0),
     wastedTokens: refusals.reduce((sum, r) => sum + inputOf(r.body), 0),
-    chargedTokens: answered.reduce((sum, r) => sum + answeredInput(r.responseBody) + MAX_TOKENS, 0),
+    chargedTokens: calls.reduce((sum, call) => sum + call, 0),
     admitted: answered.length,
+    calls,
     waits: 0,
     checkpoints: 0,
     gatewayRetries: 0,
