@@ -1,39 +1,60 @@
 // pnpm bench:ratelimit — fleets of agents sharing one rate-limited key: the reactive
-// baseline (the official SDK's retries) against Holdfast's prediction, one gateway and two.
+// baseline (the official SDK's retries) against Holdfast's prediction, one gateway and two,
+// on every shape of window the fake provider has.
 //
-// On the fake provider, whose buckets refill continuously (tokens and requests, charged
-// input plus max_tokens at admission, as OpenAI does), fleets of 1, 8 and 50 agents each
-// run STEPS steps of a conversation that grows every step. For each fleet the key's
-// window is sized so that its lower bound (total tokens / TPM) is BOUND_S seconds, with a
-// requests window binding too. The fake's buckets refill in a few seconds rather than a
-// minute (twice the fleet's largest call at its rate), so a run takes BOUND_S, not an hour,
-// and the full window it starts with is a small part of the whole. Three arms, each on a fresh key: the agents calling the
-// provider directly with the openai SDK's own retries (2, honouring retry-after) and their
-// loop redoing a step whose call still failed; the same agents through one Holdfast
-// gateway; and through two gateways (half the agents each) sharing the key through the
-// budget service's coordinator.
+// For each window mode (BENCH_MODES) and fleet size (BENCH_SIZES: 1, 8 and 50 agents), each
+// agent runs STEPS steps of a conversation that grows every step, charged input plus
+// max_tokens at admission, as OpenAI does. Every cell is on a fresh key of its mode, sized so
+// that its lower bound is about BOUND_S seconds:
+// - continuous: buckets that refill steadily; bound = tokens admitted / rate. A bucket holds
+//   twice the fleet's largest call and refills in a few seconds rather than a minute, so a run
+//   takes BOUND_S, not an hour, and the full window it starts with is a small part of it.
+// - fixed: whole windows that start at multiples of the window on the clock (each cell starts
+//   at one); sliding: what was spent counts against the key for one window. In both no window
+//   holds more than its capacity, so bound = (the windows the admitted tokens, or requests,
+//   need − 1) × window: the start of the last one. Sized so the tokens need at least 4
+//   windows, each holding at least twice the largest call.
+// - none: a continuous bucket whose answers carry no rate-limit headers, and only retry-after
+//   on a 429; the continuous bound.
+// The requests window binds too, a little less than the tokens'.
 //
-// Per arm it prints: the 429s the provider sent, the 429s that reached agent code, the steps
+// Three arms (BENCH_ARMS), each on a fresh key: the agents calling the provider directly with
+// the openai SDK's own retries (2, honouring retry-after) and their loop redoing a step whose
+// call still failed; the same agents through one Holdfast gateway; and through two gateways
+// (half the agents each) sharing the key through the budget service's coordinator.
+//
+// Per cell it prints: the 429s the provider sent, the 429s that reached agent code, the steps
 // redone, the input tokens re-sent (waste), the calls Holdfast made wait, the runs it
-// checkpointed, the 429s it retried itself, and the wall-clock against the bound.
+// checkpointed, the 429s it retried itself, and the wall-clock against the bound; then each
+// Holdfast cell that misses a target.
 //
-// BENCH_SIZES (default "1,8,50"), BENCH_STEPS (20) and BENCH_BOUND_S (30) change the run.
+// BENCH_MODES (default "continuous,fixed,sliding,none"), BENCH_SIZES ("1,8,50"), BENCH_ARMS
+// ("reactive,holdfast,holdfast x2"), BENCH_STEPS (20) and BENCH_BOUND_S (30) change the run.
 import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { connectBus } from "@holdfast/bus";
+import { setTimeout as sleep } from "node:timers/promises";
+import { type Bus, connectBus } from "@holdfast/bus";
 import { describeRun } from "@holdfast/events";
 import {
   type ChatMessage,
   type FakeProvider,
   promptTokens,
   startFakeProvider,
+  WINDOW_MODES,
+  type WindowMode,
+  windowOf,
 } from "@holdfast/fake-provider";
 import OpenAI from "openai";
 import { startExtraGateway, startUp } from "./processes.js";
 
+type Arm = "reactive" | "holdfast" | "holdfast x2";
+const ALL_ARMS: readonly Arm[] = ["reactive", "holdfast", "holdfast x2"];
+
+const MODES = listOf("BENCH_MODES", "continuous,fixed,sliding,none", WINDOW_MODES);
 const SIZES = (process.env.BENCH_SIZES ?? "1,8,50").split(",").map(Number);
+const ARMS = listOf("BENCH_ARMS", ALL_ARMS.join(","), ALL_ARMS);
 const STEPS = Number(process.env.BENCH_STEPS ?? 20);
 const BOUND_S = Number(process.env.BENCH_BOUND_S ?? 30);
 const MAX_TOKENS = 100;
@@ -41,9 +62,18 @@ const MAX_TOKENS = 100;
 // with every step's question, besides the answers.
 const SYSTEM = "You are a careful research agent working through a long task. ".repeat(32);
 const QUESTION = "Summarise what you found so far, then take the next step of the task. ".repeat(6);
+// The fewest windows a fixed or sliding cell's tokens need, so that the bound is not one
+// window's luck.
+const MIN_WINDOWS = 4;
+const TARGET_RATIO = 1.1;
 
-type Arm = "reactive" | "holdfast" | "holdfast x2";
-const ARMS: readonly Arm[] = ["reactive", "holdfast", "holdfast x2"];
+/** One key's limits: `tpm` tokens and `rpm` requests per `windowMs`, whatever the mode. */
+interface Limits {
+  readonly mode: WindowMode;
+  readonly tpm: number;
+  readonly rpm: number;
+  readonly windowMs: number;
+}
 
 interface Outcome {
   wallMs: number;
@@ -52,140 +82,281 @@ interface Outcome {
   redone: number;
   wastedTokens: number;
   chargedTokens: number;
+  admitted: number;
+  /** What each admitted call took of the tokens window, in the order the provider admitted them. */
+  calls: number[];
   waits: number;
   checkpoints: number;
   gatewayRetries: number;
+  /** Why the cell did not finish: an agent failed on something other than a 429. */
+  error?: string;
+}
+
+interface Cell {
+  readonly mode: WindowMode;
+  readonly size: number;
+  readonly arm: Arm;
+  readonly key: string;
+  readonly limits: Limits;
 }
 
 async function main(): Promise<void> {
-  const dataDir = mkdtempSync(join(tmpdir(), "holdfast-bench-ratelimit-"));
-  const children: ChildProcess[] = [];
-  const limitsByKey: Record<string, { tpm: number; rpm: number; windowMs: number }> = {};
-  for (const size of SIZES) {
-    const { tokens, requests, largest } = plannedTotals(size);
-    // The fleet's tokens take BOUND_S at the refill rate, its requests 80% of that; the
-    // window holds twice the largest call.
-    const perMs = tokens / (BOUND_S * 1_000);
-    const windowMs = Math.max(1_000, Math.ceil((2 * largest) / perMs));
-    for (const arm of ARMS) {
-      limitsByKey[keyOf(size, arm)] = {
-        tpm: Math.ceil(perMs * windowMs),
-        rpm: Math.max(2, Math.ceil((requests / (BOUND_S * 800)) * windowMs)),
-        windowMs,
-      };
+  const cells: Cell[] = [];
+  for (const mode of MODES) {
+    for (const size of SIZES) {
+      const limits = limitsFor(mode, size);
+      for (const arm of ARMS) cells.push({ mode, size, arm, key: keyOf(mode, size, arm), limits });
     }
   }
+  const limitsByKey = Object.fromEntries(cells.map((cell) => [cell.key, cell.limits]));
+  const dataDir = mkdtempSync(join(tmpdir(), "holdfast-bench-ratelimit-"));
+  const children: ChildProcess[] = [];
   const provider = await startFakeProvider({ port: 0, limitsByKey, recordRequests: true });
+  let bus: Bus | undefined;
   try {
-    const { file: stack } = await startUp({ dataDir, providerUrl: provider.url }, children);
-    const second = await startExtraGateway(
-      {
-        dataDir,
-        natsUrl: stack.natsUrl,
-        providerUrl: provider.url,
-        instanceId: "gw-second",
-        budgetUrl: stack.budgetUrl,
-      },
-      children,
-    );
-    const bus = await connectBus({ servers: stack.natsUrl, prefix: "hf", name: "bench-ratelimit" });
+    // The stack only when an arm goes through it: the reactive arm alone needs none.
+    const bases: Record<Arm, string[]> = {
+      reactive: [`${provider.url}/v1`],
+      holdfast: [],
+      "holdfast x2": [],
+    };
+    if (ARMS.some((arm) => arm !== "reactive")) {
+      const { file: stack } = await startUp({ dataDir, providerUrl: provider.url }, children);
+      bases.holdfast = [stack.gatewayUrl];
+      if (ARMS.includes("holdfast x2")) {
+        const second = await startExtraGateway(
+          {
+            dataDir,
+            natsUrl: stack.natsUrl,
+            providerUrl: provider.url,
+            instanceId: "gw-second",
+            budgetUrl: stack.budgetUrl,
+          },
+          children,
+        );
+        bases["holdfast x2"] = [stack.gatewayUrl, `${second.url}/v1`];
+      }
+      // Read the runs' events as the CLI does: as the stack's reader, with the credential up made.
+      bus = await connectBus({
+        servers: stack.natsUrl,
+        prefix: "hf",
+        name: "bench-ratelimit",
+        credentials: join(dataDir, "credentials", "nats-reader.nk"),
+        principal: "reader",
+      });
+    }
     console.log(
       `Holdfast rate-limit benchmark — ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), node ${process.version}\n` +
         `${STEPS} steps per agent, a ~500-token context growing ~150 tokens a step, max_tokens ${MAX_TOKENS}; ` +
-        `each key sized for a ${BOUND_S} s bound\n`,
+        `each key sized for a ${BOUND_S} s bound; modes ${MODES.join(", ")}\n`,
     );
     const rows: string[][] = [];
-    for (const size of SIZES) {
-      for (const arm of ARMS) {
-        const key = keyOf(size, arm);
-        const limits = limitsByKey[key]!;
-        const bases =
-          arm === "reactive"
-            ? [`${provider.url}/v1`]
-            : arm === "holdfast"
-              ? [stack.gatewayUrl]
-              : [stack.gatewayUrl, `${second.url}/v1`];
-        const prefix = `${arm.replace(" ", "")}-${size}`;
-        const outcome = await runFleet(size, bases, key, provider, prefix);
-        if (arm !== "reactive") {
-          for (let a = 0; a < size; a++) {
-            const history = await bus.readRun(`${prefix}-agent-${a}`);
-            const view = describeRun(
-              "",
-              history.events.map((e) => e.envelope),
-            );
-            outcome.waits += view.steps.filter((s) => s.prediction?.action === "wait").length;
-            outcome.checkpoints += view.control.filter(
-              (c) => c.what === "tripped" && c.trip?.limit === "rate_limit",
-            ).length;
-            outcome.gatewayRetries += view.totals.retries;
-          }
-        }
-        // The provider's rates per minute; its bucket starts full (limits.tpm).
-        const tpm = (limits.tpm * 60_000) / limits.windowMs;
-        const rpm = (limits.rpm * 60_000) / limits.windowMs;
-        const boundMs = (outcome.chargedTokens / tpm) * 60_000;
-        const afterFullMs = (Math.max(0, outcome.chargedTokens - limits.tpm) / tpm) * 60_000;
-        rows.push([
-          String(size),
-          arm,
-          `${Math.round(tpm).toLocaleString("en-US")} / ${Math.round(rpm).toLocaleString("en-US")}`,
-          String(outcome.sent429),
-          String(outcome.seen429),
-          String(outcome.redone),
-          outcome.wastedTokens.toLocaleString("en-US"),
-          arm === "reactive" ? "-" : `${outcome.waits} / ${outcome.checkpoints} / ${outcome.gatewayRetries}`,
-          `${(outcome.wallMs / 1_000).toFixed(1)} s`,
-          `${(boundMs / 1_000).toFixed(1)} s (${(afterFullMs / 1_000).toFixed(1)} s)`,
-          `x${(outcome.wallMs / boundMs).toFixed(2)}`,
-        ]);
-        console.log(`  ${size} agents, ${arm}: done in ${(outcome.wallMs / 1_000).toFixed(1)} s`);
+    const misses: string[] = [];
+    for (const cell of cells) {
+      const { mode, size, arm, key, limits } = cell;
+      // A fixed window's periods are aligned on the clock: start at one, so the first is whole
+      // for the whole of it and the bound is the windows' starts from here.
+      if (mode === "fixed") await sleep(limits.windowMs - (Date.now() % limits.windowMs));
+      const prefix = `${mode}-${arm.replace(" ", "")}-${size}`;
+      const outcome = await runFleet(size, bases[arm], key, provider, prefix);
+      if (arm !== "reactive" && bus !== undefined) await countHoldfast(bus, outcome, prefix, size);
+      const bound = boundOf(limits, outcome, size);
+      const ratio = bound.ms > 0 ? outcome.wallMs / bound.ms : Number.NaN;
+      rows.push([
+        mode,
+        String(size),
+        arm,
+        `${limits.tpm.toLocaleString("en-US")} / ${limits.rpm.toLocaleString("en-US")} per ${seconds(limits.windowMs)}`,
+        String(outcome.sent429),
+        String(outcome.seen429),
+        String(outcome.redone),
+        outcome.wastedTokens.toLocaleString("en-US"),
+        arm === "reactive" ? "-" : `${outcome.waits} / ${outcome.checkpoints} / ${outcome.gatewayRetries}`,
+        outcome.error === undefined ? seconds(outcome.wallMs) : "failed",
+        `${seconds(bound.ms)} (${bound.detail})`,
+        Number.isNaN(ratio) ? "-" : `x${ratio.toFixed(2)}`,
+      ]);
+      console.log(
+        `  ${mode}, ${size} agents, ${arm}: ` +
+          (outcome.error === undefined ? `done in ${seconds(outcome.wallMs)}` : `failed: ${outcome.error}`),
+      );
+      // The targets are Holdfast's; the reactive arm is the baseline it is measured against.
+      if (arm !== "reactive") {
+        const missed: string[] = [];
+        if (outcome.error !== undefined) missed.push(`failed (${outcome.error})`);
+        if (outcome.seen429 > 0) missed.push(`${outcome.seen429} 429s seen by agents`);
+        if (outcome.wastedTokens > 0)
+          missed.push(`${outcome.wastedTokens.toLocaleString("en-US")} tokens re-sent`);
+        if (!(ratio <= TARGET_RATIO))
+          missed.push(`wall / bound ${Number.isNaN(ratio) ? "-" : `x${ratio.toFixed(2)}`}`);
+        if (missed.length > 0) misses.push(`NOT met: ${mode}, ${size} agents, ${arm}: ${missed.join(", ")}`);
       }
     }
     console.log();
     printTable(
       [
+        "mode",
         "agents",
         "arm",
-        "TPM / RPM",
+        "tokens / requests per window",
         "429s sent",
         "429s seen by agents",
         "steps redone",
         "tokens re-sent",
         "waits / checkpoints / retries",
         "wall-clock",
-        "bound (less the full window)",
+        "bound",
         "wall / bound",
       ],
       rows,
     );
     console.log(
       "\n429s sent: refusals the provider answered; seen by agents: those that reached the agents' code past the SDK's retries.\n" +
-        "tokens re-sent: the input of every refused request (it was sent again). bound: the tokens the provider admitted / TPM;\n" +
-        "in brackets, less the full window the key starts with (the least a run that uses every token can take).\n" +
-        "Target: 0 seen, 0 re-sent, wall / bound ≤ 1.10.",
+        "tokens re-sent: the input of every refused request (it was sent again). bound, by mode:\n" +
+        "  continuous: the tokens the provider admitted / its rate; in brackets, less the full window the key starts with\n" +
+        "    (the least a run that uses every token can take).\n" +
+        "  fixed, sliding: no window holds more than its capacity, so (the windows the admitted tokens need, or the\n" +
+        "    requests if more, − 1) × the window: the start of the last one; in brackets, how many windows. Or, when\n" +
+        '    later ("alone"), when one agent\'s calls could all be in with the windows to itself, each sent the moment\n' +
+        "    they let it in: a call does not fit the part of a window the one before it left.\n" +
+        "  none: the provider's own bucket; Holdfast sees no figures (no rate-limit headers, only retry-after on a 429);\n" +
+        "    the continuous bound.\n" +
+        `Target: 0 seen by agents, 0 re-sent, wall / bound ≤ ${TARGET_RATIO.toFixed(2)} (Holdfast's arms; the reactive arm is the baseline).\n`,
     );
-    await bus.close();
+    if (!ARMS.some((arm) => arm !== "reactive")) console.log("No Holdfast arm ran: no targets to meet.");
+    else if (misses.length === 0) console.log("every cell met its targets");
+    else for (const miss of misses) console.log(miss);
   } finally {
+    await bus?.close();
     for (const child of children) child.kill("SIGTERM");
     await provider.close();
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await sleep(1_000);
     rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
-function keyOf(size: number, arm: Arm): string {
-  return `sk-bench-${arm.replace(" ", "")}-${size}-0000000000000000000`;
+/** A cell's limits: a bound of about BOUND_S for the fleet's planned tokens, in the mode's own terms. */
+function limitsFor(mode: WindowMode, size: number): Limits {
+  const { tokens, requests, largest } = plannedTotals(size);
+  if (mode === "fixed" || mode === "sliding") {
+    // n windows, the bound the start of the last: (n − 1) × window = BOUND_S. As many windows
+    // as hold twice the largest call each, but no shorter than a second, and at least
+    // MIN_WINDOWS (a tiny BENCH_STEPS can make those two disagree: twice the call wins).
+    const n = Math.max(
+      MIN_WINDOWS,
+      Math.min(Math.floor(tokens / (2 * largest) + 0.5), Math.floor(BOUND_S) + 1),
+    );
+    // Half a window to spare, so tokens a little off the plan still need n windows.
+    return {
+      mode,
+      windowMs: Math.round((BOUND_S * 1_000) / (n - 1)),
+      tpm: Math.max(2 * largest, Math.ceil(tokens / (n - 0.5))),
+      rpm: Math.max(2, Math.ceil(requests / (0.8 * (n - 1) + 0.5))),
+    };
+  }
+  // The fleet's tokens take BOUND_S at the refill rate, its requests 80% of that; the window
+  // holds twice the largest call.
+  const perMs = tokens / (BOUND_S * 1_000);
+  const windowMs = Math.max(1_000, Math.ceil((2 * largest) / perMs));
+  return {
+    mode,
+    tpm: Math.ceil(perMs * windowMs),
+    rpm: Math.max(2, Math.ceil((requests / (BOUND_S * 800)) * windowMs)),
+    windowMs,
+  };
 }
 
-/** What a fleet's calls will take of the window, roughly (the bound printed is from what the provider admitted). */
+/** The least time the tokens (and requests) the provider admitted could have taken, in the cell's mode. */
+function boundOf(limits: Limits, outcome: Outcome, size: number): { ms: number; detail: string } {
+  const { mode, tpm, rpm, windowMs } = limits;
+  if (mode === "fixed" || mode === "sliding") {
+    const windows = Math.max(Math.ceil(outcome.chargedTokens / tpm), Math.ceil(outcome.admitted / rpm));
+    const windowsMs = Math.max(0, windows - 1) * windowMs;
+    // Every agent makes the same calls: one of each size is one agent's conversation.
+    const oneAgent = [...outcome.calls].sort((a, b) => a - b).filter((_, i) => i % size === 0);
+    const aloneMs = earliestMs(limits, oneAgent);
+    return aloneMs > windowsMs
+      ? { ms: aloneMs, detail: `${windows} windows; alone` }
+      : { ms: windowsMs, detail: `${windows} windows` };
+  }
+  // The bucket starts full (tpm) and refills tpm a window.
+  const ms = (outcome.chargedTokens / tpm) * windowMs;
+  const afterFullMs = (Math.max(0, outcome.chargedTokens - tpm) / tpm) * windowMs;
+  return { ms, detail: seconds(afterFullMs) };
+}
+
+/**
+ * When the last of one agent's calls could be admitted with the cell's windows to itself, each
+ * call sent the moment the windows let it in. No schedule admits a sequence of calls sooner
+ * (what an earlier admission holds of a window it gives back no later), so no agent of a fleet
+ * can finish before this. A window's tokens can outlast what the fleet needs of it: a call
+ * does not fit the part of a window the one before left.
+ */
+function earliestMs(limits: Limits, calls: readonly number[]): number {
+  let now = 0;
+  const clock = () => now;
+  // The cell started at a period's start (fixed) or on an empty log (sliding): both at 0 here.
+  const tokens = windowOf(limits.mode, limits.tpm, clock, limits.windowMs);
+  const requests = windowOf(limits.mode, limits.rpm, clock, limits.windowMs);
+  for (const cost of calls) {
+    for (;;) {
+      const waitMs = Math.max(tokens.waitMs(cost), requests.waitMs(1));
+      if (waitMs === 0) break;
+      if (!Number.isFinite(waitMs)) return 0;
+      now += waitMs;
+    }
+    tokens.take(cost);
+    requests.take(1);
+  }
+  return now;
+}
+
+/** What Holdfast did for the cell's runs, from their events. */
+async function countHoldfast(bus: Bus, outcome: Outcome, prefix: string, size: number): Promise<void> {
+  for (let a = 0; a < size; a++) {
+    const history = await bus.readRun(`${prefix}-agent-${a}`);
+    const view = describeRun(
+      "",
+      history.events.map((e) => e.envelope),
+    );
+    outcome.waits += view.steps.filter((s) => s.prediction?.action === "wait").length;
+    outcome.checkpoints += view.control.filter(
+      (c) => c.what === "tripped" && c.trip?.limit === "rate_limit",
+    ).length;
+    outcome.gatewayRetries += view.totals.retries;
+  }
+}
+
+function keyOf(mode: WindowMode, size: number, arm: Arm): string {
+  return `sk-bench-${mode}-${arm.replace(" ", "")}-${size}-0000000000000000000`;
+}
+
+/** A comma-separated list from the environment, each item one of `allowed` (spaces ignored). */
+function listOf<T extends string>(name: string, fallback: string, allowed: readonly T[]): T[] {
+  const squash = (text: string) => text.replaceAll(" ", "");
+  return (process.env[name] ?? fallback).split(",").map((item) => {
+    const found = allowed.find((candidate) => squash(candidate) === squash(item));
+    if (found === undefined) throw new Error(`${name}: '${item}' is not one of ${allowed.join(", ")}`);
+    return found;
+  });
+}
+
+const seconds = (ms: number) => `${(ms / 1_000).toFixed(1)} s`;
+
+/**
+ * What a fleet's calls will take of the window: each call's prompt as the provider counts it,
+ * plus max_tokens, on the conversation the agents build. The fake answers by quoting the first
+ * 200 characters of the last user message; the bound printed is from what it admitted.
+ */
 function plannedTotals(size: number): { tokens: number; requests: number; largest: number } {
   let tokens = 0;
   let largest = 0;
-  let chars = SYSTEM.length;
+  const messages: ChatMessage[] = [{ role: "system", content: SYSTEM }];
   for (let step = 1; step <= STEPS; step++) {
-    chars += QUESTION.length + 4 * MAX_TOKENS;
-    const call = Math.ceil(chars / 4) + MAX_TOKENS;
+    const question = `Step ${step}. ${QUESTION}`;
+    messages.push({ role: "user", content: question });
+    const call = promptTokens(messages) + MAX_TOKENS;
+    messages.push({ role: "assistant", content: `Fake reply to: ${question.slice(0, 200)}` });
     tokens += call;
     largest = Math.max(largest, call);
   }
@@ -201,24 +372,30 @@ async function runFleet(
   prefix: string,
 ): Promise<Outcome> {
   const started = Date.now();
-  const results = await Promise.all(
+  // Every agent to its end, even when one fails: none is left calling into the next cell.
+  const settled = await Promise.allSettled(
     Array.from({ length: size }, (_, a) => agent(bases[a % bases.length]!, apiKey, `${prefix}-agent-${a}`)),
   );
   const wallMs = Date.now() - started;
+  const results = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+  const failure = settled.find((r) => r.status === "rejected");
   const mine = provider.requests.filter((r) => r.apiKey === apiKey);
   const refusals = mine.filter((r) => r.status === 429);
+  const answered = mine.filter((r) => r.status === 200);
+  const calls = answered.map((r) => answeredInput(r.responseBody) + MAX_TOKENS);
   return {
     wallMs,
     sent429: refusals.length,
     seen429: results.reduce((sum, r) => sum + r.seen, 0),
     redone: results.reduce((sum, r) => sum + r.redone, 0),
     wastedTokens: refusals.reduce((sum, r) => sum + inputOf(r.body), 0),
-    chargedTokens: mine
-      .filter((r) => r.status === 200)
-      .reduce((sum, r) => sum + answeredInput(r.responseBody) + MAX_TOKENS, 0),
+    chargedTokens: calls.reduce((sum, call) => sum + call, 0),
+    admitted: answered.length,
+    calls,
     waits: 0,
     checkpoints: 0,
     gatewayRetries: 0,
+    ...(failure === undefined ? {} : { error: String(failure.reason).split("\n", 1)[0] }),
   };
 }
 
@@ -278,4 +455,11 @@ function printTable(head: string[], rows: string[][]): void {
   for (const row of rows) console.log(line(row));
 }
 
-await main();
+// Exit once the table is out: a socket the SDK keeps alive must not hold the process open.
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  },
+);

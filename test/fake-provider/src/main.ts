@@ -1,8 +1,10 @@
 import { parseArgs } from "node:util";
+import { WINDOW_MODES, type WindowMode } from "./rate-limit.js";
 import { type FakeProviderOptions, startFakeProvider } from "./server.js";
 
 const USAGE =
-  "usage: fake-provider [--port N] [--host H] [--latency-ms N] [--chunk-delay-ms N] [--rpm N] [--tpm N] [--verbose]";
+  "usage: fake-provider [--port N] [--host H] [--latency-ms N] [--chunk-delay-ms N] [--rpm N] [--tpm N]\n" +
+  "                     [--window-mode continuous|fixed|sliding|none] [--verbose]";
 
 function readOptions(args: string[]): FakeProviderOptions & { help: boolean } {
   const { values } = parseArgs({
@@ -14,6 +16,7 @@ function readOptions(args: string[]): FakeProviderOptions & { help: boolean } {
       "chunk-delay-ms": { type: "string" },
       rpm: { type: "string" },
       tpm: { type: "string" },
+      "window-mode": { type: "string" },
       verbose: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
@@ -26,6 +29,7 @@ function readOptions(args: string[]): FakeProviderOptions & { help: boolean } {
     chunkDelayMs: wholeNumber("chunk-delay-ms", values["chunk-delay-ms"]),
     rpm: wholeNumber("rpm", values.rpm),
     tpm: wholeNumber("tpm", values.tpm),
+    windowMode: windowMode(values["window-mode"]),
     // Off by default: this process is the benchmark's latency baseline, and a line per request costs.
     log: values.verbose ? (line) => console.log(line) : undefined,
     // A long benchmark would otherwise hold every request it ever sent.
@@ -37,6 +41,14 @@ function wholeNumber(flag: string, value: string | undefined): number | undefine
   if (value === undefined) return undefined;
   if (!/^\d+$/.test(value)) throw new TypeError(`--${flag} must be a whole number, got '${value}'`);
   return Number(value);
+}
+
+function windowMode(value: string | undefined): WindowMode | undefined {
+  if (value === undefined) return undefined;
+  const mode = WINDOW_MODES.find((candidate) => candidate === value);
+  if (mode === undefined)
+    throw new TypeError(`--window-mode must be one of ${WINDOW_MODES.join(", ")}, got '${value}'`);
+  return mode;
 }
 
 let options: ReturnType<typeof readOptions>;

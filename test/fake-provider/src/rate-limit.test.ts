@@ -1,10 +1,12 @@
 import { describe, expect, it } from "vitest";
 import {
   anthropicRateLimitHeaders,
+  FixedWindow,
   formatDuration,
   RateLimiter,
   type RateLimitState,
   rateLimitHeaders,
+  SlidingWindow,
   TokenBucket,
 } from "./rate-limit.js";
 
@@ -49,9 +51,9 @@ describe("TokenBucket", () => {
   it("reports the time until it is full again", () => {
     const clock = manualClock();
     const bucket = new TokenBucket(100, clock.now);
-    expect(bucket.msUntilFull()).toBe(0);
+    expect(bucket.resetMs()).toBe(0);
     bucket.take(25);
-    expect(bucket.msUntilFull()).toBeCloseTo(15_000);
+    expect(bucket.resetMs()).toBeCloseTo(15_000);
   });
 });
 
@@ -141,6 +143,228 @@ describe("RateLimiter", () => {
       "input-tokens": { limit: 1_000, remaining: 400 },
       "output-tokens": { limit: 100, remaining: 20 },
     });
+  });
+});
+
+// 1_700_000_000_000 is 20 s into a minute: the minute it is in ends 40 s later.
+const TO_MINUTE_END = 40_000;
+
+describe("FixedWindow", () => {
+  it("stays flat through its period and is whole again at the period boundary, not before", () => {
+    const clock = manualClock();
+    const window = new FixedWindow(600, clock.now);
+    expect(window.level()).toBe(600);
+
+    window.take(600);
+    clock.advance(30_000);
+    // A continuous bucket would be half full by now.
+    expect(window.level()).toBe(0);
+    clock.advance(TO_MINUTE_END - 30_000 - 1);
+    expect(window.level()).toBe(0);
+    clock.advance(1);
+    expect(window.level()).toBe(600);
+  });
+
+  it("aligns its periods on multiples of the window, whenever it was made", () => {
+    const clock = manualClock(10_500);
+    const window = new FixedWindow(10, clock.now, 1_000);
+    window.take(10);
+    clock.advance(499);
+    expect(window.level()).toBe(0);
+    clock.advance(1);
+    expect(window.level()).toBe(10);
+  });
+
+  it("reports the same reset instant for every answer in one period, used or not", () => {
+    const clock = manualClock();
+    const window = new FixedWindow(100, clock.now);
+    const start = clock.now();
+    expect(window.resetMs()).toBe(TO_MINUTE_END);
+
+    window.take(30);
+    clock.advance(12_345);
+    expect(clock.now() + window.resetMs()).toBe(start + TO_MINUTE_END);
+    window.take(30);
+    clock.advance(20_000);
+    expect(clock.now() + window.resetMs()).toBe(start + TO_MINUTE_END);
+
+    clock.advance(TO_MINUTE_END - 32_345);
+    expect(window.resetMs()).toBe(60_000);
+  });
+
+  it("makes a call that does not fit wait until the period ends, and one above capacity wait forever", () => {
+    const clock = manualClock();
+    const window = new FixedWindow(100, clock.now);
+    window.take(70);
+    clock.advance(5_000);
+    expect(window.waitMs(30)).toBe(0);
+    expect(window.waitMs(31)).toBe(TO_MINUTE_END - 5_000);
+    expect(window.waitMs(101)).toBe(Number.POSITIVE_INFINITY);
+
+    clock.advance(window.waitMs(31));
+    expect(window.waitMs(100)).toBe(0);
+  });
+});
+
+describe("SlidingWindow", () => {
+  it("frees exactly what was spent one window ago, when that window has passed", () => {
+    const clock = manualClock();
+    const window = new SlidingWindow(600, clock.now);
+    window.take(100);
+    clock.advance(10_000);
+    window.take(200);
+    clock.advance(10_000);
+    window.take(300);
+    expect(window.level()).toBe(0);
+
+    // t = 20 s; the 100 spent at 0 s counts until 60 s.
+    clock.advance(39_999);
+    expect(window.level()).toBe(0);
+    clock.advance(1);
+    expect(window.level()).toBe(100);
+    clock.advance(9_999);
+    expect(window.level()).toBe(100);
+    clock.advance(1);
+    expect(window.level()).toBe(300);
+    clock.advance(10_000);
+    expect(window.level()).toBe(600);
+  });
+
+  it("makes a call wait until enough of the oldest spends have expired for it to fit", () => {
+    const clock = manualClock();
+    const window = new SlidingWindow(600, clock.now);
+    window.take(100);
+    clock.advance(10_000);
+    window.take(200);
+    clock.advance(10_000);
+    window.take(250);
+
+    // 50 left at 20 s.
+    expect(window.waitMs(50)).toBe(0);
+    expect(window.waitMs(150)).toBe(40_000);
+    expect(window.waitMs(151)).toBe(50_000);
+    expect(window.waitMs(350)).toBe(50_000);
+    expect(window.waitMs(351)).toBe(60_000);
+    expect(window.waitMs(601)).toBe(Number.POSITIVE_INFINITY);
+
+    clock.advance(window.waitMs(151));
+    expect(window.waitMs(151)).toBe(0);
+  });
+
+  it("reports the reset as when the newest spend expires, and 0 when nothing counts", () => {
+    const clock = manualClock();
+    const window = new SlidingWindow(100, clock.now);
+    expect(window.resetMs()).toBe(0);
+    window.take(10);
+    clock.advance(15_000);
+    window.take(10);
+    clock.advance(5_000);
+    expect(window.resetMs()).toBe(55_000);
+    clock.advance(55_000);
+    expect(window.resetMs()).toBe(0);
+    expect(window.level()).toBe(100);
+  });
+
+  it("keeps counting right over many windows of small spends", () => {
+    const clock = manualClock();
+    const window = new SlidingWindow(1_000, clock.now, 1_000);
+    // One unit every 10 ms for 100 windows: 10 ms after a spend, the window back to 10 ms after
+    // the one before it holds 99 of them.
+    for (let i = 0; i < 10_000; i++) {
+      window.take(1);
+      clock.advance(10);
+      expect(window.level()).toBe(i < 99 ? 1_000 - (i + 1) : 901);
+    }
+    // Two in the same millisecond count as two, and expire together.
+    window.take(1);
+    window.take(1);
+    expect(window.level()).toBe(899);
+    clock.advance(999);
+    expect(window.level()).toBe(998);
+    clock.advance(1);
+    expect(window.level()).toBe(1_000);
+  });
+});
+
+describe("RateLimiter window modes", () => {
+  it("gives each key its own mode, the default's unless the key says otherwise", () => {
+    const clock = manualClock();
+    const limiter = new RateLimiter(
+      { rpm: 10, tpm: 1_000, mode: "fixed" },
+      { "sk-sliding": { mode: "sliding" }, "sk-none": { mode: "none" } },
+      clock.now,
+    );
+    for (const key of ["sk-fixed", "sk-sliding", "sk-none"]) limiter.admit(key, { tokens: 600 });
+    clock.advance(30_000);
+
+    expect(limiter.mode("sk-fixed")).toBe("fixed");
+    expect(limiter.mode("sk-sliding")).toBe("sliding");
+    expect(limiter.mode("sk-none")).toBe("none");
+    expect(limiter.state("sk-fixed").tokens).toEqual({ limit: 1_000, remaining: 400, resetMs: 10_000 });
+    expect(limiter.state("sk-sliding").tokens).toEqual({ limit: 1_000, remaining: 400, resetMs: 30_000 });
+    // `none` counts as a continuous bucket: half the window back after half a minute.
+    expect(limiter.state("sk-none").tokens.remaining).toBe(900);
+    expect(new RateLimiter({ rpm: 1, tpm: 1 }, {}, clock.now).mode("sk-any")).toBe("continuous");
+  });
+
+  it("refuses in fixed mode until the period ends, on every limit of the key", () => {
+    const clock = manualClock();
+    const limiter = new RateLimiter({ rpm: 2, tpm: 1_000, mode: "fixed" }, {}, clock.now);
+    limiter.admit("sk-a", { tokens: 900 });
+    clock.advance(1_000);
+
+    const onTokens = limiter.admit("sk-a", { tokens: 200 });
+    expect(onTokens).toMatchObject({
+      allowed: false,
+      kind: "tokens",
+      used: 900,
+      retryAfterMs: TO_MINUTE_END - 1_000,
+    });
+    limiter.admit("sk-a", { tokens: 10 });
+    const onRequests = limiter.admit("sk-a", { tokens: 10 });
+    expect(onRequests).toMatchObject({
+      allowed: false,
+      kind: "requests",
+      retryAfterMs: TO_MINUTE_END - 1_000,
+    });
+    expect(limiter.admit("sk-a", { tokens: 1_001 })).toMatchObject({
+      allowed: false,
+      retryAfterMs: Number.POSITIVE_INFINITY,
+    });
+
+    clock.advance(TO_MINUTE_END - 1_000);
+    expect(limiter.admit("sk-a", { tokens: 1_000 })).toMatchObject({
+      allowed: true,
+      state: { tokens: { remaining: 0, resetMs: 60_000 }, requests: { remaining: 1 } },
+    });
+  });
+
+  it("refuses in sliding mode until enough of what the key spent has expired", () => {
+    const clock = manualClock();
+    const limiter = new RateLimiter(
+      { rpm: 100, tpm: 1_000 },
+      { "sk-a": { mode: "sliding", windowMs: 10_000 } },
+      clock.now,
+    );
+    limiter.admit("sk-a", { tokens: 400 });
+    clock.advance(2_000);
+    limiter.admit("sk-a", { tokens: 500 });
+    clock.advance(1_000);
+
+    const refused = limiter.admit("sk-a", { tokens: 500 });
+    expect(refused).toMatchObject({ allowed: false, kind: "tokens", used: 900, retryAfterMs: 7_000 });
+    clock.advance(6_999);
+    expect(limiter.admit("sk-a", { tokens: 500 }).allowed).toBe(false);
+    clock.advance(1);
+    expect(limiter.admit("sk-a", { tokens: 500 })).toMatchObject({
+      allowed: true,
+      state: { tokens: { remaining: 0, resetMs: 10_000 } },
+    });
+  });
+
+  it("refuses a mode it does not know", () => {
+    const limits = { rpm: 1, tpm: 1, mode: "leaky" } as unknown as { rpm: number; tpm: number };
+    expect(() => new RateLimiter(limits, {}, Date.now).state("sk-a")).toThrow(/window mode .*'leaky'/);
   });
 });
 

@@ -1,6 +1,22 @@
 /** Milliseconds since the epoch, injectable so tests can move time by hand. */
 export type Clock = () => number;
 
+/**
+ * How a key's limits come back after use, and what its answers say about them:
+ * - `continuous`: a token bucket, refilled steadily (OpenAI's and Anthropic's own); the reset
+ *   headers say when it is full again.
+ * - `fixed`: the whole window at the start of each period, periods aligned on the clock at
+ *   multiples of the window (as minute boundaries are); nothing comes back until the period ends,
+ *   and the reset headers name that end.
+ * - `sliding`: what the key spent counts against it for one window after it spent it; the reset
+ *   headers say when the newest spend has expired.
+ * - `none`: accounted as `continuous`, but the answers carry no rate-limit headers at all, and a
+ *   429 only `retry-after` in whole seconds, as many OpenAI-compatible servers answer.
+ */
+export type WindowMode = "continuous" | "fixed" | "sliding" | "none";
+
+export const WINDOW_MODES: readonly WindowMode[] = ["continuous", "fixed", "sliding", "none"];
+
 export interface RateLimits {
   /** Requests per minute. */
   readonly rpm: number;
@@ -11,18 +27,34 @@ export interface RateLimits {
   /** Output tokens per minute (Anthropic's OTPM); default `tpm`. */
   readonly otpm?: number;
   /**
-   * How long a bucket takes to refill from empty (default a minute, as providers' per-minute
-   * limits do); shorter makes a benchmark's windows bind in seconds instead of minutes.
+   * The window the limits are per (default a minute, as providers' per-minute limits are):
+   * how long a bucket takes to refill from empty, a fixed period, or a sliding log's span.
+   * Shorter makes a benchmark's windows bind in seconds instead of minutes.
    */
   readonly windowMs?: number;
+  /** Default `continuous`. */
+  readonly mode?: WindowMode;
 }
 
 const WINDOW_MS = 60_000;
 // Refill is fractional, so a wait computed from the level can land a hair short of the cost.
 const EPSILON = 1e-9;
 
+/** One limit of one key: `capacity` units per window, however the window gives them back. */
+export interface Window {
+  readonly capacity: number;
+  /** Units available now, possibly fractional. */
+  level(): number;
+  /** Milliseconds until `cost` fits: 0 when it fits now, Infinity when it never will. */
+  waitMs(cost: number): number;
+  /** Takes `cost` units; the caller checked `waitMs(cost) === 0`. */
+  take(cost: number): void;
+  /** Milliseconds until the reset the rate-limit headers report. */
+  resetMs(): number;
+}
+
 /** A bucket of `capacity` units refilled continuously, `capacity` per window (a minute). Starts full. */
-export class TokenBucket {
+export class TokenBucket implements Window {
   readonly #perMs: number;
   #level: number;
   #updatedAt: number;
@@ -32,13 +64,12 @@ export class TokenBucket {
     private readonly clock: Clock,
     windowMs = WINDOW_MS,
   ) {
-    if (!(capacity > 0)) throw new RangeError(`a rate limit must be above 0, got ${capacity}`);
+    checkLimit(capacity, windowMs);
     this.#perMs = capacity / windowMs;
     this.#level = capacity;
     this.#updatedAt = clock();
   }
 
-  /** Units available now, fractional. */
   level(): number {
     const now = this.clock();
     const elapsed = Math.max(0, now - this.#updatedAt);
@@ -47,20 +78,167 @@ export class TokenBucket {
     return this.#level;
   }
 
-  /** Milliseconds until `cost` fits: 0 when it fits now, Infinity when it never will. */
   waitMs(cost: number): number {
     if (cost > this.capacity) return Number.POSITIVE_INFINITY;
     const missing = cost - this.level();
     return missing <= EPSILON ? 0 : missing / this.#perMs;
   }
 
-  /** Takes `cost` units; the caller checked `waitMs(cost) === 0`. */
   take(cost: number): void {
     this.#level = Math.max(0, this.level() - cost);
   }
 
-  msUntilFull(): number {
+  /** Until the bucket is full again. */
+  resetMs(): number {
     return (this.capacity - this.level()) / this.#perMs;
+  }
+}
+
+/**
+ * `capacity` units per period, whole again at the start of each; periods start at multiples of
+ * `windowMs` since the epoch, so every key's periods end at the same instants, as minute
+ * boundaries do.
+ */
+export class FixedWindow implements Window {
+  #periodStart = Number.NEGATIVE_INFINITY;
+  #used = 0;
+
+  constructor(
+    readonly capacity: number,
+    private readonly clock: Clock,
+    private readonly windowMs = WINDOW_MS,
+  ) {
+    checkLimit(capacity, windowMs);
+  }
+
+  level(): number {
+    this.#now();
+    return this.capacity - this.#used;
+  }
+
+  waitMs(cost: number): number {
+    if (cost > this.capacity) return Number.POSITIVE_INFINITY;
+    const now = this.#now();
+    return this.#used + cost <= this.capacity ? 0 : this.#periodStart + this.windowMs - now;
+  }
+
+  take(cost: number): void {
+    this.#now();
+    this.#used = Math.min(this.capacity, this.#used + cost);
+  }
+
+  /** Until the period ends, used or not: the same instant for every answer in one period. */
+  resetMs(): number {
+    const now = this.#now();
+    return this.#periodStart + this.windowMs - now;
+  }
+
+  /** The clock, after moving to the period it is in (never back, should the clock step back). */
+  #now(): number {
+    const now = this.clock();
+    const start = Math.floor(now / this.windowMs) * this.windowMs;
+    if (start > this.#periodStart) {
+      this.#periodStart = start;
+      this.#used = 0;
+    }
+    return now;
+  }
+}
+
+/**
+ * A sliding log: what was spent at `t` counts until `t + windowMs`. Kept as a queue of
+ * (time, cost), the expired dropped from the front, spends in the same millisecond merged, so it
+ * holds at most one entry per millisecond of the window and per call.
+ */
+export class SlidingWindow implements Window {
+  readonly #times: number[] = [];
+  readonly #costs: number[] = [];
+  #head = 0;
+  #spent = 0;
+
+  constructor(
+    readonly capacity: number,
+    private readonly clock: Clock,
+    private readonly windowMs = WINDOW_MS,
+  ) {
+    checkLimit(capacity, windowMs);
+  }
+
+  level(): number {
+    this.#expire();
+    return this.capacity - this.#spent;
+  }
+
+  waitMs(cost: number): number {
+    if (cost > this.capacity) return Number.POSITIVE_INFINITY;
+    const now = this.#expire();
+    let over = this.#spent + cost - this.capacity;
+    if (over <= EPSILON) return 0;
+    // The oldest spends expire first: the call fits once enough of them have.
+    for (let i = this.#head; i < this.#times.length; i++) {
+      over -= this.#costs[i]!;
+      if (over <= EPSILON) return this.#times[i]! + this.windowMs - now;
+    }
+    // Unreachable: with everything expired, the spent is 0 and cost ≤ capacity fits.
+    return this.windowMs;
+  }
+
+  take(cost: number): void {
+    const now = this.#expire();
+    this.#spent += cost;
+    const last = this.#times.length - 1;
+    if (last >= this.#head && this.#times[last] === now) this.#costs[last]! += cost;
+    else {
+      this.#times.push(now);
+      this.#costs.push(cost);
+    }
+  }
+
+  /** Until the newest spend has expired and the whole window is back; 0 when nothing counts. */
+  resetMs(): number {
+    const now = this.#expire();
+    const last = this.#times.length - 1;
+    return last < this.#head ? 0 : this.#times[last]! + this.windowMs - now;
+  }
+
+  #expire(): number {
+    const now = this.clock();
+    while (this.#head < this.#times.length && this.#times[this.#head]! + this.windowMs <= now) {
+      this.#spent -= this.#costs[this.#head]!;
+      this.#head += 1;
+    }
+    if (this.#head === this.#times.length) {
+      this.#times.length = 0;
+      this.#costs.length = 0;
+      this.#head = 0;
+      this.#spent = 0;
+    } else if (this.#head >= 1_024 && this.#head * 2 >= this.#times.length) {
+      // Drop the expired front in one go once it is most of the arrays, so a take stays O(1) amortised.
+      this.#times.splice(0, this.#head);
+      this.#costs.splice(0, this.#head);
+      this.#head = 0;
+    }
+    return now;
+  }
+}
+
+function checkLimit(capacity: number, windowMs: number): void {
+  if (!(capacity > 0)) throw new RangeError(`a rate limit must be above 0, got ${capacity}`);
+  if (!(windowMs > 0)) throw new RangeError(`a rate-limit window must be above 0 ms, got ${windowMs}`);
+}
+
+/** A window of `mode`; `none` counts as a continuous bucket and differs only in what the answers say. */
+export function windowOf(mode: WindowMode, capacity: number, clock: Clock, windowMs = WINDOW_MS): Window {
+  switch (mode) {
+    case "continuous":
+    case "none":
+      return new TokenBucket(capacity, clock, windowMs);
+    case "fixed":
+      return new FixedWindow(capacity, clock, windowMs);
+    case "sliding":
+      return new SlidingWindow(capacity, clock, windowMs);
+    default:
+      throw new RangeError(`a window mode is one of ${WINDOW_MODES.join(", ")}, got '${String(mode)}'`);
   }
 }
 
@@ -74,7 +252,7 @@ export interface BucketState {
   readonly limit: number;
   /** Whole units left now, rounded down. */
   readonly remaining: number;
-  /** Milliseconds until the bucket is full again. */
+  /** Milliseconds until the reset the headers report (see `WindowMode`). */
   readonly resetMs: number;
 }
 
@@ -95,14 +273,19 @@ export type RateDecision =
       readonly retryAfterMs: number;
     };
 
-type Buckets = Readonly<Record<LimitKind, TokenBucket>>;
+type Buckets = Readonly<Record<LimitKind, Window>>;
+
+interface KeyLimits {
+  readonly mode: WindowMode;
+  readonly buckets: Buckets;
+}
 
 /** Tokens a request takes from its key's token buckets; it always takes one request. */
 export type TokenCosts = Partial<Record<Exclude<LimitKind, "requests">, number>>;
 
-/** Four buckets per API key; a request must fit every bucket it takes from. */
+/** Four windows per API key, of the key's mode; a request must fit every window it takes from. */
 export class RateLimiter {
-  readonly #buckets = new Map<string, Buckets>();
+  readonly #keys = new Map<string, KeyLimits>();
 
   constructor(
     private readonly defaults: RateLimits,
@@ -112,7 +295,7 @@ export class RateLimiter {
 
   /** Takes one request and `costs` from the key's buckets, or nothing at all when one does not fit. */
   admit(apiKey: string, costs: TokenCosts): RateDecision {
-    const buckets = this.#bucketsOf(apiKey);
+    const { buckets } = this.#limitsOf(apiKey);
     const wanted: Array<[LimitKind, number]> = [["requests", 1]];
     for (const [kind, cost] of Object.entries(costs) as Array<[LimitKind, number]>) wanted.push([kind, cost]);
 
@@ -141,31 +324,41 @@ export class RateLimiter {
 
   /** The headers' view of a key's buckets, without taking anything. */
   state(apiKey: string): RateLimitState {
-    return stateOf(this.#bucketsOf(apiKey));
+    return stateOf(this.#limitsOf(apiKey).buckets);
   }
 
-  #bucketsOf(apiKey: string): Buckets {
-    let buckets = this.#buckets.get(apiKey);
-    if (buckets === undefined) {
+  /** The key's window mode; under `none` its answers carry no rate-limit headers. */
+  mode(apiKey: string): WindowMode {
+    return this.#limitsOf(apiKey).mode;
+  }
+
+  #limitsOf(apiKey: string): KeyLimits {
+    let key = this.#keys.get(apiKey);
+    if (key === undefined) {
       const limits = { ...this.defaults, ...this.byKey[apiKey] };
+      const mode = limits.mode ?? "continuous";
       const windowMs = limits.windowMs ?? WINDOW_MS;
-      buckets = {
-        requests: new TokenBucket(limits.rpm, this.clock, windowMs),
-        tokens: new TokenBucket(limits.tpm, this.clock, windowMs),
-        "input-tokens": new TokenBucket(limits.itpm ?? limits.tpm, this.clock, windowMs),
-        "output-tokens": new TokenBucket(limits.otpm ?? limits.tpm, this.clock, windowMs),
+      const of = (capacity: number) => windowOf(mode, capacity, this.clock, windowMs);
+      key = {
+        mode,
+        buckets: {
+          requests: of(limits.rpm),
+          tokens: of(limits.tpm),
+          "input-tokens": of(limits.itpm ?? limits.tpm),
+          "output-tokens": of(limits.otpm ?? limits.tpm),
+        },
       };
-      this.#buckets.set(apiKey, buckets);
+      this.#keys.set(apiKey, key);
     }
-    return buckets;
+    return key;
   }
 }
 
 function stateOf(buckets: Buckets): RateLimitState {
-  const of = (bucket: TokenBucket): BucketState => ({
+  const of = (bucket: Window): BucketState => ({
     limit: bucket.capacity,
     remaining: Math.floor(bucket.level() + EPSILON),
-    resetMs: bucket.msUntilFull(),
+    resetMs: bucket.resetMs(),
   });
   return {
     requests: of(buckets.requests),

@@ -11,7 +11,7 @@ import { openAiChatApi } from "./openai-chat/api.js";
 import { openAiResponsesApi } from "./openai-responses/api.js";
 import { ResponseMemory } from "./openai-responses/memory.js";
 import { PromptCache } from "./prompt-cache.js";
-import { type Clock, RateLimiter, type RateLimits } from "./rate-limit.js";
+import { type Clock, RateLimiter, type RateLimits, type WindowMode } from "./rate-limit.js";
 
 export interface FakeProviderOptions {
   /** Default 127.0.0.1. */
@@ -29,7 +29,9 @@ export interface FakeProviderOptions {
   readonly rpm?: number;
   /** Tokens per minute per API key; also Anthropic's input and output limits. Default 100,000,000. */
   readonly tpm?: number;
-  /** Limits for particular API keys, over `rpm` and `tpm`. */
+  /** How every key's limits come back and what its answers say of them (see `WindowMode`); default `continuous`. */
+  readonly windowMode?: WindowMode;
+  /** Limits for particular API keys, over `rpm`, `tpm` and `windowMode`. */
   readonly limitsByKey?: Readonly<Record<string, Partial<RateLimits>>>;
   /** Time for the rate limits and `created`/`created_at`; default `Date.now`. */
   readonly clock?: Clock;
@@ -66,13 +68,15 @@ const MODELS = [
 ] as const;
 
 const DEFAULT_WAIT_MS = 5_000;
+// The headers that describe a key's window, which a key in `none` mode never sends: all but `retry-after`.
+const WINDOW_FIGURES = /^(?:x-ratelimit-|anthropic-ratelimit-|retry-after-ms$)/;
 
 export async function startFakeProvider(options: FakeProviderOptions = {}): Promise<FakeProvider> {
   const clock = options.clock ?? Date.now;
   const log = options.log;
   const recordRequests = options.recordRequests ?? true;
   const limiter = new RateLimiter(
-    { rpm: options.rpm ?? 1_000_000, tpm: options.tpm ?? 100_000_000 },
+    { rpm: options.rpm ?? 1_000_000, tpm: options.tpm ?? 100_000_000, mode: options.windowMode },
     options.limitsByKey ?? {},
     clock,
   );
@@ -151,7 +155,8 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
 
   /** One model call, whichever API: the controls, the key, the body, the faults, then the answer. */
   async function modelCall(api: ModelApi, exchange: Exchange, res: ServerResponse): Promise<void> {
-    // Once the key is known, every answer carries its rate-limit headers, as the providers' do.
+    // Once the key is known, every answer carries its rate-limit headers, as the providers' do,
+    // unless the key's window mode is `none`.
     let apiKey: string | undefined;
     let controls: Controls | undefined;
     try {
@@ -179,7 +184,7 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
         startedAt: exchange.startedAt,
       });
       const headers = {
-        ...api.rateLimitHeaders(limiter.state(apiKey)),
+        ...limitHeaders(api, apiKey),
         ...answer.headers,
         ...controls.rateLimits,
         [api.requestIdHeader]: exchange.id,
@@ -205,9 +210,23 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
       return sendPartial(exchange, res, answer.body, headers, resetAfter);
     } catch (error) {
       if (!(error instanceof ProviderError)) throw error;
-      const limits = apiKey === undefined ? {} : api.rateLimitHeaders(limiter.state(apiKey));
-      return fail(api, exchange, res, error, limits, controls?.rateLimits);
+      if (apiKey !== undefined && limiter.mode(apiKey) === "none") {
+        // A server that sends no figures says at most when to come back, in whole seconds.
+        const own = Object.entries(error.headers).filter(([name]) => !WINDOW_FIGURES.test(name));
+        return fail(api, exchange, res, error, {}, controls?.rateLimits, Object.fromEntries(own));
+      }
+      return fail(api, exchange, res, error, limitHeaders(api, apiKey), controls?.rateLimits);
     }
+  }
+
+  /**
+   * The key's rate-limit headers in the API's names: none before the key is known or under
+   * `none`. A test's own (`x-fake-rate-limits`) go on top of these wherever they are sent: those
+   * are the test speaking, not the window.
+   */
+  function limitHeaders(api: ModelApi, apiKey: string | undefined): Record<string, string> {
+    if (apiKey === undefined || limiter.mode(apiKey) === "none") return {};
+    return api.rateLimitHeaders(limiter.state(apiKey));
   }
 
   async function stream(
@@ -285,10 +304,12 @@ export async function startFakeProvider(options: FakeProviderOptions = {}): Prom
     headers: Record<string, string> = {},
     /** Rate-limit headers a test asked for (x-fake-rate-limits): over the error's own retry-after too. */
     asked: Readonly<Record<string, string>> = {},
+    /** The error's own headers (retry-after), or what is left of them. */
+    own: Readonly<Record<string, string>> = error.headers,
   ): void {
     send(exchange, res, error.status, dialect.errorBody(error, exchange.id), {
       ...headers,
-      ...error.headers,
+      ...own,
       ...asked,
       [dialect.requestIdHeader]: exchange.id,
     });
