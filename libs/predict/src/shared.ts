@@ -89,8 +89,8 @@ export class SharedWindows {
       // it goes: whole at its reset, and as read before), less what was granted since and
       // not given back.
       const provider =
-        shape !== "continuous"
-          ? read.resetAtMs !== undefined && nowMs >= read.resetAtMs
+        shape !== "continuous" && read.resetAtMs !== undefined
+          ? nowMs >= read.resetAtMs
             ? limit
             : read.remaining
           : Math.min(limit, read.remaining + perMs * Math.max(0, nowMs - readAtMs));
@@ -360,7 +360,7 @@ export class SharedWindows {
       const at =
         level >= total
           ? nowMs
-          : bucket.shape !== "continuous"
+          : !refillsAsItGoes(bucket)
             ? wholeAgainAt(bucket, total - level, nowMs) + SETTLE_MS
             : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
       if (figures === undefined || at > atMs || (at === atMs && figures.dimension === undefined)) {
@@ -533,7 +533,7 @@ const NO_FIGURES: Figures = Object.freeze({
 
 function levelAt(bucket: Bucket, nowMs: number): number {
   if (nowMs <= bucket.atMs) return bucket.level;
-  if (bucket.shape !== "continuous") {
+  if (!refillsAsItGoes(bucket)) {
     // As it was until the reset that falls after the account was last set; then whole
     // (fixed), or what the reading said was missing back (any other).
     if (bucket.resetAtMs <= bucket.atMs || nowMs < bucket.resetAtMs) return bucket.level;
@@ -545,13 +545,23 @@ function levelAt(bucket: Bucket, nowMs: number): number {
 }
 
 /**
+ * A window read as refilling evenly, or one with no reset said (nothing to wait for: it is
+ * taken to refill in a minute, as per-minute limits do), refills as time passes; any
+ * other is as it was until its reset.
+ */
+function refillsAsItGoes(bucket: Bucket): boolean {
+  return bucket.shape === "continuous" || bucket.resetAtMs <= 0;
+}
+
+/**
  * When a window that comes back whole (not refilling as it goes) has given back `missing`
  * more than it holds now: at its reset, and a period later for every further window's
- * worth (a minute's, before a period was seen). A reset already passed and spent is followed
- * by one a period on.
+ * worth. A reset already passed and spent is followed by one a period on.
  */
 function wholeAgainAt(bucket: Bucket, missing: number, nowMs: number): number {
-  const periodMs = bucket.periodMs ?? MINUTE_MS;
+  // Before a period is seen, the likeliest: as long as the reading's rate takes to give a
+  // whole window back. A forecast only: the account grants nothing more before a reading.
+  const periodMs = bucket.periodMs ?? bucket.limit / Math.max(bucket.etaPerMs, bucket.limit / MINUTE_MS / 60);
   const windows = Math.max(1, Math.ceil(missing / Math.max(1, bucket.limit)));
   const next = bucket.resetAtMs > nowMs ? bucket.resetAtMs : nowMs + periodMs;
   return next + (windows - 1) * periodMs;

@@ -50,6 +50,8 @@ const START_WINDOW = { tokens: 3_000, ms: 15_000 };
 
 beforeAll(async () => {
   stack = await startStack({
+    // The fake's windows refill continuously, as its operator declares.
+    windowShape: "continuous",
     config: { predict: { wait_threshold_s: 2, max_wait_s: 20 }, hold: { keepalive_ms: 1_000 } },
     provider: {
       limitsByKey: {

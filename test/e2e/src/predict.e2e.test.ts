@@ -24,6 +24,9 @@ const KEY_PRIORITY = "sk-priority-000000000000000000000000";
 
 beforeAll(async () => {
   stack = await startStack({
+    // The fake's windows refill continuously, and its operator says so: these tests are of
+    // what prediction does with a window it knows (window-shapes.e2e.test.ts learns them).
+    windowShape: "continuous",
     config: { predict: { wait_threshold_s: 2, max_wait_s: 20 }, hold: { keepalive_ms: 1_000 } },
     provider: {
       limitsByKey: {

@@ -64,6 +64,11 @@ export async function startStack(
     nats?: { url: string; replicas?: number; prefix?: string; credentials?: TestCredentials };
     /** The max_payload of the stack's own nats-server (its default is 1 MiB). */
     natsMaxPayload?: number;
+    /**
+     * How the fake provider's windows refill, as its operator would declare it
+     * (predict.window_shapes for its origin); unset: learnt from its readings.
+     */
+    windowShape?: "continuous" | "fixed";
   } = {},
 ): Promise<Stack> {
   const dir = await makeTempDir("stack");
@@ -91,6 +96,17 @@ export async function startStack(
       log_level: "debug",
       nats: { url: nats.url, replicas: nats.replicas, prefix },
       gateway: { port: 0, upstream: `${provider.url}/v1`, ...options.config?.gateway },
+      ...(options.windowShape === undefined
+        ? {}
+        : {
+            predict: {
+              ...options.config?.predict,
+              window_shapes: {
+                ...options.config?.predict?.window_shapes,
+                [provider.url]: options.windowShape,
+              },
+            },
+          }),
       // A short linger keeps tests that read ClickHouse quick; ack_wait stays above twice it.
       projector: {
         port: 0,

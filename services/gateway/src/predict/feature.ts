@@ -413,7 +413,19 @@ export function predictFeature(options: PredictFeatureOptions): {
     const askedMs = readRateLimits(answer.headers, predicted.key.names, nowMs)?.retryAfterMs;
     predicted.key.window.release(call);
     const decision = decideFor(call, predicted, nowMs);
-    const waitMs = retryWaitMs({ decision, askedMs, attempt, nowMs, ceiling: ceilingOf(predicted) });
+    // Of a window not read as refilling evenly, only its reset is known: the provider's own
+    // word on when the call fits is better than that.
+    const { dimension } = decision.figures;
+    const refills =
+      dimension !== undefined && predicted.key.window.shapeOf(dimension)?.shape === "continuous";
+    const waitMs = retryWaitMs({
+      decision,
+      askedMs,
+      askedFirst: !refills,
+      attempt,
+      nowMs,
+      ceiling: ceilingOf(predicted),
+    });
     if (waitMs === undefined) return undefined;
     predicted.key.window.reserve(call, predicted.need, nowMs + waitMs);
     return waitMs;

@@ -211,6 +211,27 @@ describe("retryWaitMs: a 429 that slipped through", () => {
     expect(waits).toEqual([BACKOFF_MS, 2 * BACKOFF_MS, 4 * BACKOFF_MS]);
   });
 
+  it("waits what the provider asked, not for the reset, on a window not known to refill as it goes", () => {
+    // The window's figure is its reset, 56 s off; the provider says the call fits in 919 ms.
+    const decision: Decision = {
+      action: "checkpoint",
+      why: "threshold",
+      untilMs: NOW + 56_000,
+      figures: FIGURES,
+    };
+    const asked = {
+      decision,
+      askedMs: 919,
+      attempt: 1,
+      nowMs: NOW,
+      ceiling: { sinceMs: NOW, maxWaitMs: 20_000 },
+    };
+    expect(retryWaitMs({ ...asked, askedFirst: true })).toBe(919);
+    expect(retryWaitMs(asked)).toBeUndefined();
+    // With no retry-after to go by, the reset it is.
+    expect(retryWaitMs({ ...asked, askedMs: undefined, askedFirst: true })).toBeUndefined();
+  });
+
   it("waits for the window when it needs longer than the provider asked", () => {
     const decision: Decision = { action: "wait", untilMs: NOW + 8_000, figures: FIGURES };
     expect(retryWaitMs({ decision, askedMs: 3_000, attempt: 1, nowMs: NOW, ceiling: CEILING })).toBe(8_000);

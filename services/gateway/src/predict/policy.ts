@@ -150,14 +150,20 @@ export const BACKOFF_MS = 1_000;
 
 /**
  * How long to wait before sending again a call the provider refused with a 429: what the
- * provider asked (retry-after), or what the key's window says, whichever is longer; with
- * neither, an exponential backoff from 1 s. Undefined (no retry) when the call is larger
- * than the whole window or the wait ends past its ceiling.
+ * provider asked (retry-after), or what the key's window says, whichever is longer (or
+ * what the provider asked alone, when `askedFirst`); with neither, an exponential backoff
+ * from 1 s. Undefined (no retry) when the call is larger than the whole window or the wait
+ * ends past its ceiling.
  */
 export function retryWaitMs(input: {
   readonly decision: Decision;
   /** The refusal's retry-after, when it had one. */
   readonly askedMs: number | undefined;
+  /**
+   * The window's figure is only a bound (its shape is not known to refill as it goes: it
+   * says the reset): the provider's retry-after, when it gave one, is taken instead.
+   */
+  readonly askedFirst?: boolean;
   /** 1 for the first retry. */
   readonly attempt: number;
   readonly nowMs: number;
@@ -165,7 +171,10 @@ export function retryWaitMs(input: {
 }): number | undefined {
   const { decision, askedMs, attempt, nowMs, ceiling } = input;
   const window =
-    decision.action === "wait" || decision.action === "checkpoint" ? decision.untilMs - nowMs : 0;
+    (input.askedFirst === true && askedMs !== undefined) ||
+    (decision.action !== "wait" && decision.action !== "checkpoint")
+      ? 0
+      : decision.untilMs - nowMs;
   const waitMs = Math.max(
     askedMs ?? 0,
     window,
