@@ -306,11 +306,12 @@ describe("a window that does not refill as it goes", () => {
     }
   });
 
-  it("takes one period for every further window's worth, once a period was seen", () => {
+  it("takes one period for every further window's worth (the reading's time to its reset, before one was seen)", () => {
     const window = WindowState.from(read, NOW, "fixed", 60_000);
     // 1,200 beyond what is left: the reset's whole window, and one more window a minute on.
     expect(window.refilledAt(1_400, NOW, 30_000)).toBe(NOW + 8_000 + 60_000);
-    expect(WindowState.from(read, NOW, "fixed").refilledAt(1_400, NOW, 30_000)).toBe(NOW + 8_000 + 30_000);
+    // Before a period was seen: as long as the reading had to its reset, 8 s.
+    expect(WindowState.from(read, NOW, "fixed").refilledAt(1_400, NOW, 30_000)).toBe(NOW + 8_000 + 8_000);
     expect(window.refilledAt(1_200, NOW, 30_000)).toBe(NOW + 8_000);
   });
 });

@@ -130,4 +130,27 @@ describe("a window's shape, from its readings", () => {
     tracker.observe(f.take(62_000, 100), 62_000);
     expect(tracker.view().evidence).toBe(0);
   });
+
+  it("tells the shape within one burst of calls when resets are written to the millisecond", () => {
+    // A window of 4,000 tokens a second; twenty calls of 80 tokens 10 ms apart.
+    const burst = (window: (now: number, cost: number) => WindowReading) => {
+      const tracker = new ShapeTracker();
+      for (let i = 0; i < 20; i++) tracker.observe(window(500_100 + i * 10, 80), 500_100 + i * 10, 1);
+      return tracker.shape;
+    };
+    let used = 0;
+    const fixedSecond = (now: number, cost: number): WindowReading => {
+      used += cost;
+      return { limit: 4_000, remaining: 4_000 - used, resetAtMs: Math.ceil(now / 1_000) * 1_000 };
+    };
+    let level = 2_000;
+    let at = 500_100;
+    const bucketSecond = (now: number, cost: number): WindowReading => {
+      level = Math.min(4_000, level + (now - at) * 4) - cost;
+      at = now;
+      return { limit: 4_000, remaining: Math.floor(level), resetAtMs: now + (4_000 - level) / 4 };
+    };
+    expect(burst(fixedSecond)).toBe("fixed");
+    expect(burst(bucketSecond)).toBe("continuous");
+  });
 });

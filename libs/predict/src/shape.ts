@@ -25,10 +25,6 @@ export interface ShapeView {
   readonly periodMs: number | undefined;
 }
 
-// A reset read from the headers is off by how late the answer was read after the provider
-// wrote it, and by its format (Anthropic's are whole seconds): a fixed window's resets this
-// close are the same instant.
-const RESET_TOLERANCE_MS = 1_000;
 // How late an answer's headers are read after the provider wrote them, at most, besides
 // the format's own precision: what a token bucket's foretold refill may be off by.
 const READ_LATE_MS = 100;
@@ -82,11 +78,14 @@ export class ShapeTracker {
       return;
     }
     if (readAtMs <= anchor.readAtMs) return;
-    if (readAtMs >= anchor.resetAtMs - RESET_TOLERANCE_MS) {
+    // What resets written this finely may be off by (how late the answer was read after the
+    // provider wrote it, besides the format's precision).
+    const offMs = resolutionMs + READ_LATE_MS;
+    if (readAtMs >= anchor.resetAtMs - offMs) {
       // The anchor's window came back whole by now, whatever its shape: a window that came
       // back and did not refill as it went shows its period in how far its reset moved.
       const moved = resetAtMs - anchor.resetAtMs;
-      if (this.shape !== "continuous" && moved > RESET_TOLERANCE_MS) {
+      if (this.shape !== "continuous" && moved > offMs) {
         this.period = this.period === undefined ? moved : Math.min(this.period, moved);
       }
       this.anchor = next;
@@ -95,7 +94,9 @@ export class ShapeTracker {
     const unit = Math.max(1, limit * UNIT_SHARE);
     const grew = remaining - anchor.remaining;
     const resetMoved = resetAtMs - anchor.resetAtMs;
-    const fixedFits = Math.abs(resetMoved) <= RESET_TOLERANCE_MS && grew <= unit;
+    // A token bucket's reset moves on by as long as refilling what calls took takes, which a
+    // burst of calls soon makes more than `offMs`; a fixed window's stays.
+    const fixedFits = Math.abs(resetMoved) <= offMs && grew <= unit;
     // A token bucket refills at the rate that makes it whole at its reset; what calls took
     // since moved the reset on by as long as refilling it takes.
     const rate =
@@ -107,7 +108,6 @@ export class ShapeTracker {
       return;
     }
     const foretold = rate * (readAtMs - anchor.readAtMs - resetMoved);
-    const offMs = resolutionMs + READ_LATE_MS;
     const continuousFits =
       Math.abs(grew - foretold) <= unit + rate * offMs && sameRate(rate, next, unit, offMs);
     if (fixedFits && continuousFits) return;

@@ -108,6 +108,7 @@ export class SharedWindows {
           shape,
           periodMs,
           missingAtReset: limit - read.remaining,
+          resetSpanMs: read.resetAtMs === undefined ? MINUTE_MS : Math.max(0, read.resetAtMs - readAtMs),
           told: told[dimension],
         };
         key.buckets.set(dimension, bucket);
@@ -124,6 +125,7 @@ export class SharedWindows {
       bucket.shape = shape;
       bucket.periodMs = periodMs;
       bucket.missingAtReset = limit - read.remaining;
+      if (read.resetAtMs !== undefined) bucket.resetSpanMs = Math.max(0, read.resetAtMs - readAtMs);
       bucket.told = told[dimension] ?? bucket.told;
     }
   }
@@ -475,6 +477,8 @@ interface Bucket {
    * window before), but that is only known once it was read as fixed.
    */
   missingAtReset: number;
+  /** How far the last reading's reset was from when it was read. */
+  resetSpanMs: number;
   /** The shape the gateways that read it last said they had learnt. */
   told: WindowShape | undefined;
 }
@@ -536,12 +540,22 @@ function levelAt(bucket: Bucket, nowMs: number): number {
   if (!refillsAsItGoes(bucket)) {
     // As it was until the reset that falls after the account was last set; then whole
     // (fixed), or what the reading said was missing back (any other).
+    if (bucket.shape === "fixed") {
+      // A fixed window of a known period is whole again at every reset after the one read.
+      const resetMs = lastResetBy(bucket, nowMs);
+      return resetMs > bucket.atMs && nowMs >= resetMs ? bucket.limit : bucket.level;
+    }
     if (bucket.resetAtMs <= bucket.atMs || nowMs < bucket.resetAtMs) return bucket.level;
-    return bucket.shape === "fixed"
-      ? bucket.limit
-      : Math.min(bucket.limit, bucket.level + bucket.missingAtReset);
+    return Math.min(bucket.limit, bucket.level + bucket.missingAtReset);
   }
   return Math.min(bucket.limit, bucket.level + bucket.perMs * (nowMs - bucket.atMs));
+}
+
+/** The last of a fixed window's resets at or before `nowMs`: the one read, then one a period (when seen). */
+function lastResetBy(bucket: Bucket, nowMs: number): number {
+  if (bucket.periodMs === undefined || bucket.periodMs <= 0 || nowMs < bucket.resetAtMs)
+    return bucket.resetAtMs;
+  return bucket.resetAtMs + Math.floor((nowMs - bucket.resetAtMs) / bucket.periodMs) * bucket.periodMs;
 }
 
 /**
@@ -559,11 +573,17 @@ function refillsAsItGoes(bucket: Bucket): boolean {
  * worth. A reset already passed and spent is followed by one a period on.
  */
 function wholeAgainAt(bucket: Bucket, missing: number, nowMs: number): number {
-  // Before a period is seen, the likeliest: as long as the reading's rate takes to give a
-  // whole window back. A forecast only: the account grants nothing more before a reading.
-  const periodMs = bucket.periodMs ?? bucket.limit / Math.max(bucket.etaPerMs, bucket.limit / MINUTE_MS / 60);
+  // Before a period is seen, as long as the last reading had to its reset (the rest of a
+  // fixed window's period, at least; a bucket's time to whole): a forecast, which decides
+  // waiting in place over checkpointing. The account grants nothing it has not seen come back.
+  const periodMs = bucket.periodMs ?? Math.max(SETTLE_MS, bucket.resetSpanMs);
   const windows = Math.max(1, Math.ceil(missing / Math.max(1, bucket.limit)));
-  const next = bucket.resetAtMs > nowMs ? bucket.resetAtMs : nowMs + periodMs;
+  const next =
+    bucket.resetAtMs > nowMs
+      ? bucket.resetAtMs
+      : bucket.shape === "fixed" && bucket.periodMs !== undefined
+        ? lastResetBy(bucket, nowMs) + bucket.periodMs
+        : nowMs + periodMs;
   return next + (windows - 1) * periodMs;
 }
 

@@ -54,15 +54,19 @@ export class WindowState {
    * calls made after the reading take comes out of the window as it refills, so it is whole
    * again only once their part has refilled too. At the rate the reading shows, or, when it
    * shows none, the whole window in `fullMs`; undefined when the provider gives no limit.
-   * A window that comes back whole comes back at its reset, and then once a period (or
-   * `fullMs`, before a period was seen) for every further window's worth.
+   * A window that comes back whole comes back at its reset, and then once a period for
+   * every further window's worth.
    */
   refilledAt(amount: number, nowMs: number, fullMs: number): number | undefined {
     const { limit, remaining, resetAtMs } = this.reading;
     if (limit === undefined || limit <= 0) return undefined;
     if (!this.refills && resetAtMs !== undefined) {
+      // Before a period is seen, each further window is foretold as long as the reading had
+      // to its reset (at least the rest of a fixed window's period): a forecast, which
+      // decides waiting over checkpointing; nothing is counted back before a reading says so.
       const windows = Math.max(0, Math.ceil((amount - remaining) / limit) - 1);
-      return Math.max(nowMs, resetAtMs + windows * (this.periodMs ?? fullMs));
+      const periodMs = this.periodMs ?? Math.max(1, resetAtMs - this.readAtMs);
+      return Math.max(nowMs, resetAtMs + windows * periodMs);
     }
     const span = resetAtMs === undefined ? 0 : resetAtMs - this.readAtMs;
     const perMs = span > 0 && limit > remaining ? (limit - remaining) / span : limit / fullMs;
