@@ -1,3 +1,9 @@
+export {
+  ConcurrencyLimit,
+  ConcurrencyLimits,
+  type ConcurrencyOptions,
+  type Refusal,
+} from "./concurrency.js";
 export { type DecideInput, type Decision, decide, type Figures } from "./decide.js";
 export {
   type Actual,

@@ -74,6 +74,7 @@ export async function admit(
       if (decided.kind === "go" && decided.confirm) confirm = true;
     }
     if (decided.kind === "park") {
+      hooks.parked(call);
       const ending = await parked(call, deps);
       if (ending !== undefined) return ending;
       continue;

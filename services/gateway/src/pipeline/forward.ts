@@ -17,6 +17,7 @@ import {
 } from "./finish.js";
 import type { PipelineHooks } from "./hooks.js";
 import type { CallState } from "./state.js";
+import type { Cancelled } from "./wait.js";
 
 /** One attempt's fate: the provider's answer, or the error that stood for it. */
 type Attempt =
@@ -162,10 +163,14 @@ async function retried(
       text: "",
     }));
     recordRetry(call, deps, attempt + 1, status, next.ms);
-    const how = await deps.waiting.pause(call, next.ms);
+    let how: "ready" | "timeout" | "failed" | Cancelled = await deps.waiting.pause(call, next.ms);
+    if (how === "ready" && next.turn !== undefined) {
+      how = (await deps.waiting.pauseUntil(call, next.turn.promise, next.turn.withinMs)).how;
+    }
     if (how === "client_gone") return { outcome: clientAborted(NO_USAGE, call.model), reply: NOBODY };
     if (how !== "ready") {
-      // Shutting down (or given up on) before the retry: the client has the provider's refusal.
+      // Shutting down (or given up on, or its turn not come in time) before the retry: the
+      // client has the provider's refusal.
       const error = readProviderError(429, refusal.text, call.secrets);
       return {
         outcome: providerRefused(429, error, call.model),

@@ -174,19 +174,37 @@ export type OnUpstreamAnswer = (call: Call, answer: UpstreamAnswer) => void;
 export type Failure = UpstreamAnswer | { readonly error: unknown };
 
 /**
+ * What a feature decides of a failed attempt: send it to another upstream at once
+ * (`reroute`), or send it again after `ms` (`wait`) and, with a `turn`, once that has
+ * come too (a slot of its key's calls at once), waiting for it at most `withinMs`: past
+ * that, or cancelled, the client has the failure.
+ */
+export type Retry =
+  | Extract<Amendment, { kind: "reroute" }>
+  | {
+      readonly kind: "wait";
+      readonly ms: number;
+      readonly turn?: { readonly promise: Promise<void>; readonly withinMs: number };
+    };
+
+/**
  * Asked when a started call's attempt failed (a 429, a 5xx, or no answer at all), in the
  * features' order, until one decides: `reroute` (send it to another route target at once)
- * or `wait` (send it again after `ms`, a 429's retry-after); undefined leaves it to the
- * next (and, when none decides, the client gets the failure). `attempt` is the one that failed.
+ * or `wait` (send it again after `ms`, a 429's retry-after, and its turn); undefined leaves
+ * it to the next (and, when none decides, the client gets the failure). `attempt` is the
+ * one that failed.
  */
-export type AfterFailure = (
-  call: Call,
-  failure: Failure,
-  attempt: number,
-) => Extract<Amendment, { kind: "reroute" | "wait" }> | undefined;
+export type AfterFailure = (call: Call, failure: Failure, attempt: number) => Retry | undefined;
 
 /** Told once a call is over, however it ended (answered, refused, abandoned). */
 export type OnCallEnd = (call: Call) => void;
+
+/**
+ * Told when a call parks because its run is held (for as long as that takes): what a
+ * feature took for it to go on (a slot of its key's calls at once) is given back, and
+ * taken again when the call is decided anew after it.
+ */
+export type OnCallParked = (call: Call) => void;
 
 /**
  * The pipeline's decision points, filled by the features in their declared order
@@ -203,6 +221,7 @@ export class PipelineHooks {
   /** Where a failed attempt goes next (routing), or how long until it is sent again (prediction). */
   readonly afterFailure: AfterFailure[] = [];
   readonly callEnded: OnCallEnd[] = [];
+  readonly callParked: OnCallParked[] = [];
 
   /** Waiting in place, parking and following a run's state, with keepalives: what features wait with. */
   constructor(readonly waiting: Waiting) {}
@@ -219,11 +238,7 @@ export class PipelineHooks {
     for (const hook of this.upstreamAnswered) hook(call, answer);
   }
 
-  failed(
-    call: Call,
-    failure: Failure,
-    attempt: number,
-  ): Extract<Amendment, { kind: "reroute" | "wait" }> | undefined {
+  failed(call: Call, failure: Failure, attempt: number): Retry | undefined {
     for (const hook of this.afterFailure) {
       const amendment = hook(call, failure, attempt);
       if (amendment !== undefined) return amendment;
@@ -233,6 +248,10 @@ export class PipelineHooks {
 
   ended(call: Call): void {
     for (const hook of this.callEnded) hook(call);
+  }
+
+  parked(call: Call): void {
+    for (const hook of this.callParked) hook(call);
   }
 
   async deliver(call: Call, answer: Answer): Promise<Amendment> {

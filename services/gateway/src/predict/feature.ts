@@ -16,6 +16,7 @@ import { Keys } from "./key.js";
 import { chargedOf, NOTHING } from "./need.js";
 import {
   type Ceiling,
+  ceilingLeftMs,
   checkpointStep,
   coordinatorCatchUpMs,
   countExactly,
@@ -30,7 +31,8 @@ import {
 } from "./policy.js";
 import { Readings } from "./readings.js";
 import type { SharedDecision, SharedSlices, Slice } from "./shared.js";
-import { predictionOf, refuse, tooLarge, waitedTooLong } from "./verdicts.js";
+import { Slots } from "./slots.js";
+import { predictionOf, refuse, tooLarge, waitedForSlot, waitedTooLong } from "./verdicts.js";
 
 type PredictConfig = Config["predict"];
 
@@ -87,6 +89,11 @@ const PROBE_MS = 5_000;
  * A call too large for the whole window is refused at once; one that has waited
  * `max_wait_s` gets the provider's own 429 with retry-after. A 429 that slips through is
  * retried inside the gateway and makes the margin wider.
+ *
+ * A key whose answers carry no reading (no rate-limit headers) has nothing to predict from:
+ * once it has refused a call, it is kept to as many calls at once as its 429s and successes
+ * say (slots.ts), the calls past that waiting in place for a slot, and its 429s' cooldowns
+ * are waited as any key's are.
  */
 export function predictFeature(options: PredictFeatureOptions): {
   feature: GatewayFeature;
@@ -101,6 +108,7 @@ export function predictFeature(options: PredictFeatureOptions): {
   const maxWaitMs = config.max_wait_s * 1_000;
   const estimates = new Estimates(config, options.log);
   const keys = new Keys(config);
+  const slots = new Slots();
   const calls = new WeakMap<Call, Predicted>();
   // A call asked again once its body was compacted keeps when it arrived and what it waited.
   const resumed = new WeakMap<
@@ -151,14 +159,17 @@ export function predictFeature(options: PredictFeatureOptions): {
     const key = keys.of(call);
     if (key.keyId !== predicted.key.keyId) {
       predicted.key.window.release(call);
+      slots.giveBack(call);
       predicted.key = key;
     }
     return predicted;
   };
 
-  /** Every answer's rate-limit headers update its key's window. */
+  /** Every answer's rate-limit headers update its key's window; one with none teaches its calls at once. */
   const onAnswer = (call: Call, answer: UpstreamAnswer): void => {
-    readings.answered(predictedOf(call)?.key ?? keys.of(call), answer);
+    const key = predictedOf(call)?.key ?? keys.of(call);
+    readings.answered(key, answer);
+    slots.answered(key, answer, clock());
   };
 
   const compacting = new Compacting({
@@ -318,9 +329,24 @@ export function predictFeature(options: PredictFeatureOptions): {
       }
       const step = nextStep(decision, nowMs, ceiling, config.on_checkpoint);
       switch (step.kind) {
-        case "go":
+        case "go": {
+          // A key that reports no window: the call goes once it has a slot of its calls at once.
+          const turn = slots.take(call, key, priority);
+          if (turn !== true) {
+            waited.figures ??= decision.figures;
+            const how = await pauseUntil(call, turn, ceilingLeftMs(nowMs, ceiling), options);
+            if (how.how !== "ready") {
+              slots.giveBack(call);
+              if (how.how === "shutdown") return refuse(new ShuttingDownError());
+              return refuse(waitedForSlot(slots.limitOf(key.keyId)));
+            }
+            waited.ms += clock() - nowMs;
+            // Its slot is held now; decided again, as a 429 may have begun a cooldown meanwhile.
+            continue;
+          }
           await checkpoints.resumeIfCheckpointed(call);
           return goOn(call, predicted, waited, decision.figures, nowMs);
+        }
         case "too_large":
           return refuse(tooLarge(call, decision.figures));
         case "give_up":
@@ -334,6 +360,8 @@ export function predictFeature(options: PredictFeatureOptions): {
           continue;
         }
         case "checkpoint":
+          // Held for longer than a wait: its slot (taken before a cooldown began) is someone else's meanwhile.
+          slots.giveBack(call);
           return checkpoints.hold(call, predicted, step.decision, waited.ms);
       }
     }
@@ -431,6 +459,30 @@ export function predictFeature(options: PredictFeatureOptions): {
     return waitMs;
   };
 
+  /**
+   * A refused call on a key kept to a number of calls at once is no longer at the provider:
+   * it gives its slot back and is sent again only once it has one (behind the calls that
+   * waited before it), so what goes when a cooldown ends is at most the limit the refusal
+   * just lowered, not every call that overshot it. Undefined when it has its slot at once
+   * (or the key reports its window).
+   */
+  const retryTurn = (
+    call: Call,
+    waitMs: number,
+  ): { promise: Promise<void>; withinMs: number } | undefined => {
+    const predicted = calls.get(call);
+    if (predicted === undefined || !slots.governs(predicted.key)) return undefined;
+    const priority = priorityOf(
+      call.request.headers["x-holdfast-priority"],
+      call.run.tag,
+      config.priority_by_tag,
+    );
+    slots.giveBack(call);
+    const turn = slots.take(call, predicted.key, typeof priority === "number" ? priority : 0);
+    if (turn === true) return undefined;
+    return { promise: turn, withinMs: ceilingLeftMs(clock() + waitMs, ceilingOf(predicted)) };
+  };
+
   const feature: GatewayFeature = async (app) => {
     app.pipeline.beforeForward.push(beforeForward);
     app.pipeline.upstreamAnswered.push(onAnswer);
@@ -439,9 +491,12 @@ export function predictFeature(options: PredictFeatureOptions): {
     app.pipeline.afterFailure.push((call, failure, attempt) => {
       if (!("statusCode" in failure) || failure.statusCode !== 429) return undefined;
       const ms = retryAfter(call, failure, attempt);
-      return ms === undefined ? undefined : { kind: "wait", ms };
+      if (ms === undefined) return undefined;
+      const turn = retryTurn(call, ms);
+      return turn === undefined ? { kind: "wait", ms } : { kind: "wait", ms, turn };
     });
     app.pipeline.afterOutcome.push((call, _cost, observedOutcome) => {
+      slots.giveBack(call);
       const predicted = calls.get(call);
       if (predicted === undefined) return;
       predicted.key.window.release(call);
@@ -458,7 +513,10 @@ export function predictFeature(options: PredictFeatureOptions): {
         latencyMs: observedOutcome.latencyMs,
       });
     });
+    // A call parked while its run is held gives its slot back (it is decided anew after).
+    app.pipeline.callParked.push((call) => slots.giveBack(call));
     app.pipeline.callEnded.push((call) => {
+      slots.giveBack(call);
       readings.callEnded(call);
       const predicted = calls.get(call);
       if (predicted === undefined) return;

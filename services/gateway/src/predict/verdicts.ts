@@ -30,6 +30,17 @@ export function waitedTooLong(retryAfterMs: number): GatewayError {
   );
 }
 
+// A call that waited its ceiling for a slot is told to retry after this: a slot comes back
+// when a call in flight ends, which nothing on a key without headers foretells.
+const SLOT_RETRY_AFTER_MS = 1_000;
+
+export function waitedForSlot(limit: number): GatewayError {
+  return new RateLimitWaitExceededError(
+    `The API key's provider reports no rate-limit window and has refused calls, so Holdfast sends at most ${limit} of them at once on it; none ended in time for this call within the longest Holdfast waits (predict.max_wait_s). Retry shortly.`,
+    SLOT_RETRY_AFTER_MS,
+  );
+}
+
 const DIMENSION_NAMES: Readonly<Record<Dimension, string>> = {
   requests: "requests",
   tokens: "tokens",
