@@ -410,4 +410,34 @@ describe("SharedWindows: one window per key for every gateway", () => {
     expect(waiting.kind).toBe("queued");
     if (waiting.kind === "queued") expect(waiting.etaMs).toBeLessThan(NOW + 15_000);
   });
+
+  it("a fixed window whose period was seen is whole at every reset after, with no reading since", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    // A window of 6,000 tokens cleared every 10 s: read falling in one period (fixed), then in
+    // the next (its reset 10 s on: the period), then spent.
+    const read = (atMs: number, left: number, resetAtMs: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: left, resetAtMs } },
+        { asOfMs: atMs - 1, readAtMs: atMs, nowMs: atMs },
+      );
+    read(NOW + 1_000, 5_000, NOW + 10_000);
+    read(NOW + 3_000, 4_000, NOW + 10_000);
+    read(NOW + 11_000, 5_000, NOW + 20_000);
+    expect(windows.list(NOW + 11_000)[0]?.dimensions[0]?.left).toBe(5_000);
+    for (let i = 0; i < 5; i++) granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 11_000));
+    expect(windows.reserve(ask({ need: need(1_000, 0), thresholdMs: 60_000 }), NOW + 11_000).kind).toBe(
+      "queued",
+    );
+    // No reading comes; the reset at NOW + 20 s gives it all back, and so does the one at NOW + 30 s.
+    expect(windows.tick(NOW + 19_000).granted).toEqual([]);
+    expect(windows.tick(NOW + 20_010).granted).toHaveLength(1);
+    for (let i = 0; i < 5; i++) granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 20_010));
+    expect(windows.reserve(ask({ need: need(1_000, 0), thresholdMs: 60_000 }), NOW + 20_010).kind).toBe(
+      "queued",
+    );
+    expect(windows.tick(NOW + 29_000).granted).toEqual([]);
+    expect(windows.tick(NOW + 30_010).granted).toHaveLength(1);
+  });
 });
