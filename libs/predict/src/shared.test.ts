@@ -412,7 +412,8 @@ describe("SharedWindows: one window per key for every gateway", () => {
   });
 
   it("a fixed window whose period was seen is whole at every reset after, with no reading since", () => {
-    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    // Slices last longer than the test, so nothing comes back as an unspent slice would.
+    const windows = new SharedWindows({ sliceMs: 600_000, agingMs: 10_000 });
     // A window of 6,000 tokens cleared every 10 s: read falling in one period (fixed), then in
     // the next (its reset 10 s on: the period), then spent.
     const read = (atMs: number, left: number, resetAtMs: number) =>
