@@ -121,4 +121,35 @@ describe("pick: the run a worker takes next", () => {
       pick({ ...base, lists: [listOf(queued("r"))], nextSteps: new NextSteps(windowsWith(0)) }).queued?.runId,
     ).toBe("r");
   });
+
+  it("follows the shape gateways read: a fixed window's run waits for its reset, not for a refill", () => {
+    // As the scheduler learns it: a reading a gateway recorded, with the shape it had learnt.
+    // 6,000 tokens, none left, whole again at NOW + 40 s.
+    const windows = new KeyWindows();
+    windows
+      .of(KEY, "https://api.example")
+      .learn({ tokens: { limit: 6_000, remaining: 0, resetAtMs: NOW + 40_000 } }, NOW, NOW, {
+        tokens: "fixed",
+      });
+    const nextSteps = new NextSteps(windows);
+    nextSteps.heard("research", prediction(1_000));
+    const lists = [listOf(queued("research-1"))];
+    // Refilling evenly, 1,000 would be back in under 7 s; a fixed window gives nothing back before its reset.
+    const waiting = pick({ ...base, lists, nextSteps, nowMs: NOW + 10_000 });
+    expect(waiting.queued).toBeUndefined();
+    expect(waiting.retryAtMs).toBeGreaterThanOrEqual(NOW + 40_000);
+    expect(pick({ ...base, lists, nextSteps, nowMs: NOW + 39_000 }).queued).toBeUndefined();
+    expect(pick({ ...base, lists, nextSteps, nowMs: NOW + 40_100 }).queued?.runId).toBe("research-1");
+
+    // The same reading of a window the gateway read as refilling evenly (150 a second): on by then.
+    const refilling = new KeyWindows();
+    refilling
+      .of(KEY, "https://api.example")
+      .learn({ tokens: { limit: 6_000, remaining: 0, resetAtMs: NOW + 40_000 } }, NOW, NOW, {
+        tokens: "continuous",
+      });
+    const next = new NextSteps(refilling);
+    next.heard("research", prediction(1_000));
+    expect(pick({ ...base, lists, nextSteps: next, nowMs: NOW + 10_000 }).queued?.runId).toBe("research-1");
+  });
 });
