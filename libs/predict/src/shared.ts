@@ -94,7 +94,8 @@ export class SharedWindows {
             ? limit
             : read.remaining
           : Math.min(limit, read.remaining + perMs * Math.max(0, nowMs - readAtMs));
-      const implied = provider - this.outstandingSince(keyId, dimension, asOfMs);
+      const outstanding = this.outstandingSince(keyId, dimension, asOfMs);
+      const implied = provider - outstanding;
       if (bucket === undefined) {
         bucket = {
           limit,
@@ -107,7 +108,7 @@ export class SharedWindows {
           tracker,
           shape,
           periodMs,
-          missingAtReset: limit - read.remaining,
+          spentSinceReading: outstanding,
           resetSpanMs: read.resetAtMs === undefined ? MINUTE_MS : Math.max(0, read.resetAtMs - readAtMs),
           told: told[dimension],
         };
@@ -124,7 +125,7 @@ export class SharedWindows {
       bucket.resetAtMs = read.resetAtMs ?? bucket.resetAtMs;
       bucket.shape = shape;
       bucket.periodMs = periodMs;
-      bucket.missingAtReset = limit - read.remaining;
+      bucket.spentSinceReading = outstanding;
       if (read.resetAtMs !== undefined) bucket.resetSpanMs = Math.max(0, read.resetAtMs - readAtMs);
       bucket.told = told[dimension] ?? bucket.told;
     }
@@ -202,6 +203,7 @@ export class SharedWindows {
       if (delta === 0) continue;
       bucket.level = Math.min(bucket.limit, levelAt(bucket, nowMs) + delta);
       bucket.atMs = nowMs;
+      if (lease.atMs > key.asOfMs) bucket.spentSinceReading -= delta;
       lease.returned[dimension] = total;
     }
   }
@@ -309,6 +311,7 @@ export class SharedWindows {
     for (const [dimension, bucket] of key.buckets) {
       bucket.level = levelAt(bucket, nowMs) - amounts[dimension];
       bucket.atMs = nowMs;
+      bucket.spentSinceReading += amounts[dimension];
     }
     const lease: Lease = {
       leaseId: waiter.ticket,
@@ -472,11 +475,11 @@ interface Bucket {
   /** How long one window lasts, when seen (a window that comes back whole). */
   periodMs: number | undefined;
   /**
-   * What the last reading said was missing: what any window gives back by its reset. A fixed
-   * window gives back more (all of it: what was granted since the reading was spent in the
-   * window before), but that is only known once it was read as fixed.
+   * What was granted since the call the last reading answered, less what came back of it:
+   * by the reading's reset any window is whole but for this (a fixed one is whole: it was
+   * spent in the window before, but that is only known once it was read as fixed).
    */
-  missingAtReset: number;
+  spentSinceReading: number;
   /** How far the last reading's reset was from when it was read. */
   resetSpanMs: number;
   /** The shape the gateways that read it last said they had learnt. */
@@ -539,14 +542,16 @@ function levelAt(bucket: Bucket, nowMs: number): number {
   if (nowMs <= bucket.atMs) return bucket.level;
   if (!refillsAsItGoes(bucket)) {
     // As it was until the reset that falls after the account was last set; then whole
-    // (fixed), or what the reading said was missing back (any other).
+    // (fixed), or whole but for what was granted since the reading (any other: so a key
+    // whose account fell below what the reading implied, with nothing in flight to read it
+    // again, is not shut for good).
     if (bucket.shape === "fixed") {
       // A fixed window of a known period is whole again at every reset after the one read.
       const resetMs = lastResetBy(bucket, nowMs);
       return resetMs > bucket.atMs && nowMs >= resetMs ? bucket.limit : bucket.level;
     }
     if (bucket.resetAtMs <= bucket.atMs || nowMs < bucket.resetAtMs) return bucket.level;
-    return Math.min(bucket.limit, bucket.level + bucket.missingAtReset);
+    return bucket.limit - bucket.spentSinceReading;
   }
   return Math.min(bucket.limit, bucket.level + bucket.perMs * (nowMs - bucket.atMs));
 }
