@@ -64,7 +64,9 @@ export class KeyWindow {
   /**
    * Takes in a reading from the answer to a call started at `asOfMs`, read at `nowMs`.
    * True when it is worth recording as an event: the first, a move by a tenth of a
-   * limit, a cooldown, or any move ten seconds after the last recorded one.
+   * limit, a cooldown, a change of a dimension's shape, or any move ten seconds after the
+   * last recorded one. `resolutionMs`: how finely the provider writes its resets (1 for
+   * OpenAI's durations, 1,000 for Anthropic's whole-second timestamps).
    */
   observe(
     reading: RateLimitReading,
