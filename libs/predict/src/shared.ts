@@ -65,9 +65,9 @@ export class SharedWindows {
         read.resetAtMs !== undefined && read.resetAtMs % 1_000 !== 0 ? 1 : SECOND_RESOLUTION_MS,
       );
       const { periodMs } = tracker.view();
-      const own = tracker.shape;
-      const shape =
-        key.declared ?? (own !== "unknown" ? own : (told[dimension] ?? bucket?.told ?? "unknown"));
+      // The gateways' word first: each judged the shape from every reading of its own, where
+      // this sees only those recorded, from several gateways at once.
+      const shape = key.declared ?? told[dimension] ?? bucket?.told ?? tracker.shape;
       // The rate is the highest of the lower bounds readings gave for this limit (each is
       // one), or a minute's refill before any did.
       const measured = refillRate(read.remaining, limit, read.resetAtMs, readAtMs);
