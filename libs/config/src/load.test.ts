@@ -109,6 +109,7 @@ describe("loadConfig", () => {
         predict: {
           enabled: true,
           wait_threshold_s: 15,
+          window_shapes: {},
           max_wait_s: 300,
           on_checkpoint: "auto_resume",
           compaction: "off",

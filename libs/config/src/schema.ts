@@ -365,7 +365,9 @@ const predictSection = z.strictObject(
     window_shapes: z
       .record(
         url("http", "https"),
-        z.enum(["auto", "continuous", "fixed"], { error: "expected auto, continuous or fixed" }),
+        z
+          .enum(["auto", "continuous", "fixed"], { error: "expected auto, continuous or fixed" })
+          .describe("An upstream origin's window shape: auto, continuous or fixed."),
         { error: "expected a mapping of upstream origins to auto, continuous or fixed" },
       )
       .default({})
