@@ -81,10 +81,10 @@ export class KeyWindow {
     for (const dimension of DIMENSIONS) {
       const read = reading[dimension];
       if (read === undefined) continue;
-      const shapeBefore = this.shapes.has(dimension) ? this.shapeNow(dimension) : undefined;
+      const shapeBefore = this.shapes.get(dimension)?.shape;
       this.take(dimension, read, nowMs, resolutionMs);
       // Other gateways, and `holdfast windows`, learn a new shape from the reading that showed it.
-      if (this.shapeNow(dimension) !== shapeBefore) moved = true;
+      if (this.shapes.get(dimension)?.shape !== shapeBefore) moved = true;
       const before = this.recorded?.remaining.get(dimension);
       const limit = read.limit ?? read.remaining;
       if (before === undefined || Math.abs(before - read.remaining) >= Math.max(1, limit * RECORD_SHARE)) {
@@ -155,10 +155,18 @@ export class KeyWindow {
   }
 
   /** How one dimension was read to refill, and from how many readings; undefined when never reported. */
-  shapeOf(dimension: Dimension): (ShapeView & { readonly declared: boolean }) | undefined {
+  shapeOf(
+    dimension: Dimension,
+  ): (ShapeView & { readonly declared: boolean; readonly learnt: WindowShape }) | undefined {
     const view = this.shapes.get(dimension)?.view();
     if (view === undefined) return undefined;
-    return { ...view, shape: this.shapeNow(dimension), declared: this.declared !== undefined };
+    return {
+      ...view,
+      shape: this.shapeNow(dimension),
+      declared: this.declared !== undefined,
+      // What this process's own readings showed: the only shape it records for others.
+      learnt: view.shape,
+    };
   }
 
   /** An answer on this key carried no reading. */

@@ -33,6 +33,8 @@ export const SECOND_RESOLUTION_MS = 1_000;
 // What is left is a whole number (rounded down by the provider); a hundredth of the limit
 // covers that and a provider's own rounding.
 const UNIT_SHARE = 0.01;
+// The shortest period a window is taken to have.
+const MIN_PERIOD_MS = 1_000;
 // The shape is judged from this many of the latest pairs that told something.
 const KEPT = 8;
 
@@ -85,7 +87,8 @@ export class ShapeTracker {
       // The anchor's window came back whole by now, whatever its shape: a window that came
       // back and did not refill as it went shows its period in how far its reset moved.
       const moved = resetAtMs - anchor.resetAtMs;
-      if (this.shape !== "continuous" && moved > offMs) {
+      // Less than a second is no period (a late answer's reset, not the next window's).
+      if (this.shape !== "continuous" && moved >= Math.max(offMs, MIN_PERIOD_MS)) {
         this.period = this.period === undefined ? moved : Math.min(this.period, moved);
       }
       this.anchor = next;

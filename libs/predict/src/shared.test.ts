@@ -441,4 +441,26 @@ describe("SharedWindows: one window per key for every gateway", () => {
     expect(windows.tick(NOW + 29_000).granted).toEqual([]);
     expect(windows.tick(NOW + 30_010).granted).toHaveLength(1);
   });
+
+  it("keeps granting on a key of unknown shape whose readings' resets have passed when taken in", () => {
+    // 100 requests a minute; one call a second, each answer saying 99 of 100 left, whole
+    // again in 6 ms (OpenAI's way of saying a token bucket is nearly full).
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    let granted = 0;
+    for (let i = 0; i < 300; i++) {
+      const at = NOW + i * 1_000;
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { requests: { limit: 100, remaining: 99, resetAtMs: at + 6 } },
+        { asOfMs: at - 1, readAtMs: at, nowMs: at + 10 },
+      );
+      const outcome = windows.reserve(ask({ need: need(0, 1), thresholdMs: 60_000 }), at + 10);
+      if (outcome.kind === "granted") {
+        granted += 1;
+        windows.release(outcome.lease.leaseId, need(0, 0), at + 20);
+      }
+    }
+    expect(granted).toBe(300);
+  });
 });

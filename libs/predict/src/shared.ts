@@ -120,7 +120,13 @@ export class SharedWindows {
       bucket.perMs = perMs;
       bucket.etaPerMs = etaPerMs;
       bucket.measured = isMeasured;
-      bucket.level = Math.min(level, implied);
+      // A reading only ever lowers the account (what it refilled, or a slice granted before
+      // the reading's call and spent after it, may be more than the provider has). But a
+      // window not refilled here whose reading's reset had passed when it was taken in has
+      // come back, as the reading says: else the account would stay down with nothing
+      // granted to read it again.
+      const cameBack = shape !== "continuous" && read.resetAtMs !== undefined && read.resetAtMs <= nowMs;
+      bucket.level = cameBack ? implied : Math.min(level, implied);
       bucket.atMs = nowMs;
       bucket.resetAtMs = read.resetAtMs ?? bucket.resetAtMs;
       bucket.shape = shape;

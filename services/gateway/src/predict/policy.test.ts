@@ -228,8 +228,9 @@ describe("retryWaitMs: a 429 that slipped through", () => {
     };
     expect(retryWaitMs({ ...asked, askedFirst: true })).toBe(919);
     expect(retryWaitMs(asked)).toBeUndefined();
-    // With no retry-after to go by, the reset it is.
+    // With no retry-after to go by, the reset it is; and a retry-after of 0 is none.
     expect(retryWaitMs({ ...asked, askedMs: undefined, askedFirst: true })).toBeUndefined();
+    expect(retryWaitMs({ ...asked, askedMs: 0, askedFirst: true })).toBeUndefined();
   });
 
   it("waits for the window when it needs longer than the provider asked", () => {

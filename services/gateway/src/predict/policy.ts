@@ -171,7 +171,7 @@ export function retryWaitMs(input: {
 }): number | undefined {
   const { decision, askedMs, attempt, nowMs, ceiling } = input;
   const window =
-    (input.askedFirst === true && askedMs !== undefined) ||
+    (input.askedFirst === true && askedMs !== undefined && askedMs > 0) ||
     (decision.action !== "wait" && decision.action !== "checkpoint")
       ? 0
       : decision.untilMs - nowMs;

@@ -159,7 +159,8 @@ function observed(key: Key, reading: RateLimitReading, gateway: string, asOfMs: 
           limit: Math.round(read.limit ?? 0),
           remaining: Math.round(read.remaining),
           resetAtMs: Math.round(read.resetAtMs ?? 0),
-          shape: shape?.shape ?? "unknown",
+          // Only what this gateway's own readings showed: never a shape it was told or given.
+          shape: shape?.learnt ?? "unknown",
           shapeReadings: Math.min(shape?.readings ?? 0, 0xffff_ffff),
         };
   };
