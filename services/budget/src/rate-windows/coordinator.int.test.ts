@@ -190,6 +190,41 @@ describe("the rate-limit coordinator over gRPC", () => {
     expect(Date.now() - cancelledAt).toBeLessThan(4_500);
   }, 30_000);
 
+  it("grants a call queued behind the waiter its handed-back slice lets go, in the same turn", async () => {
+    const key = keyIds();
+    await record(key, 1_000);
+    let first: ReturnType<typeof reserve> | undefined;
+    await waitFor(async () => {
+      first = reserve(ask(key, 1_000, { gateway: "gw-a" }));
+      await first.ended;
+      return first.messages[0]?.outcome?.$case === "granted";
+    });
+    const slice = first!.messages[0]!.outcome;
+    if (slice?.$case !== "granted") throw new Error("expected a grant");
+    // The window is spent: another gateway's call waits for 6 s of refill.
+    const waiting = reserve(ask(key, 600, { gateway: "gw-b" }));
+    await waitFor(() => waiting.messages.length === 1);
+    expect(waiting.messages[0]?.outcome?.$case).toBe("queued");
+    // The first gateway's next call does not fit what is left of its slice (its call cost
+    // nothing after all), so it asks, handing the slice back whole: behind the waiter it
+    // queues, and the 1,000 that came back are enough for both at once.
+    const next = reserve(
+      ask(key, 100, {
+        gateway: "gw-a",
+        sinceMs: Date.now() + 1,
+        returnedLeaseId: slice.value.leaseId,
+        returnedLeft: amounts(1_000),
+      }),
+    );
+    expect(await waiting.ended).toBe("end");
+    expect(waiting.messages[1]?.outcome?.$case).toBe("granted");
+    // Its turn comes on its stream too: 600 + 100 of 1,000 leave the window room, and no
+    // one is left waiting for it to come back.
+    await waitFor(() => next.messages.length === 2, { timeoutMs: 5_000 });
+    expect(next.messages.map((m) => m.outcome?.$case)).toEqual(["queued", "granted"]);
+    expect(await next.ended).toBe("end");
+  }, 30_000);
+
   it("after a restart still counts the slices it granted before, kept in KV", async () => {
     const key = keyIds();
     await record(key, 6_000);
