@@ -103,24 +103,24 @@ export class WindowCoordinator {
       },
       nowMs,
     );
-    // What came back with the request may be what the head of a queue was waiting for.
-    if (request.returnedLeaseId !== "") this.wake();
     if (outcome.kind === "granted") {
       void this.answerGrant(stream, outcome.lease, false);
-      return;
+    } else {
+      stream.write(responseOf(outcome));
+      if (outcome.kind === "queued") {
+        this.waiting.set(ticket, stream);
+        stream.on("cancelled", () => {
+          if (!this.waiting.delete(ticket)) return;
+          this.windows.cancel(ticket);
+          this.wake();
+        });
+      } else stream.end();
     }
-    stream.write(responseOf(outcome));
-    if (outcome.kind !== "queued") {
-      stream.end();
-      return;
-    }
-    this.waiting.set(ticket, stream);
-    stream.on("cancelled", () => {
-      if (!this.waiting.delete(ticket)) return;
-      this.windows.cancel(ticket);
-      this.wake();
-    });
-    this.wake();
+    // What came back with the request may be what the head of a queue was waiting for, and
+    // then this call too, queued behind it: the queue is served only once this call's stream
+    // is known. Served before, its turn found no stream to tell, so its room went back and
+    // its stream waited for a turn no longer queued (a stall of up to predict.max_wait_s).
+    if (outcome.kind === "queued" || request.returnedLeaseId !== "") this.wake();
   }
 
   release(request: ReleaseSliceRequest): void {
