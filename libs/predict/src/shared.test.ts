@@ -463,4 +463,27 @@ describe("SharedWindows: one window per key for every gateway", () => {
     }
     expect(granted).toBe(300);
   });
+
+  it("a window of unknown shape is not shut for good by what was granted after its reset, with no reading since", () => {
+    // Slices last longer than the test, so nothing comes back as an unspent slice would.
+    const windows = new SharedWindows({ sliceMs: 600_000, agingMs: 10_000 });
+    // One reading, its shape not told yet: 5,000 of 6,000 tokens left, whole in 100 ms.
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      { tokens: { limit: 6_000, remaining: 5_000, resetAtMs: NOW + 100 } },
+      { asOfMs: NOW - 1, readAtMs: NOW, nowMs: NOW },
+    );
+    // Past its reset the window is whole: one call of 4,000 goes, the next waits.
+    granted(windows.reserve(ask({ need: need(4_000, 0) }), NOW + 200));
+    const waiting = windows.reserve(
+      ask({ ticket: "next", need: need(4_000, 0), thresholdMs: 60_000 }),
+      NOW + 200,
+    );
+    expect(waiting.kind).toBe("queued");
+    // The first call was answered, but its reading was not one a gateway records, and every
+    // other call waits here: no reading comes. The key still lets the waiter go, within the
+    // minute a window with no reset said is taken to refill in, not never.
+    expect(windows.tick(NOW + 60_200).granted.map((g) => g.ticket)).toEqual(["next"]);
+  });
 });
