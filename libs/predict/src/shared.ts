@@ -556,8 +556,13 @@ function levelAt(bucket: Bucket, nowMs: number): number {
       const resetMs = lastResetBy(bucket, nowMs);
       return resetMs > bucket.atMs && nowMs >= resetMs ? bucket.limit : bucket.level;
     }
-    if (bucket.resetAtMs <= bucket.atMs || nowMs < bucket.resetAtMs) return bucket.level;
-    return bucket.limit - bucket.spentSinceReading;
+    if (nowMs < bucket.resetAtMs) return bucket.level;
+    if (bucket.resetAtMs > bucket.atMs) return bucket.limit - bucket.spentSinceReading;
+    // Set after the reset (granted since): only a reading can say when that comes back, and
+    // none may come, as gateways record only some and every call may be waiting here. It
+    // refills as a window with no reset said is taken to (whole in a minute), or the key
+    // would stay shut for good.
+    return Math.min(bucket.limit, bucket.level + (bucket.limit / MINUTE_MS) * (nowMs - bucket.atMs));
   }
   return Math.min(bucket.limit, bucket.level + bucket.perMs * (nowMs - bucket.atMs));
 }
