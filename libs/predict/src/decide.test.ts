@@ -196,6 +196,23 @@ describe("KeyWindow: which readings are worth an event", () => {
     expect(window.observe({ retryAfterMs: 1_000 }, NOW + 20_001, NOW + 20_001)).toBe(true);
   });
 
+  it("records the first reading of a new window, however little it moved, unless the key refills as it goes", () => {
+    const window = new KeyWindow("k1", "https://api.example");
+    const read = (remaining: number, at: number, resetAtMs: number) =>
+      window.observe({ tokens: { limit: 6_000, remaining, resetAtMs } }, at, at);
+    expect(read(5_000, NOW, NOW + 100)).toBe(true);
+    // Past the recorded reading's reset: the other gateways' account of the key knows
+    // nothing of the window now, whatever came back; this reading is the first word of it.
+    expect(read(5_000, NOW + 1_000, NOW + 1_100)).toBe(true);
+    expect(read(4_950, NOW + 1_050, NOW + 1_100)).toBe(false);
+    // A key read as refilling evenly needs no word at its reset: the account refills it.
+    const even = new KeyWindow("k2", "https://api.example", "continuous");
+    const readEven = (remaining: number, at: number, resetAtMs: number) =>
+      even.observe({ tokens: { limit: 6_000, remaining, resetAtMs } }, at, at);
+    expect(readEven(5_000, NOW, NOW + 100)).toBe(true);
+    expect(readEven(5_000, NOW + 1_000, NOW + 1_100)).toBe(false);
+  });
+
   it("learns another gateway's newer reading, and ignores an older one", () => {
     const window = new KeyWindow("k1", "https://api.example");
     window.observe({ tokens: { limit: 6_000, remaining: 5_000, resetAtMs: NOW + 10_000 } }, NOW, NOW);
