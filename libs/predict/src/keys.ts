@@ -50,7 +50,9 @@ export class KeyWindow {
   private asOfMs = Number.NEGATIVE_INFINITY;
   private cooldownUntilMs = 0;
   private unread = 0;
-  private recorded: { atMs: number; remaining: Map<Dimension, number> } | undefined;
+  private recorded:
+    | { atMs: number; remaining: Map<Dimension, number>; resetAtMs: Map<Dimension, number> }
+    | undefined;
 
   constructor(
     /** Hash of the upstream origin and the key: never the key itself. */
@@ -64,8 +66,9 @@ export class KeyWindow {
   /**
    * Takes in a reading from the answer to a call started at `asOfMs`, read at `nowMs`.
    * True when it is worth recording as an event: the first, a move by a tenth of a
-   * limit, a cooldown, a change of a dimension's shape, or any move ten seconds after the
-   * last recorded one. `resolutionMs`: how finely the provider writes its resets (1 for
+   * limit, a cooldown, a change of a dimension's shape, the first past the last recorded
+   * one's reset (unless read as refilling evenly), or any move ten seconds after the last
+   * recorded one. `resolutionMs`: how finely the provider writes its resets (1 for
    * OpenAI's durations, 1,000 for Anthropic's whole-second timestamps).
    */
   observe(
@@ -86,8 +89,13 @@ export class KeyWindow {
       // Other gateways, and `holdfast windows`, learn a new shape from the reading that showed it.
       if (this.shapes.get(dimension)?.shape !== shapeBefore) moved = true;
       const before = this.recorded?.remaining.get(dimension);
+      const recordedReset = this.recorded?.resetAtMs.get(dimension) ?? 0;
       const limit = read.limit ?? read.remaining;
       if (before === undefined || Math.abs(before - read.remaining) >= Math.max(1, limit * RECORD_SHARE)) {
+        moved = true;
+      } else if (recordedReset > 0 && nowMs > recordedReset && this.shapeNow(dimension) !== "continuous") {
+        // The window recorded is over: what the shared account knows of the key ends at its
+        // reset, and only a key refilled as it goes goes on without a word of the next one.
         moved = true;
       } else if (before !== read.remaining && nowMs - (this.recorded?.atMs ?? 0) >= RECORD_EVERY_MS) {
         moved = true;
@@ -100,6 +108,7 @@ export class KeyWindow {
       this.recorded = {
         atMs: nowMs,
         remaining: new Map(DIMENSIONS.flatMap((d) => (reading[d] ? [[d, reading[d].remaining]] : []))),
+        resetAtMs: new Map(DIMENSIONS.flatMap((d) => (reading[d] ? [[d, reading[d].resetAtMs ?? 0]] : []))),
       };
       return true;
     }
