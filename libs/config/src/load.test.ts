@@ -110,6 +110,7 @@ describe("loadConfig", () => {
           enabled: true,
           wait_threshold_s: 15,
           window_shapes: {},
+          limits: {},
           max_wait_s: 300,
           on_checkpoint: "auto_resume",
           compaction: "off",
@@ -329,6 +330,29 @@ describe("loadConfig", () => {
       const error = loadError({ file });
       expect(error.key).toBe("routes.fast");
       expect(error.message).toMatch(/routes\.fast: expected at least one route target/);
+    });
+  });
+
+  describe("predict.limits", () => {
+    const limits =
+      "predict:\n  limits:\n    http://llm.internal:8000:\n      window_s: 60\n      tokens: 30000\n";
+
+    it("reads an upstream's declared limits, a window of a minute when not said", () => {
+      const config = load({ file: givenFile(limits.replace("      window_s: 60\n", "")) });
+      expect(config.predict.limits).toEqual({ "http://llm.internal:8000": { window_s: 60, tokens: 30_000 } });
+    });
+
+    it("is an error without predict.shared: only the budget service keeps a declared key's account", () => {
+      const error = loadError({ file: givenFile(`${limits}  shared: false\n`) });
+      expect(error.key).toBe("predict.limits");
+      expect(error.message).toMatch(/needs predict\.shared/);
+    });
+
+    it("is an error when it declares no limit", () => {
+      const error = loadError({
+        file: givenFile("predict:\n  limits:\n    http://llm.internal:8000:\n      window_s: 60\n"),
+      });
+      expect(error.message).toMatch(/at least one of requests, tokens/);
     });
   });
 

@@ -261,130 +261,165 @@ const routingSection = z.strictObject(
   mapping,
 );
 
-const predictSection = z.strictObject(
-  {
-    enabled: flag()
-      .default(true)
-      .describe(
-        "Read providers' rate-limit headers and act before a 429: a call goes on, waits for the key's window, or checkpoints its run.",
-      ),
-    wait_threshold_s: positiveNumber()
-      .default(15)
-      .describe(
-        "A call that must wait up to this long for its key's window waits in place; longer, its run is checkpointed (held with reason rate_limit).",
-      ),
-    max_wait_s: positiveNumber()
-      .default(300)
-      .describe(
-        "The longest one call waits (in place or checkpointed) before it is answered with the provider's own 429 and retry-after.",
-      ),
-    on_checkpoint: z
-      .enum(["auto_resume", "hold"], { error: "expected auto_resume or hold" })
-      .default("auto_resume")
-      .describe(
-        "A checkpointed run resumes by itself when the window allows (auto_resume), or waits for an operator (hold).",
-      ),
-    compaction: z
-      .enum(["off", "truncate", "summarize"], { error: "expected off, truncate or summarize" })
-      .default("off")
-      .describe(
-        "A call too large for its key's whole window: refused (off), or sent with the run's oldest messages dropped (truncate) or replaced by a summary (summarize); later calls of the run are sent compacted the same way.",
-      ),
-    summary_model: z
-      .string({ error: "expected a model name" })
-      .default("")
-      .describe(
-        "The model that writes a compaction's summary, through the call's own upstream and key; empty: the call's own model.",
-      ),
-    compaction_keep: integer(1, 1_000)
-      .default(4)
-      .describe(
-        "Messages at the end of a conversation a compaction keeps as they are (system prompts are always kept).",
-      ),
-    k: z
-      .number({ error: "expected a number of at least 0" })
-      .nonnegative({ error: "expected a number of at least 0" })
-      .default(3)
-      .describe("The margin: a call is granted its estimate plus k·σ of the estimates' error."),
-    k_max: z
-      .number({ error: "expected a number of at least 0" })
-      .nonnegative({ error: "expected a number of at least 0" })
-      .default(8)
-      .describe("Each 429 that slips through adds k_step to k, up to this."),
-    k_step: z
-      .number({ error: "expected a number of at least 0" })
-      .nonnegative({ error: "expected a number of at least 0" })
-      .default(1)
-      .describe("What each 429 that slips through adds to k."),
-    max_retries: integer(0, 10)
-      .default(2)
-      .describe(
-        "A 429 that slips through is retried inside the gateway (after its retry-after) this many times before the agent sees it.",
-      ),
-    estimator: z
-      .enum(["moving_average", "features"], { error: "expected moving_average or features" })
-      .default("moving_average")
-      .describe(
-        "moving_average: each run's own history; features: ridge regression over predict.features across the fleet.",
-      ),
-    features: list(
-      z.enum(["model", "tag", "tools", "messages", "input"], {
-        error: "expected model, tag, tools, messages or input",
-      }),
-      "features",
-    )
-      .default(["model", "tag", "tools", "messages", "input"])
-      .describe("What the features estimator learns output tokens and latency from."),
-    shared: flag()
-      .default(true)
-      .describe(
-        "Share each provider key's window across every gateway through the budget service (budget.url): calls take room from one account, queued by priority; off, or while the service cannot be reached, each gateway decides from what it has read.",
-      ),
-    slice_ms: integer(100, 60_000)
-      .default(2_000)
-      .describe(
-        "How long a gateway may spend a slice of a shared window before it asks again (what it did not spend goes back).",
-      ),
-    priority_by_tag: z
-      .record(
-        text("a tag"),
-        integer(-1_000, 1_000).describe("The tag's priority, from -1000 to 1000 (default 0)."),
-        {
-          error: "expected a mapping of tags to integer priorities",
-        },
+const declaredLimit = z
+  .strictObject(
+    {
+      window_s: positiveNumber().default(60).describe("The window the limits are per, in seconds."),
+      requests: positiveInteger().optional().describe("Requests a key may make per window."),
+      tokens: positiveInteger().optional().describe("Tokens (input and output) a key may use per window."),
+      input_tokens: positiveInteger().optional().describe("Input tokens a key may use per window."),
+      output_tokens: positiveInteger().optional().describe("Output tokens a key may use per window."),
+    },
+    mapping,
+  )
+  .refine(
+    (l) =>
+      l.requests !== undefined ||
+      l.tokens !== undefined ||
+      l.input_tokens !== undefined ||
+      l.output_tokens !== undefined,
+    { error: "expected at least one of requests, tokens, input_tokens or output_tokens" },
+  );
+
+const predictSection = z
+  .strictObject(
+    {
+      enabled: flag()
+        .default(true)
+        .describe(
+          "Read providers' rate-limit headers and act before a 429: a call goes on, waits for the key's window, or checkpoints its run.",
+        ),
+      wait_threshold_s: positiveNumber()
+        .default(15)
+        .describe(
+          "A call that must wait up to this long for its key's window waits in place; longer, its run is checkpointed (held with reason rate_limit).",
+        ),
+      max_wait_s: positiveNumber()
+        .default(300)
+        .describe(
+          "The longest one call waits (in place or checkpointed) before it is answered with the provider's own 429 and retry-after.",
+        ),
+      on_checkpoint: z
+        .enum(["auto_resume", "hold"], { error: "expected auto_resume or hold" })
+        .default("auto_resume")
+        .describe(
+          "A checkpointed run resumes by itself when the window allows (auto_resume), or waits for an operator (hold).",
+        ),
+      compaction: z
+        .enum(["off", "truncate", "summarize"], { error: "expected off, truncate or summarize" })
+        .default("off")
+        .describe(
+          "A call too large for its key's whole window: refused (off), or sent with the run's oldest messages dropped (truncate) or replaced by a summary (summarize); later calls of the run are sent compacted the same way.",
+        ),
+      summary_model: z
+        .string({ error: "expected a model name" })
+        .default("")
+        .describe(
+          "The model that writes a compaction's summary, through the call's own upstream and key; empty: the call's own model.",
+        ),
+      compaction_keep: integer(1, 1_000)
+        .default(4)
+        .describe(
+          "Messages at the end of a conversation a compaction keeps as they are (system prompts are always kept).",
+        ),
+      k: z
+        .number({ error: "expected a number of at least 0" })
+        .nonnegative({ error: "expected a number of at least 0" })
+        .default(3)
+        .describe("The margin: a call is granted its estimate plus k·σ of the estimates' error."),
+      k_max: z
+        .number({ error: "expected a number of at least 0" })
+        .nonnegative({ error: "expected a number of at least 0" })
+        .default(8)
+        .describe("Each 429 that slips through adds k_step to k, up to this."),
+      k_step: z
+        .number({ error: "expected a number of at least 0" })
+        .nonnegative({ error: "expected a number of at least 0" })
+        .default(1)
+        .describe("What each 429 that slips through adds to k."),
+      max_retries: integer(0, 10)
+        .default(2)
+        .describe(
+          "A 429 that slips through is retried inside the gateway (after its retry-after) this many times before the agent sees it.",
+        ),
+      estimator: z
+        .enum(["moving_average", "features"], { error: "expected moving_average or features" })
+        .default("moving_average")
+        .describe(
+          "moving_average: each run's own history; features: ridge regression over predict.features across the fleet.",
+        ),
+      features: list(
+        z.enum(["model", "tag", "tools", "messages", "input"], {
+          error: "expected model, tag, tools, messages or input",
+        }),
+        "features",
       )
-      .default({})
-      .describe(
-        "A run's priority for a shared window by its tag (X-Holdfast-Priority overrides it): higher is served first.",
-      ),
-    priority_aging_s: positiveNumber()
-      .default(10)
-      .describe(
-        "A call waiting for a shared window gains one priority level per this many seconds waited, so none starves.",
-      ),
-    window_shapes: z
-      .record(
-        url("http", "https"),
-        z
-          .enum(["auto", "continuous", "fixed"], { error: "expected auto, continuous or fixed" })
-          .describe("An upstream origin's window shape: auto, continuous or fixed."),
-        { error: "expected a mapping of upstream origins to auto, continuous or fixed" },
-      )
-      .default({})
-      .describe(
-        "How each upstream's windows refill, when known: continuous (a token bucket, refilled evenly to its reset), fixed (whole again at once at its reset); auto (or unset): learnt from its readings, nothing counted back before a reset until they show it refills as it goes.",
-      ),
-    headers: z
-      .record(url("http", "https"), rateLimitHeaders, {
-        error: "expected a mapping of upstream origins to rate-limit header names",
-      })
-      .default({})
-      .describe(
-        'Rate-limit header names per upstream origin ("openai", "anthropic", or per dimension); unset, by the API shape\'s family.',
-      ),
-  },
-  mapping,
-);
+        .default(["model", "tag", "tools", "messages", "input"])
+        .describe("What the features estimator learns output tokens and latency from."),
+      shared: flag()
+        .default(true)
+        .describe(
+          "Share each provider key's window across every gateway through the budget service (budget.url): calls take room from one account, queued by priority; off, or while the service cannot be reached, each gateway decides from what it has read.",
+        ),
+      slice_ms: integer(100, 60_000)
+        .default(2_000)
+        .describe(
+          "How long a gateway may spend a slice of a shared window before it asks again (what it did not spend goes back).",
+        ),
+      priority_by_tag: z
+        .record(
+          text("a tag"),
+          integer(-1_000, 1_000).describe("The tag's priority, from -1000 to 1000 (default 0)."),
+          {
+            error: "expected a mapping of tags to integer priorities",
+          },
+        )
+        .default({})
+        .describe(
+          "A run's priority for a shared window by its tag (X-Holdfast-Priority overrides it): higher is served first.",
+        ),
+      priority_aging_s: positiveNumber()
+        .default(10)
+        .describe(
+          "A call waiting for a shared window gains one priority level per this many seconds waited, so none starves.",
+        ),
+      window_shapes: z
+        .record(
+          url("http", "https"),
+          z
+            .enum(["auto", "continuous", "fixed"], { error: "expected auto, continuous or fixed" })
+            .describe("An upstream origin's window shape: auto, continuous or fixed."),
+          { error: "expected a mapping of upstream origins to auto, continuous or fixed" },
+        )
+        .default({})
+        .describe(
+          "How each upstream's windows refill, when known: continuous (a token bucket, refilled evenly to its reset), fixed (whole again at once at its reset); auto (or unset): learnt from its readings, nothing counted back before a reset until they show it refills as it goes.",
+        ),
+      limits: z
+        .record(url("http", "https"), declaredLimit, {
+          error:
+            "expected a mapping of upstream origins to {window_s, requests, tokens, input_tokens, output_tokens}",
+        })
+        .default({})
+        .describe(
+          "The limits an upstream enforces per key, by origin, for one that sends no rate-limit headers: each key's account starts whole and is kept by the budget service (needs predict.shared) until its answers carry headers; refilled evenly when predict.window_shapes says continuous, else counted as a sliding log of what was granted.",
+        ),
+      headers: z
+        .record(url("http", "https"), rateLimitHeaders, {
+          error: "expected a mapping of upstream origins to rate-limit header names",
+        })
+        .default({})
+        .describe(
+          'Rate-limit header names per upstream origin ("openai", "anthropic", or per dimension); unset, by the API shape\'s family.',
+        ),
+    },
+    mapping,
+  )
+  // Declared limits are kept in the fleet's account of each key: a gateway alone has no ledger.
+  .refine((p) => p.shared || Object.keys(p.limits).length === 0, {
+    path: ["limits"],
+    error: "needs predict.shared: the budget service keeps the account of each key a limit is declared for",
+  });
 
 const price = z.strictObject(
   {

@@ -44,6 +44,8 @@ export {
   type WindowShape,
 } from "./shape.js";
 export {
+  type DeclaredLimits,
+  declaredLimits,
   type Grant,
   type KeyReport,
   type ReserveOutcome,

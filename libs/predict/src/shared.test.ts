@@ -487,3 +487,64 @@ describe("SharedWindows: one window per key for every gateway", () => {
     expect(windows.tick(NOW + 60_200).granted.map((g) => g.ticket)).toEqual(["next"]);
   });
 });
+
+describe("SharedWindows: limits an operator declared for an upstream that reports none", () => {
+  // 6,000 tokens and 60 requests a minute, said in predict.limits; the answers carry no headers.
+  const declared = { windowMs: 60_000, amounts: { tokens: 6_000, requests: 60 } };
+
+  it("keeps a declared window refilled evenly as the account of a key nothing was read of", () => {
+    const windows = new SharedWindows({
+      sliceMs: 2_000,
+      agingMs: 10_000,
+      knownShape: () => "continuous",
+      declaredLimits: (upstream) => (upstream === UPSTREAM ? declared : undefined),
+    });
+    // Another upstream with nothing declared is still unknown: the gateway decides alone.
+    expect(windows.reserve(ask({ need: need(100), upstream: "https://other.example" }), NOW).kind).toBe(
+      "unknown",
+    );
+    granted(windows.reserve(ask({ need: need(6_000), upstream: UPSTREAM }), NOW));
+    const next = windows.reserve(ask({ ticket: "next", need: need(1_000), upstream: UPSTREAM }), NOW);
+    // 1,000 tokens at 100 a second, from when the first call can have reached the provider
+    // (a twentieth of the window after its grant: the provider's window stayed full until then).
+    expect(next).toMatchObject({ kind: "queued" });
+    expect(windows.tick(NOW + 10_010).granted).toEqual([]);
+    expect(windows.tick(NOW + 13_010).granted.map((g) => g.ticket)).toEqual(["next"]);
+  });
+
+  it("counts a declared window of any other shape as a sliding log of what it granted: back a window after its slice ends", () => {
+    const windows = new SharedWindows({
+      sliceMs: 2_000,
+      agingMs: 10_000,
+      declaredLimits: () => declared,
+    });
+    const first = granted(windows.reserve(ask({ need: need(4_000), upstream: UPSTREAM }), NOW));
+    granted(windows.reserve(ask({ need: need(2_000), upstream: UPSTREAM }), NOW + 30_000));
+    expect(
+      windows.reserve(
+        ask({ ticket: "next", need: need(3_000), upstream: UPSTREAM, thresholdMs: 120_000 }),
+        NOW + 30_000,
+      ),
+    ).toMatchObject({
+      kind: "queued",
+      // The first slice's 4,000 count until a window after it could last be spent.
+      etaMs: NOW + 62_000 + 5,
+    });
+    // Half of the first slice went unspent: it counts no longer once given back.
+    windows.release(first.leaseId, need(2_000, 0), NOW + 31_000);
+    expect(windows.tick(NOW + 31_000).granted).toEqual([]);
+    expect(windows.tick(NOW + 62_010).granted.map((g) => g.ticket)).toEqual(["next"]);
+  });
+
+  it("gives way to the key's own readings once its answers carry them", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000, declaredLimits: () => declared });
+    granted(windows.reserve(ask({ need: need(6_000), upstream: UPSTREAM }), NOW));
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      { tokens: { limit: 12_000, remaining: 12_000, resetAtMs: NOW + 1_000 } },
+      { asOfMs: NOW + 1_000, readAtMs: NOW + 1_500, nowMs: NOW + 1_500 },
+    );
+    granted(windows.reserve(ask({ need: need(10_000), upstream: UPSTREAM }), NOW + 1_500));
+  });
+});

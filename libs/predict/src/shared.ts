@@ -45,7 +45,7 @@ export class SharedWindows {
     told: Partial<Record<Dimension, WindowShape>> = {},
   ): void {
     const { asOfMs, readAtMs, nowMs } = at;
-    const key = this.keyOf(keyId, upstream);
+    const key = this.keyOf(keyId, upstream, nowMs);
     if (reading.retryAfterMs !== undefined && reading.retryAfterMs > 0) {
       key.cooldownUntilMs = Math.max(key.cooldownUntilMs, readAtMs + reading.retryAfterMs);
     }
@@ -98,6 +98,7 @@ export class SharedWindows {
       const implied = provider - outstanding;
       if (bucket === undefined) {
         bucket = {
+          dimension,
           limit,
           perMs,
           etaPerMs,
@@ -111,11 +112,16 @@ export class SharedWindows {
           spentSinceReading: outstanding,
           resetSpanMs: read.resetAtMs === undefined ? MINUTE_MS : Math.max(0, read.resetAtMs - readAtMs),
           told: told[dimension],
+          ledger: undefined,
+          admitLagMs: 0,
         };
         key.buckets.set(dimension, bucket);
         continue;
       }
       const level = levelAt(bucket, nowMs);
+      // The key's own readings outrank what an operator declared of it.
+      bucket.ledger = undefined;
+      bucket.admitLagMs = 0;
       bucket.limit = limit;
       bucket.perMs = perMs;
       bucket.etaPerMs = etaPerMs;
@@ -145,7 +151,11 @@ export class SharedWindows {
    */
   reserve(request: ReserveRequest, nowMs: number): ReserveOutcome {
     if (request.returned !== undefined) this.release(request.returned.leaseId, request.returned.left, nowMs);
-    const key = this.keys.get(request.keyId);
+    const key =
+      this.keys.get(request.keyId) ??
+      (request.upstream !== undefined && this.options.declaredLimits?.(request.upstream) !== undefined
+        ? this.keyOf(request.keyId, request.upstream, nowMs)
+        : undefined);
     if (key === undefined || key.buckets.size === 0) return { kind: "unknown", validForMs: UNKNOWN_MS };
     this.expire(nowMs);
     for (const [dimension, bucket] of key.buckets) {
@@ -208,7 +218,7 @@ export class SharedWindows {
       const delta = total - lease.returned[dimension];
       if (delta === 0) continue;
       bucket.level = Math.min(bucket.limit, levelAt(bucket, nowMs) + delta);
-      bucket.atMs = nowMs;
+      bucket.atMs = Math.max(bucket.atMs, nowMs);
       if (lease.atMs > key.asOfMs) bucket.spentSinceReading -= delta;
       lease.returned[dimension] = total;
     }
@@ -260,8 +270,8 @@ export class SharedWindows {
    */
   restore(record: SliceRecord, nowMs: number): void {
     if (record.expiresMs + FORGET_MS < nowMs) return;
-    this.keyOf(record.keyId, record.upstream);
-    this.leases.set(record.leaseId, {
+    const key = this.keyOf(record.keyId, record.upstream, nowMs);
+    const lease: Lease = {
       leaseId: record.leaseId,
       keyId: record.keyId,
       gateway: record.gateway,
@@ -269,7 +279,9 @@ export class SharedWindows {
       expiresMs: record.expiresMs,
       amounts: record.amounts,
       returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
-    });
+    };
+    this.leases.set(record.leaseId, lease);
+    for (const bucket of key.buckets.values()) bucket.ledger?.leases.push(lease);
   }
 
   /** Each key's account now, for `holdfast windows` and reports. */
@@ -296,13 +308,14 @@ export class SharedWindows {
     }
   }
 
-  private keyOf(keyId: string, upstream: string): SharedKey {
+  private keyOf(keyId: string, upstream: string, nowMs: number): SharedKey {
     let key = this.keys.get(keyId);
     if (key === undefined) {
+      const declared = this.options.knownShape?.(upstream);
       key = {
         upstream,
-        declared: this.options.knownShape?.(upstream),
-        buckets: new Map(),
+        declared,
+        buckets: declaredBuckets(this.options.declaredLimits?.(upstream), declared, nowMs),
         asOfMs: Number.NEGATIVE_INFINITY,
         cooldownUntilMs: 0,
         queue: [],
@@ -315,8 +328,14 @@ export class SharedWindows {
   private grant(key: SharedKey, waiter: Waiter, calls: number, nowMs: number): Grant {
     const amounts = scale(waiter.need, calls);
     for (const [dimension, bucket] of key.buckets) {
-      bucket.level = levelAt(bucket, nowMs) - amounts[dimension];
-      bucket.atMs = nowMs;
+      const level = levelAt(bucket, nowMs);
+      bucket.level = level - amounts[dimension];
+      // A window no reading corrects, full or nearly: the provider's stays full until the
+      // calls reach it, and refills only from then.
+      bucket.atMs =
+        bucket.admitLagMs > 0 && level + bucket.perMs * bucket.admitLagMs >= bucket.limit
+          ? nowMs + bucket.admitLagMs
+          : nowMs;
       bucket.spentSinceReading += amounts[dimension];
     }
     const lease: Lease = {
@@ -329,6 +348,11 @@ export class SharedWindows {
       returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
     };
     this.leases.set(lease.leaseId, lease);
+    for (const bucket of key.buckets.values()) {
+      if (bucket.ledger === undefined) continue;
+      bucket.ledger.leases = bucket.ledger.leases.filter((l) => countsUntil(l, bucket.ledger!) > nowMs);
+      bucket.ledger.leases.push(lease);
+    }
     return { leaseId: lease.leaseId, amounts, calls, validForMs: this.options.sliceMs };
   }
 
@@ -371,9 +395,11 @@ export class SharedWindows {
       const at =
         level >= total
           ? nowMs
-          : !refillsAsItGoes(bucket)
-            ? wholeAgainAt(bucket, total - level, nowMs) + SETTLE_MS
-            : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
+          : bucket.ledger !== undefined
+            ? ledgerFreesAt(bucket.ledger, bucket.dimension, total - level, nowMs) + SETTLE_MS
+            : !refillsAsItGoes(bucket)
+              ? wholeAgainAt(bucket, total - level, nowMs) + SETTLE_MS
+              : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
       if (figures === undefined || at > atMs || (at === atMs && figures.dimension === undefined)) {
         figures = figuresOf(dimension, bucket, own[dimension], total - own[dimension], nowMs);
       }
@@ -393,12 +419,56 @@ export interface SharedWindowOptions {
    * over what readings show; undefined: learnt from the readings.
    */
   readonly knownShape?: (upstream: string) => WindowShape | undefined;
+  /**
+   * The limits an operator said an upstream enforces (`predict.limits`), for keys whose
+   * answers say nothing of their window: the account of such a key starts whole from its
+   * first ask, until a reading of the key is taken in.
+   */
+  readonly declaredLimits?: (upstream: string) => DeclaredLimits | undefined;
+}
+
+/** What an operator said an upstream admits per key, per window of `windowMs`. */
+export interface DeclaredLimits {
+  readonly windowMs: number;
+  readonly amounts: Partial<Record<Dimension, number>>;
+}
+
+/** `predict.limits` (by origin) as the lookup the account takes. */
+export function declaredLimits(
+  byOrigin: Readonly<
+    Record<
+      string,
+      {
+        readonly window_s: number;
+        readonly requests?: number | undefined;
+        readonly tokens?: number | undefined;
+        readonly input_tokens?: number | undefined;
+        readonly output_tokens?: number | undefined;
+      }
+    >
+  >,
+): (upstream: string) => DeclaredLimits | undefined {
+  const lookup = new Map<string, DeclaredLimits>();
+  for (const [origin, limits] of Object.entries(byOrigin)) {
+    lookup.set(origin, {
+      windowMs: limits.window_s * 1_000,
+      amounts: {
+        ...(limits.requests === undefined ? {} : { requests: limits.requests }),
+        ...(limits.tokens === undefined ? {} : { tokens: limits.tokens }),
+        ...(limits.input_tokens === undefined ? {} : { inputTokens: limits.input_tokens }),
+        ...(limits.output_tokens === undefined ? {} : { outputTokens: limits.output_tokens }),
+      },
+    });
+  }
+  return (upstream) => lookup.get(upstream);
 }
 
 export interface ReserveRequest {
   /** Names the grant (its lease id) or the place in the queue. Unique per request. */
   readonly ticket: string;
   readonly keyId: string;
+  /** The key's upstream origin: a key with limits declared for it is known from its first ask. */
+  readonly upstream?: string;
   readonly gateway: string;
   /** What the call reserves: its estimate plus margin. */
   readonly need: Need;
@@ -463,6 +533,7 @@ export interface KeyReport {
 }
 
 interface Bucket {
+  readonly dimension: Dimension;
   limit: number;
   /** Refill per millisecond. */
   perMs: number;
@@ -490,6 +561,24 @@ interface Bucket {
   resetSpanMs: number;
   /** The shape the gateways that read it last said they had learnt. */
   told: WindowShape | undefined;
+  /** Declared and not yet read, of a shape not known to refill evenly: what it granted, counted as a sliding log. */
+  ledger: Ledger | undefined;
+  /**
+   * Declared, refilled evenly and not yet read: how long after a grant its calls are taken
+   * to reach the provider, when it finds the window full (0 once read: readings say it).
+   */
+  admitLagMs: number;
+}
+
+/**
+ * A declared window the account cannot read: what a slice covers counts against it from
+ * its grant until a window after the slice's end (the latest its calls can have been
+ * admitted), less what its gateway gave back. No provider's window, fixed, sliding or a
+ * bucket of that size, admits less than that.
+ */
+interface Ledger {
+  readonly windowMs: number;
+  leases: Lease[];
 }
 
 interface SharedKey {
@@ -533,6 +622,9 @@ export const SLICE_MEMORY_MS = 120_000;
 const FORGET_MS = SLICE_MEMORY_MS;
 // A turn is granted a little after the account says, so a refill rate read a hair high never lands a call early.
 const SETTLE_MS = 5;
+// A declared window refilled evenly and found full is taken to refill from this share of
+// the window after a grant (see Bucket.admitLagMs): no reading says when its calls landed.
+const ADMIT_LAG_SHARE = 0.05;
 // A reading's refill rate is trusted when at least this share of the window was missing.
 const RATE_FROM_SHARE = 0.02;
 
@@ -545,6 +637,7 @@ const NO_FIGURES: Figures = Object.freeze({
 });
 
 function levelAt(bucket: Bucket, nowMs: number): number {
+  if (bucket.ledger !== undefined) return bucket.limit - ledgerHolds(bucket.ledger, bucket.dimension, nowMs);
   if (nowMs <= bucket.atMs) return bucket.level;
   if (!refillsAsItGoes(bucket)) {
     // As it was until the reset that falls after the account was last set; then whole
@@ -565,6 +658,71 @@ function levelAt(bucket: Bucket, nowMs: number): number {
     return Math.min(bucket.limit, bucket.level + (bucket.limit / MINUTE_MS) * (nowMs - bucket.atMs));
   }
   return Math.min(bucket.limit, bucket.level + bucket.perMs * (nowMs - bucket.atMs));
+}
+
+/** Until when a slice counts against a declared window. */
+function countsUntil(lease: Lease, ledger: Ledger): number {
+  return lease.expiresMs + ledger.windowMs;
+}
+
+/** What a declared window's ledger holds at `nowMs` in one dimension. */
+function ledgerHolds(ledger: Ledger, dimension: Dimension, nowMs: number): number {
+  let held = 0;
+  for (const lease of ledger.leases) {
+    if (countsUntil(lease, ledger) > nowMs) held += lease.amounts[dimension] - lease.returned[dimension];
+  }
+  return held;
+}
+
+/** When a declared window's ledger has let go of `missing` more than it holds free now. */
+function ledgerFreesAt(ledger: Ledger, dimension: Dimension, missing: number, nowMs: number): number {
+  const counting = ledger.leases
+    .filter((lease) => countsUntil(lease, ledger) > nowMs)
+    .sort((a, b) => countsUntil(a, ledger) - countsUntil(b, ledger));
+  let freed = 0;
+  for (const lease of counting) {
+    freed += lease.amounts[dimension] - lease.returned[dimension];
+    if (freed >= missing) return countsUntil(lease, ledger);
+  }
+  return nowMs + ledger.windowMs;
+}
+
+/**
+ * The account of a key an operator declared limits for, before anything is read of it:
+ * whole, each declared dimension refilled evenly over the window when declared to
+ * (`continuous`), else counted as a sliding log of what was granted.
+ */
+function declaredBuckets(
+  limits: DeclaredLimits | undefined,
+  shape: WindowShape | undefined,
+  nowMs: number,
+): Map<Dimension, Bucket> {
+  const buckets = new Map<Dimension, Bucket>();
+  if (limits === undefined) return buckets;
+  for (const dimension of DIMENSIONS) {
+    const limit = limits.amounts[dimension];
+    if (limit === undefined || limit <= 0) continue;
+    const perMs = limit / limits.windowMs;
+    buckets.set(dimension, {
+      dimension,
+      limit,
+      perMs,
+      etaPerMs: perMs,
+      measured: true,
+      level: limit,
+      atMs: nowMs,
+      resetAtMs: 0,
+      tracker: new ShapeTracker(),
+      shape: shape === "continuous" ? "continuous" : "unknown",
+      periodMs: shape === "continuous" ? undefined : limits.windowMs,
+      spentSinceReading: 0,
+      resetSpanMs: limits.windowMs,
+      told: undefined,
+      ledger: shape === "continuous" ? undefined : { windowMs: limits.windowMs, leases: [] },
+      admitLagMs: shape === "continuous" ? Math.ceil(limits.windowMs * ADMIT_LAG_SHARE) : 0,
+    });
+  }
+  return buckets;
 }
 
 /** The last of a fixed window's resets at or before `nowMs`: the one read, then one a period (when seen). */

@@ -5,7 +5,13 @@ import { type Config, natsConnection } from "@holdfast/config";
 import { isKnown, type StoredEnvelope } from "@holdfast/events";
 import { GrpcStatus, serve, unary } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
-import { declaredShapes, readingOfRecorded, type SliceRecord, shapesOfRecorded } from "@holdfast/predict";
+import {
+  declaredLimits,
+  declaredShapes,
+  readingOfRecorded,
+  type SliceRecord,
+  shapesOfRecorded,
+} from "@holdfast/predict";
 import {
   type AcquireRequest,
   type AcquireResponse,
@@ -112,6 +118,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
     sliceMs: config.predict.slice_ms,
     agingMs: config.predict.priority_aging_s * 1_000,
     knownShape: declaredShapes(config.predict.window_shapes),
+    declaredLimits: declaredLimits(config.predict.limits),
     clock,
     log,
     persist: async (record) => {

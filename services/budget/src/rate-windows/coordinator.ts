@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "@holdfast/log";
 import {
+  type DeclaredLimits,
   type Figures,
   type Grant,
   type Need,
@@ -34,6 +35,8 @@ export interface WindowCoordinatorOptions {
   agingMs: number;
   /** The shape an operator said an upstream's windows have (`predict.window_shapes`); undefined: learnt. */
   knownShape?: (upstream: string) => WindowShape | undefined;
+  /** The limits an operator said an upstream enforces (`predict.limits`), for keys that report none. */
+  declaredLimits?: (upstream: string) => DeclaredLimits | undefined;
   clock: () => number;
   log: Logger;
   /**
@@ -61,6 +64,7 @@ export class WindowCoordinator {
       sliceMs: options.sliceMs,
       agingMs: options.agingMs,
       knownShape: options.knownShape,
+      declaredLimits: options.declaredLimits,
     });
   }
 
@@ -84,6 +88,7 @@ export class WindowCoordinator {
       {
         ticket,
         keyId: request.keyId,
+        ...(request.upstream === "" ? {} : { upstream: request.upstream }),
         gateway: request.gateway,
         need,
         floor: request.floor === undefined ? need : needOf(request.floor),
