@@ -18,10 +18,12 @@
 //   on a 429; the continuous bound.
 // The requests window binds too, a little less than the tokens'.
 //
-// Three arms (BENCH_ARMS), each on a fresh key: the agents calling the provider directly with
+// Four arms (BENCH_ARMS), each on a fresh key: the agents calling the provider directly with
 // the openai SDK's own retries (2, honouring retry-after) and their loop redoing a step whose
-// call still failed; the same agents through one Holdfast gateway; and through two gateways
-// (half the agents each) sharing the key through the budget service's coordinator.
+// call still failed; the same agents through one Holdfast gateway; through two gateways
+// (half the agents each) sharing the key through the budget service's coordinator; and, in
+// the `none` mode only, through one gateway told the key's limits (predict.limits), as an
+// operator who knows them tells it.
 //
 // Per cell it prints: the 429s the provider sent, the 429s that reached agent code, the steps
 // redone, the input tokens re-sent (waste), the calls Holdfast made wait, the runs it
@@ -29,9 +31,9 @@
 // Holdfast cell that misses a target.
 //
 // BENCH_MODES (default "continuous,fixed,sliding,none"), BENCH_SIZES ("1,8,50"), BENCH_ARMS
-// ("reactive,holdfast,holdfast x2"), BENCH_STEPS (20) and BENCH_BOUND_S (30) change the run.
+// ("reactive,holdfast,holdfast x2,holdfast told"), BENCH_STEPS (20) and BENCH_BOUND_S (30) change the run.
 import type { ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -49,8 +51,8 @@ import {
 import OpenAI from "openai";
 import { startExtraGateway, startUp } from "./processes.js";
 
-type Arm = "reactive" | "holdfast" | "holdfast x2";
-const ALL_ARMS: readonly Arm[] = ["reactive", "holdfast", "holdfast x2"];
+type Arm = "reactive" | "holdfast" | "holdfast x2" | "holdfast told";
+const ALL_ARMS: readonly Arm[] = ["reactive", "holdfast", "holdfast x2", "holdfast told"];
 
 const MODES = listOf("BENCH_MODES", "continuous,fixed,sliding,none", WINDOW_MODES);
 const SIZES = (process.env.BENCH_SIZES ?? "1,8,50").split(",").map(Number);
@@ -98,6 +100,9 @@ interface Cell {
   readonly arm: Arm;
   readonly key: string;
   readonly limits: Limits;
+  /** The provider the cell's agents reach, and the gateway they call, when the cell has its own (`holdfast told`). */
+  provider?: FakeProvider;
+  bases?: string[];
 }
 
 async function main(): Promise<void> {
@@ -105,24 +110,68 @@ async function main(): Promise<void> {
   for (const mode of MODES) {
     for (const size of SIZES) {
       const limits = limitsFor(mode, size);
-      for (const arm of ARMS) cells.push({ mode, size, arm, key: keyOf(mode, size, arm), limits });
+      for (const arm of ARMS) {
+        // Limits are declared for a provider that reports none: the other modes report theirs.
+        if (arm === "holdfast told" && mode !== "none") continue;
+        cells.push({ mode, size, arm, key: keyOf(mode, size, arm), limits });
+      }
     }
   }
   const limitsByKey = Object.fromEntries(cells.map((cell) => [cell.key, cell.limits]));
   const dataDir = mkdtempSync(join(tmpdir(), "holdfast-bench-ratelimit-"));
   const children: ChildProcess[] = [];
   const provider = await startFakeProvider({ port: 0, limitsByKey, recordRequests: true });
+  const told: FakeProvider[] = [];
   let bus: Bus | undefined;
   try {
+    // Each `holdfast told` cell has a provider of its own, whose origin its limits are
+    // declared for (predict.limits is by origin), and a gateway of its own in front of it.
+    const config = { predict: { limits: {}, window_shapes: {} } } as {
+      predict: { limits: Record<string, object>; window_shapes: Record<string, string> };
+    };
+    for (const cell of cells.filter((c) => c.arm === "holdfast told")) {
+      const own = await startFakeProvider({
+        port: 0,
+        limitsByKey: { [cell.key]: cell.limits },
+        recordRequests: true,
+      });
+      told.push(own);
+      cell.provider = own;
+      const origin = new URL(own.url).origin;
+      config.predict.limits[origin] = {
+        window_s: cell.limits.windowMs / 1_000,
+        tokens: cell.limits.tpm,
+        requests: cell.limits.rpm,
+      };
+      // The fake's headerless mode is a token bucket, and is declared so.
+      config.predict.window_shapes[origin] = "continuous";
+    }
+    const configFile = join(dataDir, "bench-ratelimit.json");
+    writeFileSync(configFile, JSON.stringify(config));
     // The stack only when an arm goes through it: the reactive arm alone needs none.
     const bases: Record<Arm, string[]> = {
       reactive: [`${provider.url}/v1`],
       holdfast: [],
       "holdfast x2": [],
+      "holdfast told": [],
     };
     if (ARMS.some((arm) => arm !== "reactive")) {
-      const { file: stack } = await startUp({ dataDir, providerUrl: provider.url }, children);
+      const { file: stack } = await startUp({ dataDir, providerUrl: provider.url, configFile }, children);
       bases.holdfast = [stack.gatewayUrl];
+      for (const cell of cells.filter((c) => c.provider !== undefined)) {
+        const own = await startExtraGateway(
+          {
+            dataDir,
+            natsUrl: stack.natsUrl,
+            providerUrl: cell.provider!.url,
+            instanceId: `gw-told-${cell.size}`,
+            budgetUrl: stack.budgetUrl,
+            configFile,
+          },
+          children,
+        );
+        cell.bases = [`${own.url}/v1`];
+      }
       if (ARMS.includes("holdfast x2")) {
         const second = await startExtraGateway(
           {
@@ -131,6 +180,7 @@ async function main(): Promise<void> {
             providerUrl: provider.url,
             instanceId: "gw-second",
             budgetUrl: stack.budgetUrl,
+            configFile,
           },
           children,
         );
@@ -158,7 +208,7 @@ async function main(): Promise<void> {
       // for the whole of it and the bound is the windows' starts from here.
       if (mode === "fixed") await sleep(limits.windowMs - (Date.now() % limits.windowMs));
       const prefix = `${mode}-${arm.replace(" ", "")}-${size}`;
-      const outcome = await runFleet(size, bases[arm], key, provider, prefix);
+      const outcome = await runFleet(size, cell.bases ?? bases[arm], key, cell.provider ?? provider, prefix);
       if (arm !== "reactive" && bus !== undefined) await countHoldfast(bus, outcome, prefix, size);
       const bound = boundOf(limits, outcome, size);
       const ratio = bound.ms > 0 ? outcome.wallMs / bound.ms : Number.NaN;
@@ -220,7 +270,7 @@ async function main(): Promise<void> {
         '    later ("alone"), when one agent\'s calls could all be in with the windows to itself, each sent the moment\n' +
         "    they let it in: a call does not fit the part of a window the one before it left.\n" +
         "  none: the provider's own bucket; Holdfast sees no figures (no rate-limit headers, only retry-after on a 429);\n" +
-        "    the continuous bound.\n" +
+        "    the continuous bound. holdfast told: the same, its limits and shape declared (predict.limits, window_shapes).\n" +
         `Target: 0 seen by agents, 0 re-sent, wall / bound ≤ ${TARGET_RATIO.toFixed(2)} (Holdfast's arms; the reactive arm is the baseline).\n`,
     );
     if (!ARMS.some((arm) => arm !== "reactive")) console.log("No Holdfast arm ran: no targets to meet.");
@@ -230,6 +280,7 @@ async function main(): Promise<void> {
     await bus?.close();
     for (const child of children) child.kill("SIGTERM");
     await provider.close();
+    for (const own of told) await own.close();
     await sleep(1_000);
     rmSync(dataDir, { recursive: true, force: true });
   }
