@@ -200,11 +200,17 @@ describe("KeyWindow: which readings are worth an event", () => {
     const window = new KeyWindow("k1", "https://api.example");
     const read = (remaining: number, at: number, resetAtMs: number) =>
       window.observe({ tokens: { limit: 6_000, remaining, resetAtMs } }, at, at);
-    expect(read(5_000, NOW, NOW + 100)).toBe(true);
+    expect(read(5_000, NOW, NOW + 2_000)).toBe(true);
     // Past the recorded reading's reset: the other gateways' account of the key knows
     // nothing of the window now, whatever came back; this reading is the first word of it.
-    expect(read(5_000, NOW + 1_000, NOW + 1_100)).toBe(true);
-    expect(read(4_950, NOW + 1_050, NOW + 1_100)).toBe(false);
+    expect(read(5_000, NOW + 3_000, NOW + 5_000)).toBe(true);
+    expect(read(4_950, NOW + 3_050, NOW + 5_000)).toBe(false);
+    // A reset a few ms off (a bucket nearly full, as OpenAI writes it) is no window's end.
+    const nearlyFull = new KeyWindow("k3", "https://api.example");
+    const readFull = (at: number) =>
+      nearlyFull.observe({ tokens: { limit: 6_000, remaining: 5_990, resetAtMs: at + 6 } }, at, at);
+    expect(readFull(NOW)).toBe(true);
+    expect(readFull(NOW + 1_000)).toBe(false);
     // A key read as refilling evenly needs no word at its reset: the account refills it.
     const even = new KeyWindow("k2", "https://api.example", "continuous");
     const readEven = (remaining: number, at: number, resetAtMs: number) =>

@@ -31,6 +31,8 @@ export interface DimensionView {
 const RECORD_SHARE = 0.1;
 const RECORD_EVERY_MS = 10_000;
 const TIGHT_SHARE = 0.2;
+// The shortest reset that is taken for a window's end when a reading is recorded.
+const MIN_WINDOW_MS = 1_000;
 
 /**
  * One provider key's window as this process knows it: the last reading of each
@@ -108,7 +110,14 @@ export class KeyWindow {
       this.recorded = {
         atMs: nowMs,
         remaining: new Map(DIMENSIONS.flatMap((d) => (reading[d] ? [[d, reading[d].remaining]] : []))),
-        resetAtMs: new Map(DIMENSIONS.flatMap((d) => (reading[d] ? [[d, reading[d].resetAtMs ?? 0]] : []))),
+        // Only a reset a second or more off is a window whose end is worth a word: a bucket
+        // nearly full says it is whole again in a few ms with every answer.
+        resetAtMs: new Map(
+          DIMENSIONS.flatMap((d) => {
+            const resetAtMs = reading[d]?.resetAtMs ?? 0;
+            return reading[d] !== undefined && resetAtMs - nowMs >= MIN_WINDOW_MS ? [[d, resetAtMs]] : [];
+          }),
+        ),
       };
       return true;
     }

@@ -166,8 +166,10 @@ function sameRate(rate: number, read: Anchor, unit: number, offMs: number): bool
 export function declaredShapes(
   byOrigin: Readonly<Record<string, "auto" | "continuous" | "fixed">>,
 ): (upstream: string) => WindowShape | undefined {
+  const byOriginNormalised: Record<string, "auto" | "continuous" | "fixed"> = {};
+  for (const [origin, shape] of Object.entries(byOrigin)) byOriginNormalised[new URL(origin).origin] = shape;
   return (upstream) => {
-    const shape = byOrigin[upstream];
+    const shape = byOriginNormalised[upstream];
     return shape === undefined || shape === "auto" ? undefined : shape;
   };
 }

@@ -536,6 +536,28 @@ describe("SharedWindows: limits an operator declared for an upstream that report
     expect(windows.tick(NOW + 62_010).granted.map((g) => g.ticket)).toEqual(["next"]);
   });
 
+  it("counts what a coordinator before a restart granted on a declared key", () => {
+    const windows = new SharedWindows({
+      sliceMs: 2_000,
+      agingMs: 10_000,
+      knownShape: () => "continuous",
+      declaredLimits: () => declared,
+    });
+    windows.restore(
+      {
+        leaseId: "before",
+        keyId: KEY,
+        upstream: UPSTREAM,
+        gateway: "gw-a",
+        atMs: NOW - 1_000,
+        expiresMs: NOW + 1_000,
+        amounts: need(6_000),
+      },
+      NOW,
+    );
+    expect(windows.reserve(ask({ need: need(1_000), upstream: UPSTREAM }), NOW).kind).toBe("queued");
+  });
+
   it("gives way to the key's own readings once its answers carry them", () => {
     const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000, declaredLimits: () => declared });
     granted(windows.reserve(ask({ need: need(6_000), upstream: UPSTREAM }), NOW));

@@ -57,6 +57,11 @@ export class SharedWindows {
       const limit = read.limit ?? Math.max(read.remaining, key.buckets.get(dimension)?.limit ?? 0);
       if (limit <= 0) continue;
       let bucket = key.buckets.get(dimension);
+      // The key's own readings replace what an operator declared of it, rate and all.
+      if (bucket?.declared === true) {
+        key.buckets.delete(dimension);
+        bucket = undefined;
+      }
       const tracker = bucket?.tracker ?? new ShapeTracker();
       // A recorded reset is to the millisecond; one that is not a whole second was written finer.
       tracker.observe(
@@ -114,14 +119,12 @@ export class SharedWindows {
           told: told[dimension],
           ledger: undefined,
           admitLagMs: 0,
+          declared: false,
         };
         key.buckets.set(dimension, bucket);
         continue;
       }
       const level = levelAt(bucket, nowMs);
-      // The key's own readings outrank what an operator declared of it.
-      bucket.ledger = undefined;
-      bucket.admitLagMs = 0;
       bucket.limit = limit;
       bucket.perMs = perMs;
       bucket.etaPerMs = etaPerMs;
@@ -153,7 +156,9 @@ export class SharedWindows {
     if (request.returned !== undefined) this.release(request.returned.leaseId, request.returned.left, nowMs);
     const key =
       this.keys.get(request.keyId) ??
-      (request.upstream !== undefined && this.options.declaredLimits?.(request.upstream) !== undefined
+      (request.upstream !== undefined &&
+      this.keys.size < MAX_DECLARED_KEYS &&
+      this.options.declaredLimits?.(request.upstream) !== undefined
         ? this.keyOf(request.keyId, request.upstream, nowMs)
         : undefined);
     if (key === undefined || key.buckets.size === 0) return { kind: "unknown", validForMs: UNKNOWN_MS };
@@ -281,7 +286,11 @@ export class SharedWindows {
       returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
     };
     this.leases.set(record.leaseId, lease);
-    for (const bucket of key.buckets.values()) bucket.ledger?.leases.push(lease);
+    for (const [dimension, bucket] of key.buckets) {
+      // A declared account no reading will correct holds what its predecessor granted.
+      if (bucket.ledger !== undefined) bucket.ledger.leases.push(lease);
+      else if (bucket.declared) bucket.level = levelAt(bucket, nowMs) - lease.amounts[dimension];
+    }
   }
 
   /** Each key's account now, for `holdfast windows` and reports. */
@@ -332,10 +341,12 @@ export class SharedWindows {
       bucket.level = level - amounts[dimension];
       // A window no reading corrects, full or nearly: the provider's stays full until the
       // calls reach it, and refills only from then.
-      bucket.atMs =
+      bucket.atMs = Math.max(
+        bucket.atMs,
         bucket.admitLagMs > 0 && level + bucket.perMs * bucket.admitLagMs >= bucket.limit
           ? nowMs + bucket.admitLagMs
-          : nowMs;
+          : nowMs,
+      );
       bucket.spentSinceReading += amounts[dimension];
     }
     const lease: Lease = {
@@ -396,7 +407,7 @@ export class SharedWindows {
         level >= total
           ? nowMs
           : bucket.ledger !== undefined
-            ? ledgerFreesAt(bucket.ledger, bucket.dimension, total - level, nowMs) + SETTLE_MS
+            ? ledgerFreesAt(bucket.ledger, bucket.dimension, bucket.limit, total - level, nowMs) + SETTLE_MS
             : !refillsAsItGoes(bucket)
               ? wholeAgainAt(bucket, total - level, nowMs) + SETTLE_MS
               : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
@@ -450,7 +461,7 @@ export function declaredLimits(
 ): (upstream: string) => DeclaredLimits | undefined {
   const lookup = new Map<string, DeclaredLimits>();
   for (const [origin, limits] of Object.entries(byOrigin)) {
-    lookup.set(origin, {
+    lookup.set(new URL(origin).origin, {
       windowMs: limits.window_s * 1_000,
       amounts: {
         ...(limits.requests === undefined ? {} : { requests: limits.requests }),
@@ -568,6 +579,8 @@ interface Bucket {
    * to reach the provider, when it finds the window full (0 once read: readings say it).
    */
   admitLagMs: number;
+  /** Made from what an operator declared (`predict.limits`), nothing read of it yet. */
+  declared: boolean;
 }
 
 /**
@@ -622,6 +635,9 @@ export const SLICE_MEMORY_MS = 120_000;
 const FORGET_MS = SLICE_MEMORY_MS;
 // A turn is granted a little after the account says, so a refill rate read a hair high never lands a call early.
 const SETTLE_MS = 5;
+// Keys a declaration makes before anything is read of them (a client's made-up credentials
+// each name one): past this many keys, a new one is left to its gateway, as if undeclared.
+const MAX_DECLARED_KEYS = 100_000;
 // A declared window refilled evenly and found full is taken to refill from this share of
 // the window after a grant (see Bucket.admitLagMs): no reading says when its calls landed.
 const ADMIT_LAG_SHARE = 0.05;
@@ -675,7 +691,13 @@ function ledgerHolds(ledger: Ledger, dimension: Dimension, nowMs: number): numbe
 }
 
 /** When a declared window's ledger has let go of `missing` more than it holds free now. */
-function ledgerFreesAt(ledger: Ledger, dimension: Dimension, missing: number, nowMs: number): number {
+function ledgerFreesAt(
+  ledger: Ledger,
+  dimension: Dimension,
+  limit: number,
+  missing: number,
+  nowMs: number,
+): number {
   const counting = ledger.leases
     .filter((lease) => countsUntil(lease, ledger) > nowMs)
     .sort((a, b) => countsUntil(a, ledger) - countsUntil(b, ledger));
@@ -684,7 +706,9 @@ function ledgerFreesAt(ledger: Ledger, dimension: Dimension, missing: number, no
     freed += lease.amounts[dimension] - lease.returned[dimension];
     if (freed >= missing) return countsUntil(lease, ledger);
   }
-  return nowMs + ledger.windowMs;
+  // The rest is granted to calls not yet asked for: a window's worth a window.
+  const last = counting.length === 0 ? nowMs : countsUntil(counting[counting.length - 1]!, ledger);
+  return last + Math.ceil((missing - freed) / Math.max(1, limit)) * ledger.windowMs;
 }
 
 /**
@@ -720,6 +744,7 @@ function declaredBuckets(
       told: undefined,
       ledger: shape === "continuous" ? undefined : { windowMs: limits.windowMs, leases: [] },
       admitLagMs: shape === "continuous" ? Math.ceil(limits.windowMs * ADMIT_LAG_SHARE) : 0,
+      declared: true,
     });
   }
   return buckets;

@@ -73,7 +73,7 @@ export class WindowCoordinator {
     const nowMs = this.options.clock();
     try {
       if (this.closed) throw new BudgetNotReadyError("the rate-limit coordinator is closing");
-      if (request.keyId === "" || request.gateway === "" || request.need === undefined) {
+      if (!/^[0-9a-f]{16}$/.test(request.keyId) || request.gateway === "" || request.need === undefined) {
         throw new InvalidBudgetRequestError(
           "a reservation needs a key id, a gateway and what the call needs",
         );
