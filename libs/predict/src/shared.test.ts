@@ -570,3 +570,53 @@ describe("SharedWindows: limits an operator declared for an upstream that report
     granted(windows.reserve(ask({ need: need(10_000), upstream: UPSTREAM }), NOW + 1_500));
   });
 });
+
+describe("SharedWindows: a sliding log", () => {
+  it("counts back what it granted a window ago, when every reading's reset is a window after its call", () => {
+    // 6,000 tokens per 10 s, what was spent counting for 10 s after it was spent; each answer
+    // says when the newest spend (its own call, sent 5 ms before it landed) expires.
+    const windows = new SharedWindows({ sliceMs: 1_000, agingMs: 10_000 });
+    const read = (asOfMs: number, remaining: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining, resetAtMs: asOfMs + 10_005 } },
+        { asOfMs, readAtMs: asOfMs + 50, nowMs: asOfMs + 50 },
+      );
+    read(NOW - 100, 6_000);
+    granted(windows.reserve(ask({ need: need(2_000) }), NOW));
+    read(NOW, 4_000);
+    granted(windows.reserve(ask({ need: need(2_000) }), NOW + 3_000));
+    read(NOW + 3_000, 2_000);
+    granted(windows.reserve(ask({ need: need(1_500) }), NOW + 6_000));
+    read(NOW + 6_000, 500);
+    const next = windows.reserve(
+      ask({ ticket: "next", need: need(2_000), thresholdMs: 60_000 }),
+      NOW + 6_100,
+    );
+    // The first call's 2,000 are back a window after its slice could last be spent (NOW +
+    // 1 s + 10,005 ms: the window as read, with the answers' latency in it), not at the
+    // newest spend's expiry (NOW + 16 s).
+    expect(next).toMatchObject({ kind: "queued", etaMs: NOW + 11_010 });
+    expect(windows.tick(NOW + 10_900).granted).toEqual([]);
+    expect(windows.tick(NOW + 11_010).granted.map((g) => g.ticket)).toEqual(["next"]);
+  });
+
+  it("takes a bucket nearly full, whose resets are always a few ms after its calls, for no sliding log", () => {
+    const windows = new SharedWindows({ sliceMs: 1_000, agingMs: 10_000 });
+    for (let i = 0; i < 5; i++) {
+      const at = NOW + i * 1_000;
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: 5_990, resetAtMs: at + 10 } },
+        { asOfMs: at, readAtMs: at + 5, nowMs: at + 5 },
+      );
+    }
+    granted(windows.reserve(ask({ need: need(5_990) }), NOW + 4_010));
+    // Nothing it granted is counted back before the reading's reset by a log of a few ms.
+    expect(windows.reserve(ask({ need: need(1_000), thresholdMs: 60_000 }), NOW + 4_020).kind).toBe(
+      "queued",
+    );
+  });
+});
