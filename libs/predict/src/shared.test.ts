@@ -615,8 +615,6 @@ describe("SharedWindows: a sliding log", () => {
     }
     granted(windows.reserve(ask({ need: need(5_990) }), NOW + 4_010));
     // Nothing it granted is counted back before the reading's reset by a log of a few ms.
-    expect(windows.reserve(ask({ need: need(1_000), thresholdMs: 60_000 }), NOW + 4_020).kind).toBe(
-      "queued",
-    );
+    expect(windows.reserve(ask({ need: need(1_000), thresholdMs: 60_000 }), NOW + 4_020).kind).toBe("queued");
   });
 });
