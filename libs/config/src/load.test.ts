@@ -348,6 +348,12 @@ describe("loadConfig", () => {
       expect(error.message).toMatch(/needs predict\.shared/);
     });
 
+    it("is an error for a window longer than a day", () => {
+      const error = loadError({ file: givenFile(limits.replace("window_s: 60", "window_s: 2592000")) });
+      expect(error.key).toBe("predict.limits.http://llm.internal:8000.window_s");
+      expect(error.message).toMatch(/at most 86400/);
+    });
+
     it("is an error when it declares no limit", () => {
       const error = loadError({
         file: givenFile("predict:\n  limits:\n    http://llm.internal:8000:\n      window_s: 60\n"),

@@ -264,7 +264,10 @@ const routingSection = z.strictObject(
 const declaredLimit = z
   .strictObject(
     {
-      window_s: positiveNumber().default(60).describe("The window the limits are per, in seconds."),
+      window_s: positiveNumber()
+        .max(86_400, { error: "expected at most 86400 (a day)" })
+        .default(60)
+        .describe("The window the limits are per, in seconds (at most a day)."),
       requests: positiveInteger().optional().describe("Requests a key may make per window."),
       tokens: positiveInteger().optional().describe("Tokens (input and output) a key may use per window."),
       input_tokens: positiveInteger().optional().describe("Input tokens a key may use per window."),
