@@ -334,13 +334,30 @@ export class SharedWindows {
     for (const [leaseId, lease] of this.leases) {
       if (lease.expiresMs + FORGET_MS < nowMs) this.leases.delete(leaseId);
     }
-    for (const key of this.keys.values()) {
-      if (key.leases.length > 0 && key.leases[0]!.expiresMs + FORGET_MS < nowMs) {
-        const kept = key.leases.filter((lease) => lease.expiresMs + FORGET_MS >= nowMs);
-        key.leases.length = 0;
-        key.leases.push(...kept);
+  }
+
+  /**
+   * Forgets a key's slices long past their end; what a sliding log had counted back of one
+   * stays counted (it goes into the account's level).
+   */
+  private forgetSlices(key: SharedKey, nowMs: number): void {
+    if (key.leases.length === 0 || key.leases[0]!.expiresMs + FORGET_MS >= nowMs) return;
+    const kept: Lease[] = [];
+    for (const lease of key.leases) {
+      if (lease.expiresMs + FORGET_MS >= nowMs) {
+        kept.push(lease);
+        continue;
+      }
+      for (const bucket of key.buckets.values()) {
+        const sliding = bucket.sliding;
+        if (sliding === undefined || nowMs >= bucket.resetAtMs) continue;
+        if (lease.atMs + sliding.windowMs > sliding.asOfMs && lease.expiresMs + sliding.windowMs <= nowMs) {
+          bucket.level += lease.amounts[bucket.dimension] - lease.returned[bucket.dimension];
+        }
       }
     }
+    key.leases.length = 0;
+    key.leases.push(...kept);
   }
 
   private keyOf(keyId: string, upstream: string, nowMs: number): SharedKey {
@@ -386,6 +403,7 @@ export class SharedWindows {
       returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
     };
     this.leases.set(lease.leaseId, lease);
+    this.forgetSlices(key, nowMs);
     key.leases.push(lease);
     for (const bucket of key.buckets.values()) {
       if (bucket.ledger === undefined) continue;
