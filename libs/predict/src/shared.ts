@@ -73,14 +73,6 @@ export class SharedWindows {
       // The gateways' word first: each judged the shape from every reading of its own, where
       // this sees only those recorded, from several gateways at once.
       const shape = key.declared ?? told[dimension] ?? bucket?.told ?? tracker.shape;
-      // How far each reading's reset was from its call's send: a sliding log's is its window.
-      const spans = bucket?.spans ?? [];
-      if (read.resetAtMs !== undefined) {
-        spans.push({ spanMs: read.resetAtMs - asOfMs, missing: limit - read.remaining });
-        if (spans.length > SPANS_KEPT) spans.shift();
-      }
-      const slidingMs =
-        shape === "continuous" || shape === "fixed" ? undefined : slidingWindowOf(spans, limit);
       // The rate is the highest of the lower bounds readings gave for this limit (each is
       // one), or a minute's refill before any did.
       const measured = refillRate(read.remaining, limit, read.resetAtMs, readAtMs);
@@ -128,19 +120,11 @@ export class SharedWindows {
           ledger: undefined,
           admitLagMs: 0,
           declared: false,
-          spans,
-          sliding: slidingMs === undefined ? undefined : { windowMs: slidingMs, asOfMs, leases: key.leases },
         };
         key.buckets.set(dimension, bucket);
         continue;
       }
-      const sliding: Sliding | undefined =
-        slidingMs === undefined ? undefined : { windowMs: slidingMs, asOfMs, leases: key.leases };
-      // What the account holds now, less what the new reading's log will count back (so
-      // nothing is counted back twice).
-      const level =
-        levelAt(bucket, nowMs) -
-        (sliding === undefined ? 0 : slidBack(sliding, dimension, bucket.resetAtMs, nowMs));
+      const level = levelAt(bucket, nowMs);
       bucket.limit = limit;
       bucket.perMs = perMs;
       bucket.etaPerMs = etaPerMs;
@@ -159,8 +143,6 @@ export class SharedWindows {
       bucket.spentSinceReading = outstanding;
       if (read.resetAtMs !== undefined) bucket.resetSpanMs = Math.max(0, read.resetAtMs - readAtMs);
       bucket.told = told[dimension] ?? bucket.told;
-      bucket.spans = spans;
-      bucket.sliding = sliding;
     }
   }
 
@@ -240,7 +222,7 @@ export class SharedWindows {
       const total = Math.min(left[dimension], lease.amounts[dimension]);
       const delta = total - lease.returned[dimension];
       if (delta === 0) continue;
-      bucket.level = Math.min(bucket.limit, baseAt(bucket, nowMs) + delta);
+      bucket.level = Math.min(bucket.limit, levelAt(bucket, nowMs) + delta);
       bucket.atMs = Math.max(bucket.atMs, nowMs);
       if (lease.atMs > key.asOfMs) bucket.spentSinceReading -= delta;
       lease.returned[dimension] = total;
@@ -304,11 +286,10 @@ export class SharedWindows {
       returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
     };
     this.leases.set(record.leaseId, lease);
-    key.leases.push(lease);
     for (const [dimension, bucket] of key.buckets) {
       // A declared account no reading will correct holds what its predecessor granted.
       if (bucket.ledger !== undefined) bucket.ledger.leases.push(lease);
-      else if (bucket.declared) bucket.level = baseAt(bucket, nowMs) - lease.amounts[dimension];
+      else if (bucket.declared) bucket.level = levelAt(bucket, nowMs) - lease.amounts[dimension];
     }
   }
 
@@ -336,30 +317,6 @@ export class SharedWindows {
     }
   }
 
-  /**
-   * Forgets a key's slices long past their end; what a sliding log had counted back of one
-   * stays counted (it goes into the account's level).
-   */
-  private forgetSlices(key: SharedKey, nowMs: number): void {
-    if (key.leases.length === 0 || key.leases[0]!.expiresMs + FORGET_MS >= nowMs) return;
-    const kept: Lease[] = [];
-    for (const lease of key.leases) {
-      if (lease.expiresMs + FORGET_MS >= nowMs) {
-        kept.push(lease);
-        continue;
-      }
-      for (const bucket of key.buckets.values()) {
-        const sliding = bucket.sliding;
-        if (sliding === undefined || nowMs >= bucket.resetAtMs) continue;
-        if (lease.atMs + sliding.windowMs > sliding.asOfMs && lease.expiresMs + sliding.windowMs <= nowMs) {
-          bucket.level += lease.amounts[bucket.dimension] - lease.returned[bucket.dimension];
-        }
-      }
-    }
-    key.leases.length = 0;
-    key.leases.push(...kept);
-  }
-
   private keyOf(keyId: string, upstream: string, nowMs: number): SharedKey {
     let key = this.keys.get(keyId);
     if (key === undefined) {
@@ -371,7 +328,6 @@ export class SharedWindows {
         asOfMs: Number.NEGATIVE_INFINITY,
         cooldownUntilMs: 0,
         queue: [],
-        leases: [],
       };
       this.keys.set(keyId, key);
     }
@@ -381,7 +337,7 @@ export class SharedWindows {
   private grant(key: SharedKey, waiter: Waiter, calls: number, nowMs: number): Grant {
     const amounts = scale(waiter.need, calls);
     for (const [dimension, bucket] of key.buckets) {
-      const level = baseAt(bucket, nowMs);
+      const level = levelAt(bucket, nowMs);
       bucket.level = level - amounts[dimension];
       // A window no reading corrects, full or nearly: the provider's stays full until the
       // calls reach it, and refills only from then.
@@ -403,8 +359,6 @@ export class SharedWindows {
       returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
     };
     this.leases.set(lease.leaseId, lease);
-    this.forgetSlices(key, nowMs);
-    key.leases.push(lease);
     for (const bucket of key.buckets.values()) {
       if (bucket.ledger === undefined) continue;
       bucket.ledger.leases = bucket.ledger.leases.filter((l) => countsUntil(l, bucket.ledger!) > nowMs);
@@ -452,13 +406,11 @@ export class SharedWindows {
       const at =
         level >= total
           ? nowMs
-          : bucket.sliding !== undefined && slidBackAt(bucket, total - level, nowMs) !== undefined
-            ? slidBackAt(bucket, total - level, nowMs)! + SETTLE_MS
-            : bucket.ledger !== undefined
-              ? ledgerFreesAt(bucket.ledger, bucket.dimension, bucket.limit, total - level, nowMs) + SETTLE_MS
-              : !refillsAsItGoes(bucket)
-                ? wholeAgainAt(bucket, total - level, nowMs) + SETTLE_MS
-                : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
+          : bucket.ledger !== undefined
+            ? ledgerFreesAt(bucket.ledger, bucket.dimension, bucket.limit, total - level, nowMs) + SETTLE_MS
+            : !refillsAsItGoes(bucket)
+              ? wholeAgainAt(bucket, total - level, nowMs) + SETTLE_MS
+              : nowMs + (total - level) / bucket.etaPerMs + SETTLE_MS;
       if (figures === undefined || at > atMs || (at === atMs && figures.dimension === undefined)) {
         figures = figuresOf(dimension, bucket, own[dimension], total - own[dimension], nowMs);
       }
@@ -629,23 +581,6 @@ interface Bucket {
   admitLagMs: number;
   /** Made from what an operator declared (`predict.limits`), nothing read of it yet. */
   declared: boolean;
-  /** The latest readings' resets from their calls' sends, with what each said was missing. */
-  spans: Array<{ readonly spanMs: number; readonly missing: number }>;
-  /** Read as a sliding log: what was granted comes back a window after it could last be spent. */
-  sliding: Sliding | undefined;
-}
-
-/**
- * A window whose every reading's reset is one window after the call it answers: a sliding
- * log, where what was spent counts for a window and no longer. What the account granted
- * since a window before the reading it holds (the key's slices, `leases`) comes back a
- * window after its slice could last be spent; what anything else spent, only at the reset.
- */
-interface Sliding {
-  readonly windowMs: number;
-  /** The send time of the call the reading answered. */
-  readonly asOfMs: number;
-  readonly leases: readonly Lease[];
 }
 
 /**
@@ -668,8 +603,6 @@ interface SharedKey {
   asOfMs: number;
   cooldownUntilMs: number;
   queue: Waiter[];
-  /** The slices granted on the key, oldest first, until forgotten (the same objects as `leases`). */
-  readonly leases: Lease[];
 }
 
 interface Waiter {
@@ -702,14 +635,6 @@ export const SLICE_MEMORY_MS = 120_000;
 const FORGET_MS = SLICE_MEMORY_MS;
 // A turn is granted a little after the account says, so a refill rate read a hair high never lands a call early.
 const SETTLE_MS = 5;
-// A sliding log is told by this many readings whose resets are one window after their
-// calls, within the larger of these slacks, of at least a second, while what was missing
-// moved by a tenth of the limit among them.
-const SPANS_KEPT = 4;
-const SPAN_SLACK_MS = 50;
-const SPAN_SLACK_SHARE = 0.05;
-const MIN_SLIDING_MS = 1_000;
-const MISSING_SPREAD_SHARE = 0.1;
 // Keys a declaration makes before anything is read of them (a client's made-up credentials
 // each name one): past this many keys, a new one is left to its gateway, as if undeclared.
 const MAX_DECLARED_KEYS = 100_000;
@@ -728,70 +653,6 @@ const NO_FIGURES: Figures = Object.freeze({
 });
 
 function levelAt(bucket: Bucket, nowMs: number): number {
-  const base = baseAt(bucket, nowMs);
-  if (bucket.sliding === undefined) return base;
-  return Math.min(bucket.limit, base + slidBack(bucket.sliding, bucket.dimension, bucket.resetAtMs, nowMs));
-}
-
-/**
- * What a sliding log has given back by `nowMs` of what the account holds as spent: the
- * slices granted less than a window before the reading's call (so not back in it), a window
- * after each could last be spent; nothing once the reading's reset has passed (whole then).
- */
-function slidBack(sliding: Sliding, dimension: Dimension, resetAtMs: number, nowMs: number): number {
-  if (nowMs >= resetAtMs) return 0;
-  let back = 0;
-  for (const lease of sliding.leases) {
-    if (lease.atMs + sliding.windowMs <= sliding.asOfMs) continue;
-    if (lease.expiresMs + sliding.windowMs > nowMs) continue;
-    back += lease.amounts[dimension] - lease.returned[dimension];
-  }
-  return back;
-}
-
-/** When a sliding log has given back `missing` more than the account holds now; undefined: not before its reset. */
-function slidBackAt(bucket: Bucket, missing: number, nowMs: number): number | undefined {
-  const sliding = bucket.sliding;
-  if (sliding === undefined) return undefined;
-  const coming = sliding.leases
-    .filter(
-      (lease) =>
-        lease.atMs + sliding.windowMs > sliding.asOfMs &&
-        lease.expiresMs + sliding.windowMs > nowMs &&
-        lease.expiresMs + sliding.windowMs < bucket.resetAtMs,
-    )
-    .sort((a, b) => a.expiresMs - b.expiresMs);
-  let back = 0;
-  for (const lease of coming) {
-    back += lease.amounts[bucket.dimension] - lease.returned[bucket.dimension];
-    if (back >= missing) return lease.expiresMs + sliding.windowMs;
-  }
-  return undefined;
-}
-
-/**
- * A sliding log's window, when the latest readings show one: each reset the same time after
- * its call's send (within the answers' latency), at least a second, while what was missing
- * moved (a bucket kept nearly full also writes its reset a constant few ms on).
- */
-function slidingWindowOf(
-  spans: ReadonlyArray<{ readonly spanMs: number; readonly missing: number }>,
-  limit: number,
-): number | undefined {
-  if (spans.length < SPANS_KEPT - 1) return undefined;
-  const lengths = spans.map((s) => s.spanMs);
-  const missing = spans.map((s) => s.missing);
-  const shortest = Math.min(...lengths);
-  if (shortest < MIN_SLIDING_MS) return undefined;
-  if (Math.max(...lengths) - shortest > Math.max(SPAN_SLACK_MS, shortest * SPAN_SLACK_SHARE))
-    return undefined;
-  if (Math.max(...missing) - Math.min(...missing) < limit * MISSING_SPREAD_SHARE) return undefined;
-  // The shortest: a call lands after it is sent, so each span is the window and some.
-  return shortest;
-}
-
-/** The account without what a sliding log gave back: what grants and releases move. */
-function baseAt(bucket: Bucket, nowMs: number): number {
   if (bucket.ledger !== undefined) return bucket.limit - ledgerHolds(bucket.ledger, bucket.dimension, nowMs);
   if (nowMs <= bucket.atMs) return bucket.level;
   if (!refillsAsItGoes(bucket)) {
@@ -884,8 +745,6 @@ function declaredBuckets(
       ledger: shape === "continuous" ? undefined : { windowMs: limits.windowMs, leases: [] },
       admitLagMs: shape === "continuous" ? Math.ceil(limits.windowMs * ADMIT_LAG_SHARE) : 0,
       declared: true,
-      spans: [],
-      sliding: undefined,
     });
   }
   return buckets;
