@@ -31,6 +31,7 @@ export {
 } from "./headers.js";
 export { DIMENSIONS, type DimensionView, KeyWindow, KeyWindows, type Need } from "./keys.js";
 export {
+  asOfOfRecorded,
   type RecordedReading,
   type RecordedWindow,
   readingOfRecorded,

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { MAX_WINDOW_COUNT, MAX_WINDOW_WAIT_MS } from "./headers.js";
-import { type RecordedWindow, readingOfRecorded } from "./observed.js";
+import { asOfOfRecorded, type RecordedWindow, readingOfRecorded } from "./observed.js";
 
 const AT = Date.parse("2026-12-03T12:00:00Z");
 const window = (w: Partial<RecordedWindow>): RecordedWindow => ({
@@ -49,5 +49,17 @@ describe("a recorded reading as a window takes it in", () => {
 
   it("takes a remaining above the limit as the limit", () => {
     expect(readingOfRecorded(recorded(window({ remaining: 5_000 })), AT).requests?.remaining).toBe(1_000);
+  });
+});
+
+describe("when a recorded reading's call was sent", () => {
+  it("is as recorded, or when it was recorded if not said", () => {
+    expect(asOfOfRecorded(AT - 300, AT, AT + 10)).toBe(AT - 300);
+    expect(asOfOfRecorded(0, AT, AT + 10)).toBe(AT);
+  });
+
+  it("is never after the reading was recorded, nor after now: a send time a peer puts in the future would make every later reading look older and be dropped", () => {
+    expect(asOfOfRecorded(AT + 86_400_000, AT, AT + 10)).toBe(AT);
+    expect(asOfOfRecorded(AT + 86_400_000, AT + 86_400_000, AT)).toBe(AT);
   });
 });

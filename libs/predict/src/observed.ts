@@ -7,6 +7,17 @@ import {
 } from "./headers.js";
 import type { WindowShape } from "./shape.js";
 
+/**
+ * When the call a recorded reading answers was sent: as recorded (`asOfMs`, 0 when not
+ * said: when it was recorded), but never after it was recorded nor after `nowMs`. Readings
+ * older than the newest taken in are dropped, so a send time in the future (a peer's clock,
+ * or a forged figure) would otherwise have every later reading of the key dropped.
+ */
+export function asOfOfRecorded(asOfMs: number, recordedAtMs: number, nowMs: number): number {
+  const said = asOfMs > 0 ? asOfMs : recordedAtMs;
+  return Math.min(said, recordedAtMs, nowMs);
+}
+
 /** One dimension of a recorded reading (the RateWindow of a RateLimitObserved event). */
 export interface RecordedWindow {
   readonly reported: boolean;

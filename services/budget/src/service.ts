@@ -6,6 +6,7 @@ import { isKnown, type StoredEnvelope } from "@holdfast/events";
 import { GrpcStatus, serve, unary } from "@holdfast/grpc";
 import type { Logger } from "@holdfast/log";
 import {
+  asOfOfRecorded,
   declaredLimits,
   declaredShapes,
   readingOfRecorded,
@@ -138,7 +139,7 @@ export async function startBudget(config: Config, log: Logger): Promise<RunningB
       observed.upstream,
       readingOfRecorded(observed, envelope.timestampMs),
       {
-        asOfMs: observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
+        asOfMs: asOfOfRecorded(Number(observed.asOfMs), envelope.timestampMs, clock()),
         readAtMs: envelope.timestampMs,
         nowMs: clock(),
       },

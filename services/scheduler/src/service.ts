@@ -13,7 +13,13 @@ import {
 import { type GrpcServer, serve } from "@holdfast/grpc";
 import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
-import { declaredShapes, KeyWindows, readingOfRecorded, shapesOfRecorded } from "@holdfast/predict";
+import {
+  asOfOfRecorded,
+  declaredShapes,
+  KeyWindows,
+  readingOfRecorded,
+  shapesOfRecorded,
+} from "@holdfast/predict";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
 import { Ledger, LogFollower, runAggregate } from "@holdfast/runs";
 import { AgentRegistry } from "./agents/registry.js";
@@ -102,7 +108,7 @@ export async function startScheduler(config: Config, log: Logger): Promise<Runni
           .of(observed.keyId, observed.upstream)
           .learn(
             readingOfRecorded(observed, envelope.timestampMs),
-            observed.asOfMs > 0 ? observed.asOfMs : envelope.timestampMs,
+            asOfOfRecorded(Number(observed.asOfMs), envelope.timestampMs, clock()),
             envelope.timestampMs,
             shapesOfRecorded(observed),
           );

@@ -1,6 +1,7 @@
 import { isKnown, makeEnvelope, type StoredEnvelope } from "@holdfast/events";
 import type { Logger } from "@holdfast/log";
 import {
+  asOfOfRecorded,
   type Dimension,
   type RateLimitReading,
   readingOfRecorded,
@@ -128,7 +129,7 @@ export class Readings {
     const window = this.options.keys.windows.of(observed.keyId, observed.upstream);
     window.learn(
       readingOfRecorded(observed, envelope.timestampMs),
-      Number(observed.asOfMs) || envelope.timestampMs,
+      asOfOfRecorded(Number(observed.asOfMs), envelope.timestampMs, this.options.clock()),
       envelope.timestampMs,
       shapesOfRecorded(observed),
     );
