@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -175,5 +175,41 @@ describe("startNatsServer", () => {
       code: "HOLDFAST_NATSD_START_FAILED",
       message: expect.stringContaining("ENOENT"),
     });
+  });
+});
+
+describe("startNatsServer, when a port it let nats-server pick is taken before it is bound", () => {
+  it("starts it again, on a port picked anew", async () => {
+    // A stand-in for nats-server that fails the first time as nats-server does when another
+    // process took the port it picked (`-m -1`) before it listened on it, then is the real one.
+    const dir = await mkdtemp(join(scratch, "taken-"));
+    const marker = join(dir, "failed-once");
+    const script = join(dir, "nats-server");
+    await writeFile(
+      script,
+      `#!/bin/sh\nif [ ! -e "${marker}" ]; then\n  : > "${marker}"\n` +
+        `  echo '[1] [FTL] Error listening on port: 127.0.0.1:40101, "listen tcp 127.0.0.1:40101: bind: address already in use"' >&2\n` +
+        `  exit 1\nfi\nexec "${binary}" "$@"\n`,
+    );
+    await chmod(script, 0o755);
+    await using server = await startNatsServer({
+      binary: script,
+      storeDir: join(dir, "store"),
+      monitor: true,
+    });
+    expect(server.monitorUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    await expect(readdir(dir)).resolves.toContain("failed-once");
+  });
+
+  it("does not try again when nats-server fails for anything else", async () => {
+    const dir = await mkdtemp(join(scratch, "broken-"));
+    const count = join(dir, "runs");
+    const script = join(dir, "nats-server");
+    await writeFile(script, `#!/bin/sh\necho run >> "${count}"\necho '[FTL] bad config' >&2\nexit 1\n`);
+    await chmod(script, 0o755);
+    await expect(startNatsServer({ binary: script, storeDir: join(dir, "store") })).rejects.toThrow(
+      NatsServerStartError,
+    );
+    expect((await readFile(count, "utf8")).trim().split("\n")).toHaveLength(1);
   });
 });

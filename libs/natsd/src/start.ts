@@ -170,19 +170,36 @@ export async function startNatsServer(options: StartNatsServerOptions): Promise<
   // One spelling per store (symlinks and `..` resolved as the kernel does), for the lock and
   // the server alike, so the same store reached by two paths is one store.
   const storeDir = await realpath(options.storeDir);
-  const lock = await acquireStoreLock(storeDir, {
-    takeOverOrphan: options.takeOverOrphan ?? true,
-    stopTimeoutMs,
-    log: options.log,
-  });
-  try {
-    await options.prepareStore?.(storeDir);
-    return await spawnNatsServer(options, storeDir, lock);
-  } catch (error) {
-    lock.release();
-    throw error;
+  for (let attempt = 1; ; attempt += 1) {
+    const lock = await acquireStoreLock(storeDir, {
+      takeOverOrphan: options.takeOverOrphan ?? true,
+      stopTimeoutMs,
+      log: options.log,
+    });
+    try {
+      if (attempt === 1) await options.prepareStore?.(storeDir);
+      return await spawnNatsServer(options, storeDir, lock);
+    } catch (error) {
+      lock.release();
+      // A port nats-server picks itself (-1: the monitor's, and the client's when none is
+      // given) is free when picked and bound a moment later: another process can take it
+      // in between. Started again, it picks another.
+      if (
+        attempt < BIND_ATTEMPTS &&
+        error instanceof NatsServerStartError &&
+        PORT_TAKEN.test(error.message)
+      ) {
+        options.log?.(`nats-server: a port it picked was taken before it listened; starting it again`);
+        continue;
+      }
+      throw error;
+    }
   }
 }
+
+// How many times nats-server is started when a port it picked was taken before it bound it.
+const BIND_ATTEMPTS = 3;
+const PORT_TAKEN = /\[FTL\] Error listening on port: .*address already in use/;
 
 async function spawnNatsServer(
   options: StartNatsServerOptions,
