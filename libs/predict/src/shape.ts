@@ -166,10 +166,22 @@ function sameRate(rate: number, read: Anchor, unit: number, offMs: number): bool
 export function declaredShapes(
   byOrigin: Readonly<Record<string, "auto" | "continuous" | "fixed">>,
 ): (upstream: string) => WindowShape | undefined {
-  const byOriginNormalised: Record<string, "auto" | "continuous" | "fixed"> = {};
-  for (const [origin, shape] of Object.entries(byOrigin)) byOriginNormalised[new URL(origin).origin] = shape;
-  return (upstream) => {
-    const shape = byOriginNormalised[upstream];
-    return shape === undefined || shape === "auto" ? undefined : shape;
-  };
+  const shapeOf = byOriginLookup(byOrigin, (shape) => (shape === "auto" ? undefined : shape));
+  return (upstream) => shapeOf(upstream);
+}
+
+/**
+ * What an operator configured per upstream (keys written as URLs, matched as the origin a
+ * key's upstream is named by), taken in through `take` (undefined: nothing said).
+ */
+export function byOriginLookup<T, U>(
+  byOrigin: Readonly<Record<string, T>>,
+  take: (value: T) => U | undefined,
+): (upstream: string) => U | undefined {
+  const lookup = new Map<string, U>();
+  for (const [origin, value] of Object.entries(byOrigin)) {
+    const taken = take(value);
+    if (taken !== undefined) lookup.set(new URL(origin).origin, taken);
+  }
+  return (upstream) => lookup.get(upstream);
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { Need } from "./keys.js";
-import { type ReserveOutcome, type ReserveRequest, SharedWindows } from "./shared.js";
+import { declaredShapes } from "./shape.js";
+import { declaredLimits, type ReserveOutcome, type ReserveRequest, SharedWindows } from "./shared.js";
 
 const NOW = Date.parse("2026-12-04T12:00:00Z");
 const KEY = "0123456789abcdef";
@@ -556,6 +557,15 @@ describe("SharedWindows: limits an operator declared for an upstream that report
       NOW,
     );
     expect(windows.reserve(ask({ need: need(1_000), upstream: UPSTREAM }), NOW).kind).toBe("queued");
+  });
+
+  it("finds a declaration by the origin a key's upstream is named by, however its URL was written", () => {
+    const lookup = declaredLimits({ "HTTP://LLM.internal:80/v1/": { window_s: 60, tokens: 30_000 } });
+    expect(lookup("http://llm.internal")).toEqual({ windowMs: 60_000, amounts: { tokens: 30_000 } });
+    expect(lookup("http://llm.internal:8000")).toBeUndefined();
+    const shapes = declaredShapes({ "https://api.example:443/": "fixed", "https://other.example": "auto" });
+    expect(shapes("https://api.example")).toBe("fixed");
+    expect(shapes("https://other.example")).toBeUndefined();
   });
 
   it("gives way to the key's own readings once its answers carry them", () => {

@@ -1,7 +1,7 @@
 import type { Figures } from "./decide.js";
 import type { Dimension, RateLimitReading } from "./headers.js";
 import { DIMENSIONS, type Need } from "./keys.js";
-import { SECOND_RESOLUTION_MS, ShapeTracker, type WindowShape } from "./shape.js";
+import { byOriginLookup, SECOND_RESOLUTION_MS, ShapeTracker, type WindowShape } from "./shape.js";
 
 /**
  * One provider key's window shared by every gateway of a deployment: the coordinator's own
@@ -459,19 +459,15 @@ export function declaredLimits(
     >
   >,
 ): (upstream: string) => DeclaredLimits | undefined {
-  const lookup = new Map<string, DeclaredLimits>();
-  for (const [origin, limits] of Object.entries(byOrigin)) {
-    lookup.set(new URL(origin).origin, {
-      windowMs: limits.window_s * 1_000,
-      amounts: {
-        ...(limits.requests === undefined ? {} : { requests: limits.requests }),
-        ...(limits.tokens === undefined ? {} : { tokens: limits.tokens }),
-        ...(limits.input_tokens === undefined ? {} : { inputTokens: limits.input_tokens }),
-        ...(limits.output_tokens === undefined ? {} : { outputTokens: limits.output_tokens }),
-      },
-    });
-  }
-  return (upstream) => lookup.get(upstream);
+  return byOriginLookup(byOrigin, (limits) => ({
+    windowMs: limits.window_s * 1_000,
+    amounts: {
+      ...(limits.requests === undefined ? {} : { requests: limits.requests }),
+      ...(limits.tokens === undefined ? {} : { tokens: limits.tokens }),
+      ...(limits.input_tokens === undefined ? {} : { inputTokens: limits.input_tokens }),
+      ...(limits.output_tokens === undefined ? {} : { outputTokens: limits.output_tokens }),
+    },
+  }));
 }
 
 export interface ReserveRequest {
