@@ -12,9 +12,10 @@ input and output tokens), its limit and when it is whole again. Keys are shown b
 hash of the upstream and the key; the key itself is never stored.
 
 SHAPE is how the window was read to refill, and from how many readings: continuous
-(evenly, until whole at its reset), fixed (whole again at once at its reset), irregular
-(in steps; acted on as fixed) or unknown (not told yet; nothing is counted back before
-the reset).`;
+(evenly, until whole at its reset), fixed (whole again at once at its reset), sliding
+(a sliding log: what each call spent comes back a window after it, which the budget
+service counts from the calls it granted), irregular (in steps; acted on as fixed) or
+unknown (not told yet; nothing is counted back before the reset).`;
 
 /** One key's window as the control API answers it. */
 export interface WindowBody {

@@ -83,11 +83,12 @@ export class KeyWindow {
     // An answer to an older call than the last reading's says less than it does.
     if (asOfMs < this.asOfMs) return reading.retryAfterMs !== undefined;
     let moved = false;
+    const refused = reading.retryAfterMs !== undefined;
     for (const dimension of DIMENSIONS) {
       const read = reading[dimension];
       if (read === undefined) continue;
       const shapeBefore = this.shapes.get(dimension)?.shape;
-      this.take(dimension, read, nowMs, resolutionMs);
+      this.take(dimension, read, nowMs, resolutionMs, refused ? undefined : asOfMs);
       // Other gateways, and `holdfast windows`, learn a new shape from the reading that showed it.
       if (this.shapes.get(dimension)?.shape !== shapeBefore) moved = true;
       const before = this.recorded?.remaining.get(dimension);
@@ -145,19 +146,34 @@ export class KeyWindow {
       // A recorded reset is to the millisecond; one that is not a whole second was written finer.
       const resolutionMs =
         read?.resetAtMs !== undefined && read.resetAtMs % 1_000 !== 0 ? 1 : SECOND_RESOLUTION_MS;
-      if (read !== undefined) this.take(dimension, read, readAtMs, resolutionMs);
+      if (read !== undefined) {
+        this.take(
+          dimension,
+          read,
+          readAtMs,
+          resolutionMs,
+          reading.retryAfterMs === undefined ? asOfMs : undefined,
+        );
+      }
     }
     this.asOfMs = asOfMs;
   }
 
   /** A reading of one dimension: its shape learnt from it, and the window as it now stands. */
-  private take(dimension: Dimension, read: WindowReading, readAtMs: number, resolutionMs: number): void {
+  private take(
+    dimension: Dimension,
+    read: WindowReading,
+    readAtMs: number,
+    resolutionMs: number,
+    /** Undefined for a refusal (see ShapeTracker.observe). */
+    sentAtMs: number | undefined,
+  ): void {
     let tracker = this.shapes.get(dimension);
     if (tracker === undefined) {
       tracker = new ShapeTracker();
       this.shapes.set(dimension, tracker);
     }
-    tracker.observe(read, readAtMs, resolutionMs);
+    tracker.observe(read, readAtMs, resolutionMs, sentAtMs);
     const { periodMs } = tracker.view();
     this.dimensions.set(dimension, WindowState.from(read, readAtMs, this.shapeNow(dimension), periodMs));
   }

@@ -72,11 +72,11 @@ export function readingOfRecorded(recorded: RecordedReading, readAtMs: number): 
   return reading;
 }
 
-const SHAPES: ReadonlySet<string> = new Set<WindowShape>(["continuous", "fixed", "irregular"]);
+const SHAPES: ReadonlySet<string> = new Set<WindowShape>(["continuous", "fixed", "sliding", "irregular"]);
 
 /**
  * The shapes a recorded reading says its gateway had learnt, per dimension it reported:
- * only the three a gateway can have learnt (`unknown`, an empty field from before shapes
+ * only those a gateway can have learnt (`unknown`, an empty field from before shapes
  * were read, and anything else are left out).
  */
 export function shapesOfRecorded(recorded: RecordedReading): Partial<Record<Dimension, WindowShape>> {

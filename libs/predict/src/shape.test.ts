@@ -104,9 +104,45 @@ describe("a window's shape, from its readings", () => {
     expect(track(fixed(), bursty).shape).toBe("fixed");
   });
 
-  it("does not read a sliding log under a burst as continuous", () => {
-    expect(track(sliding(), bursty).shape).not.toBe("continuous");
-    expect(track(sliding(), bursty).shape).not.toBe("unknown");
+  it("reads a sliding log as sliding, steady or bursty, and how long a call counts in it", () => {
+    // 50 tokens a call: a log the provider admits all of (one at 0 left reads as a full bucket).
+    const light = steady.map(([now]): [number, number] => [now, 50]);
+    expect(track(sliding(), light)).toMatchObject({ shape: "sliding", periodMs: MINUTE });
+    expect(track(sliding(), bursty)).toMatchObject({ shape: "sliding", periodMs: MINUTE });
+    // Resets written as whole seconds, and read 0–300 ms after the call: still a sliding log,
+    // and the span the longest seen (a call counts at least that long).
+    const tracker = new ShapeTracker();
+    const log = sliding();
+    for (const [i, [now, cost]] of light.entries()) {
+      const read = log.take(now, cost);
+      const resetAtMs = Math.ceil(read.resetAtMs! / 1_000) * 1_000;
+      tracker.observe({ ...read, resetAtMs }, now + (i % 4) * 100, 1_000, now);
+    }
+    expect(tracker.shape).toBe("sliding");
+    // Answers read 100–900 ms after their calls were sent (long answers): the reset is a
+    // window after a time between the two, which is what tells it.
+    const slow = new ShapeTracker();
+    const slowLog = sliding();
+    for (const [i, [now, cost]] of light.entries()) {
+      slow.observe(slowLog.take(now, cost), now + 100 + (i % 5) * 200, 1, now);
+    }
+    expect(slow.shape).toBe("sliding");
+    expect(tracker.view().periodMs).toBeGreaterThanOrEqual(MINUTE);
+    expect(tracker.view().periodMs).toBeLessThanOrEqual(MINUTE + 1_000);
+  });
+
+  it("does not read a token bucket or a fixed window as a sliding log", () => {
+    for (const calls of [steady, bursty]) {
+      expect(track(bucket(), calls).shape).not.toBe("sliding");
+      expect(track(fixed(), calls).shape).not.toBe("sliding");
+    }
+    // A bucket held level by steady calls moves its reset on as time does too: continuous.
+    const tracker = new ShapeTracker();
+    for (let i = 0; i < 8; i++) {
+      const now = 61_000 + i * 2_500;
+      tracker.observe({ limit: LIMIT, remaining: 1_100, resetAtMs: now + 5_000 }, now, 1);
+    }
+    expect(tracker.shape).toBe("continuous");
   });
 
   it("needs a clear majority to call a window continuous, and one vote to call it fixed", () => {

@@ -6,13 +6,17 @@ import type { WindowReading } from "./headers.js";
  *   its reset (a token bucket: OpenAI, Anthropic);
  * - `fixed`: what is left stays flat, and the reset stays the same instant, until the whole
  *   window comes back at once (a counter cleared every minute, hour or day);
- * - `irregular`: neither fits (what comes back comes in steps, as from a sliding log);
+ * - `sliding`: a sliding log: what a call spent counts for one window after it, so the reset
+ *   is always a window after the latest call, however much is left;
+ * - `irregular`: none of these fits;
  * - `unknown`: the readings have not told yet.
  *
- * Only `continuous` is acted on as refilling before the reset: for every other shape
- * nothing is counted as back until the reset, which is never early.
+ * Only `continuous` is acted on as refilling before the reset by itself. A `sliding` window
+ * gives back what each call spent a window after it, which only an account of the calls can
+ * foretell (the budget service's); for every other shape nothing is counted as back until
+ * the reset, which is never early.
  */
-export type WindowShape = "continuous" | "fixed" | "irregular" | "unknown";
+export type WindowShape = "continuous" | "fixed" | "sliding" | "irregular" | "unknown";
 
 /** What a dimension's readings showed of its shape, and from how many. */
 export interface ShapeView {
@@ -21,7 +25,11 @@ export interface ShapeView {
   readonly readings: number;
   /** Pairs of readings that told one shape from another (the shape is judged from these). */
   readonly evidence: number;
-  /** The time between two resets of a window that does not refill as it goes; undefined until seen. */
+  /**
+   * The time between two resets of a window that comes back whole (fixed), or how long a
+   * call counts in a sliding log (at most: measured from when the call was read); undefined
+   * until seen.
+   */
   readonly periodMs: number | undefined;
 }
 
@@ -45,6 +53,11 @@ interface Anchor {
   readonly remaining: number;
   readonly resetAtMs: number;
   readonly readAtMs: number;
+  /**
+   * When the call it answered was sent (the provider read its window in between); -∞ for a
+   * refusal, whose reset is of calls taken before it.
+   */
+  readonly sentAtMs: number;
 }
 
 /**
@@ -64,16 +77,31 @@ export class ShapeTracker {
   private readonly votes: Vote[] = [];
   private taken = 0;
   private period: number | undefined;
+  // The shortest a reading's reset was from its call's send, in pairs read as a sliding log:
+  // the most a call can count in the log.
+  private span: number | undefined;
 
   /**
-   * Takes in one reading of the dimension, read at `readAtMs`, its reset written to the
+   * Takes in one reading of the dimension, read at `readAtMs` from the answer to a call sent
+   * at `sentAtMs` (undefined: a refusal, which took nothing), its reset written to the
    * nearest `resolutionMs` (a second when not known to be finer).
    */
-  observe(read: WindowReading, readAtMs: number, resolutionMs = SECOND_RESOLUTION_MS): void {
+  observe(
+    read: WindowReading,
+    readAtMs: number,
+    resolutionMs = SECOND_RESOLUTION_MS,
+    sentAtMs: number | undefined = readAtMs,
+  ): void {
     this.taken += 1;
     const { limit, resetAtMs, remaining } = read;
     if (limit === undefined || resetAtMs === undefined || limit <= 0) return;
-    const next: Anchor = { limit, remaining, resetAtMs, readAtMs };
+    const next: Anchor = {
+      limit,
+      remaining,
+      resetAtMs,
+      readAtMs,
+      sentAtMs: sentAtMs === undefined ? Number.NEGATIVE_INFINITY : Math.min(sentAtMs, readAtMs),
+    };
     const anchor = this.anchor;
     if (anchor === undefined || anchor.limit !== limit) {
       this.anchor = next;
@@ -113,28 +141,56 @@ export class ShapeTracker {
     const foretold = rate * (readAtMs - anchor.readAtMs - resetMoved);
     const continuousFits =
       Math.abs(grew - foretold) <= unit + rate * offMs && sameRate(rate, next, unit, offMs);
-    if (fixedFits && continuousFits) return;
-    this.vote(fixedFits ? "fixed" : continuousFits ? "continuous" : "irregular");
+    // A sliding log's reset is a window after its latest call, which the provider took
+    // between the call's send and its answer's reading: one window fits both readings,
+    // whatever was spent or came back meanwhile.
+    const slidingFits =
+      Math.max(anchor.resetAtMs - anchor.readAtMs, resetAtMs - readAtMs) <=
+      Math.min(anchor.resetAtMs - anchor.sentAtMs, resetAtMs - next.sentAtMs) + offMs;
+    // Too close together to tell: the anchor stays so that time can tell. So too a pair both
+    // a bucket and a log fit (what was missing stayed as it was) once a log was seen: a
+    // dimension of few units (requests) fits both often.
+    if (fixedFits && (continuousFits || slidingFits)) return;
+    if (continuousFits && slidingFits && this.votes.includes("sliding")) return;
+    const vote = fixedFits ? "fixed" : continuousFits ? "continuous" : slidingFits ? "sliding" : "irregular";
+    this.vote(vote);
+    if (vote === "sliding") {
+      this.span = Math.min(
+        this.span ?? Number.POSITIVE_INFINITY,
+        anchor.resetAtMs - anchor.sentAtMs,
+        resetAtMs - next.sentAtMs,
+      );
+    }
     this.anchor = next;
   }
 
   get shape(): WindowShape {
     let continuous = 0;
     let fixed = 0;
+    let sliding = 0;
     let irregular = 0;
     for (const vote of this.votes) {
       if (vote === "continuous") continuous += 1;
       else if (vote === "fixed") fixed += 1;
+      else if (vote === "sliding") sliding += 1;
       else irregular += 1;
     }
-    if (continuous >= 2 && continuous > 2 * (fixed + irregular)) return "continuous";
-    if (fixed > 0 && fixed >= irregular) return "fixed";
-    if (irregular > 0) return "irregular";
+    if (continuous >= 2 && continuous > 2 * (fixed + sliding + irregular)) return "continuous";
+    if (fixed > 0 && fixed >= sliding + irregular) return "fixed";
+    // Acted on as giving back before its reset, so a clear majority as for continuous.
+    if (sliding >= 2 && sliding > 2 * (continuous + irregular)) return "sliding";
+    if (sliding + irregular > 0) return "irregular";
     return "unknown";
   }
 
   view(): ShapeView {
-    return { shape: this.shape, readings: this.taken, evidence: this.votes.length, periodMs: this.period };
+    const shape = this.shape;
+    return {
+      shape,
+      readings: this.taken,
+      evidence: this.votes.length,
+      periodMs: shape === "sliding" ? this.span : this.period,
+    };
   }
 
   private vote(vote: Vote): void {

@@ -412,6 +412,157 @@ describe("SharedWindows: one window per key for every gateway", () => {
     if (waiting.kind === "queued") expect(waiting.etaMs).toBeLessThan(NOW + 15_000);
   });
 
+  it("counts a window read as a sliding log as the log of what it granted: each call's spend back a window after it", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    // A log of 6,000 tokens a 10 s window: each reading's reset is a window after its call.
+    const read = (sentMs: number, left: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 } },
+        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
+        { tokens: "sliding" },
+      );
+    // A call not granted here (the key was not known yet) spent 1,000; two granted calls 2,000
+    // each, their gateway saying when it sent them as it handed their slices back.
+    read(NOW + 7, 5_000);
+    const first = granted(windows.reserve(ask({ need: need(2_000, 0) }), NOW + 1_007));
+    read(NOW + 1_007, 3_000);
+    windows.release(first.leaseId, need(0, 0), NOW + 1_100, NOW + 1_007);
+    const second = granted(windows.reserve(ask({ need: need(2_000, 0) }), NOW + 2_007));
+    read(NOW + 2_007, 1_000);
+    windows.release(second.leaseId, need(0, 0), NOW + 2_100, NOW + 2_007);
+    expect(windows.list(NOW + 3_007)[0]?.dimensions[0]?.left).toBe(1_000);
+    const waiting = windows.reserve(
+      ask({ ticket: "next", need: need(2_000, 0), thresholdMs: 60_000 }),
+      NOW + 3_007,
+    );
+    expect(waiting.kind).toBe("queued");
+    // The first call's 1,000 is back a window after it, not when the last call's is (NOW + 12 s).
+    if (waiting.kind === "queued") expect(waiting.etaMs).toBeLessThan(NOW + 10_100);
+    // A refusal's reset is of the calls before it: it says nothing of how long a call counts
+    // (it only allows calls 100 ms more to reach the provider).
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      { tokens: { limit: 6_000, remaining: 1_000, resetAtMs: NOW + 12_007 }, retryAfterMs: 500 },
+      { asOfMs: NOW + 3_500, readAtMs: NOW + 3_520, nowMs: NOW + 3_520 },
+      { tokens: "sliding" },
+    );
+    expect(windows.tick(NOW + 9_990).granted).toEqual([]);
+    expect(windows.tick(NOW + 10_020).granted.map((g) => g.ticket)).toEqual(["next"]);
+    // A granted call counts for a window (and a little, for the network) from when its
+    // gateway sent it; one whose gateway has not said, until a window after its slice's end.
+    expect(windows.list(NOW + 11_200)[0]?.dimensions[0]?.left).toBe(0);
+    expect(windows.list(NOW + 11_300)[0]?.dimensions[0]?.left).toBe(2_000);
+    expect(windows.list(NOW + 12_300)[0]?.dimensions[0]?.left).toBe(4_000);
+    expect(windows.list(NOW + 22_200)[0]?.dimensions[0]?.left).toBe(4_000);
+    expect(windows.list(NOW + 22_300)[0]?.dimensions[0]?.left).toBe(6_000);
+  });
+
+  it("counts a sliding log's slice of several calls for a window after its gateway handed it back", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    const read = (sentMs: number, left: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 } },
+        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
+        { tokens: "sliding" },
+      );
+    read(NOW + 7, 6_000);
+    const slice = granted(windows.reserve(ask({ need: need(500, 0), wantCalls: 4 }), NOW + 1_007));
+    // A quarter of what is left beyond the call: two more.
+    expect(slice.calls).toBe(3);
+    // Its gateway spent two of the three calls, and handed it back 500 ms after the grant
+    // without saying when it sent them.
+    windows.release(slice.leaseId, need(500, 0), NOW + 1_507);
+    expect(windows.list(NOW + 2_000)[0]?.dimensions[0]?.left).toBe(5_000);
+    // Back a window (and a little) after it was handed back, not after the slice's end.
+    expect(windows.list(NOW + 11_500)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 11_700)[0]?.dimensions[0]?.left).toBe(6_000);
+    // Said, when it sent the last: a window after that (a later word never moves it earlier).
+    const said = granted(windows.reserve(ask({ need: need(500, 0), wantCalls: 4 }), NOW + 12_007));
+    windows.release(said.leaseId, need(500, 0), NOW + 12_507, NOW + 12_207);
+    windows.release(said.leaseId, need(500, 0), NOW + 12_600, NOW + 12_100);
+    expect(windows.list(NOW + 22_300)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 22_320)[0]?.dimensions[0]?.left).toBe(6_000);
+  });
+
+  it("allows calls on a sliding log more time to reach the provider after each refusal, up to a tenth of the window", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    const read = (sentMs: number, left: number, retryAfterMs?: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        {
+          tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 },
+          ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
+        },
+        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
+        { tokens: "sliding" },
+      );
+    read(NOW + 7, 6_000);
+    const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
+    read(NOW + 1_007, 5_000);
+    windows.release(call.leaseId, need(0, 0), NOW + 1_050, NOW + 1_007);
+    // A window and 100 ms (a hundredth of it) after it was sent.
+    expect(windows.list(NOW + 11_100)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 11_110)[0]?.dimensions[0]?.left).toBe(6_000);
+    // A refusal: 100 ms more.
+    read(NOW + 2_007, 5_000, 100);
+    expect(windows.list(NOW + 11_200)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 11_210)[0]?.dimensions[0]?.left).toBe(6_000);
+    // However many refusals, no more than a tenth of the window in all.
+    for (let i = 0; i < 20; i++) read(NOW + 2_107 + i, 5_000, 100);
+    expect(windows.list(NOW + 12_000)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 12_010)[0]?.dimensions[0]?.left).toBe(6_000);
+  });
+
+  it("allows calls on a sliding log as long to reach the provider as its readings show they take", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    // The provider took a call `lateMs` after its gateway sent it: its reset is that much later.
+    const read = (sentMs: number, left: number, lateMs: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + lateMs + 10_000 } },
+        { asOfMs: sentMs, readAtMs: sentMs + lateMs + 20, nowMs: sentMs + lateMs + 20 },
+        { tokens: "sliding" },
+      );
+    read(NOW + 7, 6_000, 0);
+    const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
+    read(NOW + 1_007, 5_000, 300);
+    windows.release(call.leaseId, need(0, 0), NOW + 1_400, NOW + 1_007);
+    // Counted until a window after the quickest took, and 300 ms (and a few) for the slowest.
+    expect(windows.list(NOW + 11_300)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 11_320)[0]?.dimensions[0]?.left).toBe(6_000);
+  });
+
+  it("takes a sliding log's reading that shows more spent than it granted as spent elsewhere, for a window", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    const read = (sentMs: number, left: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 } },
+        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
+        { tokens: "sliding" },
+      );
+    read(NOW + 7, 6_000);
+    const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
+    // 2,500 more spent than this call: a client that bypasses Holdfast.
+    read(NOW + 1_007, 2_500);
+    windows.release(call.leaseId, need(0, 0), NOW + 1_050, NOW + 1_007);
+    expect(windows.list(NOW + 1_100)[0]?.dimensions[0]?.left).toBe(2_500);
+    // Read again with nothing more spent: counted once, not twice.
+    read(NOW + 1_500, 2_500);
+    expect(windows.list(NOW + 1_600)[0]?.dimensions[0]?.left).toBe(2_500);
+    // Back a window after the reading's call (the other spend was at or before it).
+    expect(windows.list(NOW + 11_010)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 11_200)[0]?.dimensions[0]?.left).toBe(6_000);
+  });
+
   it("a fixed window whose period was seen is whole at every reset after, with no reading since", () => {
     // Slices last longer than the test, so nothing comes back as an unspent slice would.
     const windows = new SharedWindows({ sliceMs: 600_000, agingMs: 10_000 });

@@ -1,5 +1,5 @@
 import type { Figures } from "./decide.js";
-import type { Dimension, RateLimitReading } from "./headers.js";
+import type { Dimension, RateLimitReading, WindowReading } from "./headers.js";
 import { DIMENSIONS, type Need } from "./keys.js";
 import { byOriginLookup, SECOND_RESOLUTION_MS, ShapeTracker, type WindowShape } from "./shape.js";
 
@@ -68,6 +68,7 @@ export class SharedWindows {
         read,
         readAtMs,
         read.resetAtMs !== undefined && read.resetAtMs % 1_000 !== 0 ? 1 : SECOND_RESOLUTION_MS,
+        reading.retryAfterMs === undefined ? asOfMs : undefined,
       );
       const { periodMs } = tracker.view();
       // The gateways' word first: each judged the shape from every reading of its own, where
@@ -120,8 +121,13 @@ export class SharedWindows {
           ledger: undefined,
           admitLagMs: 0,
           declared: false,
+          logSpanMs: undefined,
+          logLagMs: 0,
+          logSinceSent: [],
+          logSinceSentMinMs: undefined,
         };
         key.buckets.set(dimension, bucket);
+        this.followLog(keyId, bucket, read, reading.retryAfterMs !== undefined, asOfMs, nowMs);
         continue;
       }
       const level = levelAt(bucket, nowMs);
@@ -143,6 +149,86 @@ export class SharedWindows {
       bucket.spentSinceReading = outstanding;
       if (read.resetAtMs !== undefined) bucket.resetSpanMs = Math.max(0, read.resetAtMs - readAtMs);
       bucket.told = told[dimension] ?? bucket.told;
+      this.followLog(keyId, bucket, read, reading.retryAfterMs !== undefined, asOfMs, nowMs);
+    }
+  }
+
+  /**
+   * A window read as a sliding log gives back what each call spent a window after the call:
+   * its account is then the log of what was granted (each slice counted for a window from
+   * when its calls reached the provider), and a reading that shows more spent than the log
+   * holds adds what else spent the key, for a window from the reading's call. Any other
+   * shape, or a log longer than slices are remembered, is left to `levelAt`.
+   */
+  private followLog(
+    keyId: string,
+    bucket: Bucket,
+    read: WindowReading,
+    refused: boolean,
+    asOfMs: number,
+    nowMs: number,
+  ): void {
+    if (bucket.declared) return;
+    // A log's reset is a window after its latest call, which was at or after the reading's
+    // own call was sent: how far the reset is from that send is never short of the window.
+    // Not so a refusal's: it took nothing, and its reset is of calls before it.
+    if (!refused && read.resetAtMs !== undefined && read.resetAtMs > asOfMs) {
+      const sinceSent = read.resetAtMs - asOfMs;
+      const span = sinceSent + (read.resetAtMs % 1_000 === 0 ? SECOND_RESOLUTION_MS : 0);
+      bucket.logSpanMs = Math.min(bucket.logSpanMs ?? span, span);
+      bucket.logSinceSent.push(sinceSent);
+      if (bucket.logSinceSent.length > LOG_READINGS_KEPT) bucket.logSinceSent.shift();
+      bucket.logSinceSentMinMs = Math.min(bucket.logSinceSentMinMs ?? sinceSent, sinceSent);
+    }
+    const windowMs = bucket.logSpanMs;
+    if (bucket.shape !== "sliding" || windowMs === undefined || windowMs > SLICE_MEMORY_MS) {
+      bucket.ledger = undefined;
+      return;
+    }
+    const capMs = Math.ceil(windowMs * MAX_LOG_LAG_SHARE);
+    const stepMs = Math.max(LOG_LAG_MS, Math.ceil(windowMs * LOG_LAG_SHARE));
+    // How much later than the quickest the latest calls reached the provider after their
+    // gateway sent them (a reset is a window after the call the provider took last).
+    const lateMs = Math.max(0, ...bucket.logSinceSent) - (bucket.logSinceSentMinMs ?? 0);
+    // A refusal while the log was kept says calls reach it later still (a busy gateway, a
+    // slow network): allow more. Never more than a tenth of the window in all.
+    if (refused && bucket.ledger !== undefined) bucket.logLagMs = Math.min(capMs, bucket.logLagMs + stepMs);
+    const sentLagMs = Math.min(capMs, Math.max(stepMs, lateMs + SETTLE_MS) + bucket.logLagMs);
+    let ledger = bucket.ledger;
+    if (ledger === undefined) {
+      const leases = [...this.leases.values()].filter((lease) => lease.keyId === keyId);
+      ledger = { windowMs, sentLagMs, leases };
+      bucket.ledger = ledger;
+    }
+    ledger.windowMs = windowMs;
+    ledger.sentLagMs = sentLagMs;
+    ledger.leases = ledger.leases.filter((lease) => countsUntil(lease, ledger) > nowMs);
+    // What the provider counted when it took the reading's call, beyond what the log holds
+    // then (a client that bypasses Holdfast, slices an earlier coordinator granted).
+    let held = 0;
+    for (const lease of ledger.leases) {
+      if (lease.atMs <= asOfMs && countsUntil(lease, ledger) > asOfMs) {
+        held += lease.amounts[bucket.dimension] - lease.returned[bucket.dimension];
+      }
+    }
+    const other = bucket.limit - read.remaining - held;
+    if (other >= 1 && asOfMs + windowMs > nowMs) {
+      const amounts = { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 };
+      amounts[bucket.dimension] = other;
+      ledger.leases.push({
+        leaseId: "",
+        keyId,
+        gateway: "",
+        // Counted until a window after the reading's call: the provider had counted it by then.
+        atMs: asOfMs,
+        expiresMs: asOfMs,
+        calls: 1,
+        handedBackMs: asOfMs,
+        lastSentMs: asOfMs,
+        read: true,
+        amounts,
+        returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
+      });
     }
   }
 
@@ -153,7 +239,10 @@ export class SharedWindows {
    * told the call is larger than the whole window.
    */
   reserve(request: ReserveRequest, nowMs: number): ReserveOutcome {
-    if (request.returned !== undefined) this.release(request.returned.leaseId, request.returned.left, nowMs);
+    if (request.returned !== undefined) {
+      const { leaseId, left, lastSentAtMs } = request.returned;
+      this.release(leaseId, left, nowMs, lastSentAtMs);
+    }
     const key =
       this.keys.get(request.keyId) ??
       (request.upstream !== undefined &&
@@ -211,9 +300,15 @@ export class SharedWindows {
    * same twice (a retried request) changes nothing, and a slice can never give back more
    * than it was granted.
    */
-  release(leaseId: string, left: Need, nowMs: number): void {
+  release(leaseId: string, left: Need, nowMs: number, lastSentAtMs?: number): void {
     const lease = this.leases.get(leaseId);
     if (lease === undefined) return;
+    // A gateway hands a slice back once no call spends it any more, and says when it sent
+    // the last (as its clock has it: never before the grant, nor after now).
+    lease.handedBackMs ??= nowMs;
+    if (lastSentAtMs !== undefined && lastSentAtMs > 0) {
+      lease.lastSentMs = Math.max(lease.lastSentMs ?? 0, Math.min(Math.max(lastSentAtMs, lease.atMs), nowMs));
+    }
     const key = this.keys.get(lease.keyId);
     if (key === undefined) return;
     for (const dimension of DIMENSIONS) {
@@ -282,6 +377,10 @@ export class SharedWindows {
       gateway: record.gateway,
       atMs: record.atMs,
       expiresMs: record.expiresMs,
+      // Not kept: counted as spent as late as the slice could be.
+      calls: 0,
+      handedBackMs: undefined,
+      lastSentMs: undefined,
       amounts: record.amounts,
       returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
     };
@@ -355,6 +454,9 @@ export class SharedWindows {
       gateway: waiter.gateway,
       atMs: nowMs,
       expiresMs: nowMs + this.options.sliceMs,
+      calls,
+      handedBackMs: undefined,
+      lastSentMs: undefined,
       amounts,
       returned: { requests: 0, tokens: 0, inputTokens: 0, outputTokens: 0 },
     };
@@ -490,7 +592,7 @@ export interface ReserveRequest {
   readonly thresholdMs: number;
   readonly deadlineMs?: number;
   /** The gateway's previous slice of the key, done with, and what is left of it in all (see `release`). */
-  readonly returned?: { readonly leaseId: string; readonly left: Need };
+  readonly returned?: { readonly leaseId: string; readonly left: Need; readonly lastSentAtMs?: number };
 }
 
 /** Room granted: `amounts` (the call's need times `calls`) may be spent until `validForMs` from now. */
@@ -577,16 +679,32 @@ interface Bucket {
   admitLagMs: number;
   /** Made from what an operator declared (`predict.limits`), nothing read of it yet. */
   declared: boolean;
+  /**
+   * How long a call counts in the window, were it a sliding log: the shortest a reading's
+   * reset was from its call's send (never short of the window, in a log).
+   */
+  logSpanMs: number | undefined;
+  /** How much later than measured calls were found to reach the provider (see followLog). */
+  logLagMs: number;
+  /** The latest readings' resets less their calls' sends, and the least of all of them. */
+  readonly logSinceSent: number[];
+  logSinceSentMinMs: number | undefined;
 }
 
 /**
- * A declared window the account cannot read: what a slice covers counts against it from
- * its grant until a window after the slice's end (the latest its calls can have been
- * admitted), less what its gateway gave back. No provider's window, fixed, sliding or a
- * bucket of that size, admits less than that.
+ * What a slice covers, counted against a window from its grant until a window after its
+ * calls reached the provider, less what its gateway gave back:
+ * - a declared window the account cannot read: until a window after the slice's end (the
+ *   latest its calls can have been admitted). No provider's window, fixed, sliding or a
+ *   bucket of that size, admits less than that.
+ * - a window read as a sliding log: until a window and `sentLagMs` (how much later than its
+ *   gateway's clock says a call can reach the provider) after its last call was sent, as
+ *   its gateway said when it handed the slice back; before that, or when it did not say,
+ *   from when it handed it back, or the slice's end.
  */
 interface Ledger {
-  readonly windowMs: number;
+  windowMs: number;
+  sentLagMs: number | undefined;
   leases: Lease[];
 }
 
@@ -616,6 +734,14 @@ interface Lease {
   readonly gateway: string;
   readonly atMs: number;
   readonly expiresMs: number;
+  /** The calls it covers (0: not known). */
+  readonly calls: number;
+  /** When its gateway first said what was left of it: no call of it was sent after that. */
+  handedBackMs: number | undefined;
+  /** When its gateway said it sent its last call, if it said. */
+  lastSentMs: number | undefined;
+  /** Not granted: what a reading showed spent by the time of its call (see followLog). */
+  readonly read?: boolean;
   readonly amounts: Need;
   /** What the gateway last said is left of it, in all. */
   readonly returned: Record<Dimension, number>;
@@ -637,6 +763,14 @@ const MAX_DECLARED_KEYS = 100_000;
 // A declared window refilled evenly and found full is taken to refill from this share of
 // the window after a grant (see Bucket.admitLagMs): no reading says when its calls landed.
 const ADMIT_LAG_SHARE = 0.05;
+// A call on a window read as a sliding log is taken to reach the provider within this long
+// of when its gateway says it sent it (or this share of the window, if longer): besides
+// the network, gateways' and the provider's clocks may differ by this much.
+const LOG_LAG_MS = 25;
+const LOG_LAG_SHARE = 0.01;
+const MAX_LOG_LAG_SHARE = 0.1;
+// How late calls reach a sliding log's provider is judged from this many latest readings.
+const LOG_READINGS_KEPT = 32;
 // A reading's refill rate is trusted when at least this share of the window was missing.
 const RATE_FROM_SHARE = 0.02;
 
@@ -672,9 +806,13 @@ function levelAt(bucket: Bucket, nowMs: number): number {
   return Math.min(bucket.limit, bucket.level + bucket.perMs * (nowMs - bucket.atMs));
 }
 
-/** Until when a slice counts against a declared window. */
+/** Until when a slice counts against a window kept as a ledger. */
 function countsUntil(lease: Lease, ledger: Ledger): number {
-  return lease.expiresMs + ledger.windowMs;
+  if (ledger.sentLagMs === undefined) return lease.expiresMs + ledger.windowMs;
+  if (lease.read === true) return lease.atMs + ledger.windowMs;
+  const sentBy =
+    lease.lastSentMs ?? Math.min(lease.expiresMs, lease.handedBackMs ?? Number.POSITIVE_INFINITY);
+  return sentBy + ledger.sentLagMs + ledger.windowMs;
 }
 
 /** What a declared window's ledger holds at `nowMs` in one dimension. */
@@ -738,9 +876,14 @@ function declaredBuckets(
       spentSinceReading: 0,
       resetSpanMs: limits.windowMs,
       told: undefined,
-      ledger: shape === "continuous" ? undefined : { windowMs: limits.windowMs, leases: [] },
+      ledger:
+        shape === "continuous" ? undefined : { windowMs: limits.windowMs, sentLagMs: undefined, leases: [] },
       admitLagMs: shape === "continuous" ? Math.ceil(limits.windowMs * ADMIT_LAG_SHARE) : 0,
       declared: true,
+      logSpanMs: undefined,
+      logLagMs: 0,
+      logSinceSent: [],
+      logSinceSentMinMs: undefined,
     });
   }
   return buckets;

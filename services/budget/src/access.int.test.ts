@@ -88,6 +88,7 @@ describe("the budget service", () => {
       deadlineMs: 0,
       returnedLeaseId: "",
       returnedLeft: undefined,
+      returnedLastSentAtMs: 0,
     });
     const ended = await new Promise<ServiceError | ReserveResponse>((resolve) => {
       stream.on("data", resolve);

@@ -98,6 +98,7 @@ function ask(keyId: string, tokens: number, overrides: Partial<ReserveRequest> =
     deadlineMs: 0,
     returnedLeaseId: "",
     returnedLeft: undefined,
+    returnedLastSentAtMs: 0,
     ...overrides,
   };
 }
@@ -155,7 +156,7 @@ describe("the rate-limit coordinator over gRPC", () => {
     expect(waiting.messages[0]?.outcome?.$case).toBe("queued");
     // The first call cost nothing after all (refused before the work): all 500 come back.
     await new Promise<void>((resolve, reject) =>
-      client.releaseSlice({ leaseId: granted.value.leaseId, left: amounts(500) }, (error) =>
+      client.releaseSlice({ leaseId: granted.value.leaseId, left: amounts(500), lastSentAtMs: 0 }, (error) =>
         error === null ? resolve() : reject(error),
       ),
     );

@@ -103,6 +103,7 @@ export class WindowCoordinator {
               returned: {
                 leaseId: request.returnedLeaseId,
                 left: request.returnedLeft === undefined ? ZERO : needOf(request.returnedLeft),
+                ...(request.returnedLastSentAtMs > 0 ? { lastSentAtMs: request.returnedLastSentAtMs } : {}),
               },
             }),
       },
@@ -134,6 +135,7 @@ export class WindowCoordinator {
       request.leaseId,
       request.left === undefined ? ZERO : needOf(request.left),
       this.options.clock(),
+      request.lastSentAtMs > 0 ? request.lastSentAtMs : undefined,
     );
     this.wake();
   }

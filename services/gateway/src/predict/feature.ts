@@ -167,7 +167,11 @@ export function predictFeature(options: PredictFeatureOptions): {
 
   /** Every answer's rate-limit headers update its key's window; one with none teaches its calls at once. */
   const onAnswer = (call: Call, answer: UpstreamAnswer): void => {
-    const key = predictedOf(call)?.key ?? keys.of(call);
+    const predicted = predictedOf(call);
+    const key = predicted?.key ?? keys.of(call);
+    // When the call left for the provider, as its fleet slice tells the coordinator.
+    const spent = predicted?.slice?.slice;
+    if (spent !== undefined) spent.lastSentAtMs = Math.max(spent.lastSentAtMs, answer.sentAtMs);
     readings.answered(key, answer);
     slots.answered(key, answer, clock());
   };
@@ -456,6 +460,9 @@ export function predictFeature(options: PredictFeatureOptions): {
     });
     if (waitMs === undefined) return undefined;
     predicted.key.window.reserve(call, predicted.need, nowMs + waitMs);
+    // Sent again on the same slice: what the provider counts of it counts from then.
+    const spent = predicted.slice?.slice;
+    if (spent !== undefined) spent.lastSentAtMs = Math.max(spent.lastSentAtMs, nowMs + waitMs);
     return waitMs;
   };
 

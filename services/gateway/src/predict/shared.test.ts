@@ -144,6 +144,7 @@ describe("a gateway's slices of a shared window", () => {
     const shared = slices(coordinator, clock);
     const charged: Need = { requests: 1, tokens: 60, inputTokens: 0, outputTokens: 0 };
     for (let i = 0; i < 2; i++) {
+      clock.now = 1_000 + i * 300;
       const decided = await shared.decide(ask(clock.now));
       if (decided.kind !== "continue" || decided.slice === undefined)
         throw new Error(`call ${i} did not go on`);
@@ -162,8 +163,11 @@ describe("a gateway's slices of a shared window", () => {
     expect((await shared.decide(ask(clock.now))).kind).toBe("checkpoint");
     expect(coordinator.asks.map((a) => a.returnedLeaseId)).toEqual(["", "", "lease-1"]);
     expect(coordinator.asks.at(-1)?.returnedLeft).toMatchObject({ requests: 0, tokens: 80 });
+    // And when its last call was sent (a sliding log counts it for a window from then).
+    expect(coordinator.asks.at(-1)?.returnedLastSentAtMs).toBe(1_300);
     await shared.close();
-    expect(coordinator.released.map((r) => r.leaseId)).toEqual(["lease-2"]);
+    // The renewal no call spent says none was sent.
+    expect(coordinator.released.map((r) => [r.leaseId, r.lastSentAtMs])).toEqual([["lease-2", 0]]);
   });
 
   it("takes only an immediate grant for a renewal: a renewal the coordinator would queue is cancelled", async () => {

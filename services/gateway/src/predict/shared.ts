@@ -37,6 +37,8 @@ export interface Slice {
   current: boolean;
   /** Calls like the one it was asked for that it covered when granted. */
   readonly calls: number;
+  /** When a call last spent it, to be sent at once (ms since the epoch; 0: none yet). */
+  lastSentAtMs: number;
 }
 
 /** What the shared window says of one call. */
@@ -133,7 +135,7 @@ export class SharedSlices {
       if ((this.unknownUntil.get(ask.keyId) ?? 0) > nowMs) return { kind: "unavailable" };
       const slice = this.current.get(ask.keyId);
       if (slice !== undefined && slice.validUntilMs > nowMs && covers(slice, ask.need)) {
-        spend(slice, ask.need);
+        spend(slice, ask.need, nowMs);
         if (runningLow(slice, ask.need, nowMs, this.options.sliceMs)) this.renew(ask);
         return { kind: "continue", slice, figures: NO_FIGURES };
       }
@@ -183,6 +185,7 @@ export class SharedSlices {
       deadlineMs: ask.deadlineMs ?? 0,
       returnedLeaseId: returned?.leaseId ?? "",
       returnedLeft: returned === undefined ? undefined : amountsOf(returned.left),
+      returnedLastSentAtMs: returned?.lastSentAtMs ?? 0,
     };
     let reservation: Reservation | undefined;
     let first: ReserveResponse;
@@ -263,6 +266,7 @@ export class SharedSlices {
       deadlineMs: 0,
       returnedLeaseId: "",
       returnedLeft: undefined,
+      returnedLastSentAtMs: 0,
     };
     let reservation: Reservation | undefined;
     try {
@@ -274,6 +278,7 @@ export class SharedSlices {
         // The renewal is room for calls to come: none spends it yet.
         const slice = this.take(ask, outcome.value);
         unspend(slice, ask.need);
+        slice.lastSentAtMs = 0;
         if (!slice.current) this.retire(slice);
       } else if (outcome?.$case === "queued") reservation.cancel();
     } catch (error) {
@@ -342,8 +347,9 @@ export class SharedSlices {
       inFlight: 0,
       current: grant.calls > 1,
       calls: grant.calls,
+      lastSentAtMs: 0,
     };
-    spend(slice, ask.need);
+    spend(slice, ask.need, this.options.clock());
     if (slice.current) {
       const previous = this.current.get(ask.keyId);
       if (previous !== undefined) this.retire(previous);
@@ -410,9 +416,10 @@ function covers(slice: Slice, need: Need): boolean {
   return DIMENSION_KEYS.every((d) => need[d] <= 0 || slice.left[d] >= need[d]);
 }
 
-function spend(slice: Slice, need: Need): void {
+function spend(slice: Slice, need: Need, nowMs: number): void {
   for (const dimension of DIMENSION_KEYS) slice.left[dimension] -= need[dimension];
   slice.inFlight += 1;
+  slice.lastSentAtMs = nowMs;
 }
 
 function unspend(slice: Slice, need: Need): void {
@@ -436,7 +443,7 @@ interface Demand {
 }
 
 function releaseOf(slice: Slice): ReleaseSliceRequest {
-  return { leaseId: slice.leaseId, left: amountsOf(slice.left) };
+  return { leaseId: slice.leaseId, left: amountsOf(slice.left), lastSentAtMs: slice.lastSentAtMs };
 }
 
 function amountsOf(need: Need): WindowAmounts {
