@@ -109,8 +109,8 @@ describe("a window's shape, from its readings", () => {
     const light = steady.map(([now]): [number, number] => [now, 50]);
     expect(track(sliding(), light)).toMatchObject({ shape: "sliding", periodMs: MINUTE });
     expect(track(sliding(), bursty)).toMatchObject({ shape: "sliding", periodMs: MINUTE });
-    // Resets written as whole seconds, and read 0–300 ms after the call: still a sliding log,
-    // and the span the longest seen (a call counts at least that long).
+    // Resets written as whole seconds, and answers read 0–300 ms after their calls were sent:
+    // still a sliding log, and a call counts for no more than a window and a second.
     const tracker = new ShapeTracker();
     const log = sliding();
     for (const [i, [now, cost]] of light.entries()) {
@@ -129,6 +129,58 @@ describe("a window's shape, from its readings", () => {
     expect(slow.shape).toBe("sliding");
     expect(tracker.view().periodMs).toBeGreaterThanOrEqual(MINUTE);
     expect(tracker.view().periodMs).toBeLessThanOrEqual(MINUTE + 1_000);
+  });
+
+  it("does not read a token bucket whose answers are read seconds after their calls as a sliding log", () => {
+    // Anthropic's shape: resets as whole-second timestamps, written when the call is taken,
+    // and read when its answer ends, 0.3–2 s or 2–20 s later. Eight agents, each calling
+    // again once its answer is in; the gateway takes in the readings in the order read.
+    for (const [fromMs, toMs] of [
+      [300, 2_000],
+      [2_000, 20_000],
+    ] as const) {
+      for (let seed = 1; seed <= 5; seed++) {
+        let state = seed * 7_919;
+        const random = () => {
+          state = (state * 48_271) % 2_147_483_647;
+          return state / 2_147_483_647;
+        };
+        // 80,000 tokens a minute, calls of 150 to 450: about what it refills, so what is left
+        // goes up and down; a call it cannot take is refused (and read as a refusal).
+        const limit = 80_000;
+        const perMs = limit / MINUTE;
+        let level = limit;
+        let at = 0;
+        const answers: { sentMs: number; readMs: number; read: WindowReading; refused: boolean }[] = [];
+        const next = Array.from({ length: 8 }, (_, i) => 61_000 + i * 137);
+        for (let call = 0; call < 400; call++) {
+          const agent = call % 8;
+          const sentMs = next[agent]!;
+          const takenMs = sentMs + 5 + random() * 40;
+          level = Math.min(limit, level + (takenMs - at) * perMs);
+          at = takenMs;
+          const cost = 150 + random() * 300;
+          const refused = cost > level;
+          if (!refused) level -= cost;
+          const resetAtMs = Math.ceil((takenMs + (limit - level) / perMs) / 1_000) * 1_000;
+          const readMs = refused ? takenMs + 20 : sentMs + fromMs + random() * (toMs - fromMs);
+          answers.push({ sentMs, readMs, refused, read: { limit, remaining: Math.floor(level), resetAtMs } });
+          next[agent] = readMs + 50;
+        }
+        const tracker = new ShapeTracker();
+        let newest = Number.NEGATIVE_INFINITY;
+        let readAsSliding = 0;
+        for (const { sentMs, readMs, read, refused } of answers.sort((x, y) => x.readMs - y.readMs)) {
+          // An answer to an older call than the last reading's is not taken in (as KeyWindow does).
+          if (sentMs < newest) continue;
+          newest = sentMs;
+          tracker.observe(read, readMs, 1_000, refused ? undefined : sentMs);
+          // Not for a moment: the budget service would act on it at once.
+          if (tracker.shape === "sliding") readAsSliding += 1;
+        }
+        expect(readAsSliding).toBe(0);
+      }
+    }
   });
 
   it("does not read a token bucket or a fixed window as a sliding log", () => {

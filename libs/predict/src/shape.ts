@@ -141,12 +141,14 @@ export class ShapeTracker {
     const foretold = rate * (readAtMs - anchor.readAtMs - resetMoved);
     const continuousFits =
       Math.abs(grew - foretold) <= unit + rate * offMs && sameRate(rate, next, unit, offMs);
-    // A sliding log's reset is a window after its latest call, which the provider took
-    // between the call's send and its answer's reading: one window fits both readings,
-    // whatever was spent or came back meanwhile.
-    const slidingFits =
-      Math.max(anchor.resetAtMs - anchor.readAtMs, resetAtMs - readAtMs) <=
-      Math.min(anchor.resetAtMs - anchor.sentAtMs, resetAtMs - next.sentAtMs) + offMs;
+    // A sliding log's reset is a window after the call it took last, which it took soon
+    // after the reading's own call was sent (however late the answer was read): the reset
+    // less the send stays as it was, whatever was spent or came back meanwhile. A bucket's
+    // moves by as long as refilling what is missing takes, so a pair tells only when what
+    // was missing moved by more than a bucket's reset could hide in `offMs`. A refusal's
+    // reset is of calls before it (its send is -∞): it never fits.
+    const sinceSentMoved = Math.abs(resetAtMs - next.sentAtMs - (anchor.resetAtMs - anchor.sentAtMs));
+    const slidingFits = sinceSentMoved <= offMs && Math.abs(grew) > unit + 2 * rate * offMs;
     // Too close together to tell: the anchor stays so that time can tell. So too a pair both
     // a bucket and a log fit (what was missing stayed as it was) once a log was seen: a
     // dimension of few units (requests) fits both often.

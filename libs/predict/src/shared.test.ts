@@ -470,14 +470,15 @@ describe("SharedWindows: one window per key for every gateway", () => {
         { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
         { tokens: "sliding" },
       );
-    read(NOW + 7, 6_000);
+    // A first call of 100, not granted here (the key was not known yet).
+    read(NOW + 7, 5_900);
     const slice = granted(windows.reserve(ask({ need: need(500, 0), wantCalls: 4 }), NOW + 1_007));
     // A quarter of what is left beyond the call: two more.
     expect(slice.calls).toBe(3);
     // Its gateway spent two of the three calls, and handed it back 500 ms after the grant
     // without saying when it sent them.
     windows.release(slice.leaseId, need(500, 0), NOW + 1_507);
-    expect(windows.list(NOW + 2_000)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 2_000)[0]?.dimensions[0]?.left).toBe(4_900);
     // Back a window (and a little) after it was handed back, not after the slice's end.
     expect(windows.list(NOW + 11_500)[0]?.dimensions[0]?.left).toBe(5_000);
     expect(windows.list(NOW + 11_700)[0]?.dimensions[0]?.left).toBe(6_000);
@@ -530,13 +531,62 @@ describe("SharedWindows: one window per key for every gateway", () => {
         { asOfMs: sentMs, readAtMs: sentMs + lateMs + 20, nowMs: sentMs + lateMs + 20 },
         { tokens: "sliding" },
       );
-    read(NOW + 7, 6_000, 0);
+    read(NOW + 7, 5_900, 0);
     const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
-    read(NOW + 1_007, 5_000, 300);
+    read(NOW + 1_007, 4_900, 300);
     windows.release(call.leaseId, need(0, 0), NOW + 1_400, NOW + 1_007);
     // Counted until a window after the quickest took, and 300 ms (and a few) for the slowest.
     expect(windows.list(NOW + 11_300)[0]?.dimensions[0]?.left).toBe(5_000);
     expect(windows.list(NOW + 11_320)[0]?.dimensions[0]?.left).toBe(6_000);
+  });
+
+  it("counts a sliding log's call sent again after a 429 from its second send, however late that is said", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    const read = (sentMs: number, left: number) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 } },
+        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
+        { tokens: "sliding" },
+      );
+    read(NOW + 7, 5_000);
+    const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
+    // Handed back as its retry waits 8 s: sent again at NOW + 9 s, said so ahead of time.
+    windows.release(call.leaseId, need(0, 0), NOW + 1_100, NOW + 9_007);
+    expect(windows.list(NOW + 18_000)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 19_200)[0]?.dimensions[0]?.left).toBe(6_000);
+    // A second call whose first word came before its retry's send was known: let go of a
+    // window after its first send, then held again when its gateway says when it sent again.
+    const second = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 20_007));
+    windows.release(second.leaseId, need(0, 0), NOW + 20_100, NOW + 20_007);
+    expect(windows.list(NOW + 30_200)[0]?.dimensions[0]?.left).toBe(6_000);
+    read(NOW + 30_200, 6_000);
+    windows.release(second.leaseId, need(0, 0), NOW + 30_300, NOW + 28_007);
+    expect(windows.list(NOW + 38_000)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 38_200)[0]?.dimensions[0]?.left).toBe(6_000);
+  });
+
+  it("keeps a sliding log's window when one reading's reset comes out short", () => {
+    const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
+    const read = (sentMs: number, left: number, resetAtMs = sentMs + 10_000) =>
+      windows.observe(
+        KEY,
+        UPSTREAM,
+        { tokens: { limit: 6_000, remaining: left, resetAtMs } },
+        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
+        { tokens: "sliding" },
+      );
+    read(NOW + 7, 5_000);
+    const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
+    read(NOW + 1_007, 4_000);
+    windows.release(call.leaseId, need(0, 0), NOW + 1_050, NOW + 1_007);
+    // A 429 the provider sent with no retry-after: its reset is of the calls before it, 3 s
+    // after its own send, and nothing marks it a refusal.
+    read(NOW + 8_007, 4_000, NOW + 11_007);
+    // The call still counts until a window after it was sent, not 3 s after.
+    expect(windows.list(NOW + 11_000)[0]?.dimensions[0]?.left).toBe(5_000);
+    expect(windows.list(NOW + 11_200)[0]?.dimensions[0]?.left).toBe(6_000);
   });
 
   it("takes a sliding log's reading that shows more spent than it granted as spent elsewhere, for a window", () => {

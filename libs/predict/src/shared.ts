@@ -121,10 +121,8 @@ export class SharedWindows {
           ledger: undefined,
           admitLagMs: 0,
           declared: false,
-          logSpanMs: undefined,
           logLagMs: 0,
           logSinceSent: [],
-          logSinceSentMinMs: undefined,
         };
         key.buckets.set(dimension, bucket);
         this.followLog(keyId, bucket, read, reading.retryAfterMs !== undefined, asOfMs, nowMs);
@@ -169,27 +167,46 @@ export class SharedWindows {
     nowMs: number,
   ): void {
     if (bucket.declared) return;
-    // A log's reset is a window after its latest call, which was at or after the reading's
-    // own call was sent: how far the reset is from that send is never short of the window.
-    // Not so a refusal's: it took nothing, and its reset is of calls before it.
-    if (!refused && read.resetAtMs !== undefined && read.resetAtMs > asOfMs) {
-      const sinceSent = read.resetAtMs - asOfMs;
-      const span = sinceSent + (read.resetAtMs % 1_000 === 0 ? SECOND_RESOLUTION_MS : 0);
-      bucket.logSpanMs = Math.min(bucket.logSpanMs ?? span, span);
-      bucket.logSinceSent.push(sinceSent);
-      if (bucket.logSinceSent.length > LOG_READINGS_KEPT) bucket.logSinceSent.shift();
-      bucket.logSinceSentMinMs = Math.min(bucket.logSinceSentMinMs ?? sinceSent, sinceSent);
+    if (bucket.shape !== "sliding") {
+      bucket.ledger = undefined;
+      bucket.logSinceSent.length = 0;
+      return;
     }
-    const windowMs = bucket.logSpanMs;
-    if (bucket.shape !== "sliding" || windowMs === undefined || windowMs > SLICE_MEMORY_MS) {
+    // A log's reset is a window after the call it took last, which it took at or after the
+    // reading's own call was sent: how far the reset is from that send is never short of
+    // the window. Not so a refusal's (it took nothing, and its reset is of calls before it),
+    // nor one of a dimension the log holds nothing of.
+    if (
+      !refused &&
+      read.resetAtMs !== undefined &&
+      read.resetAtMs > asOfMs &&
+      read.remaining < bucket.limit
+    ) {
+      bucket.logSinceSent.push({
+        ms: read.resetAtMs - asOfMs,
+        resolutionMs: read.resetAtMs % 1_000 === 0 ? SECOND_RESOLUTION_MS : 1,
+      });
+      if (bucket.logSinceSent.length > LOG_READINGS_KEPT) bucket.logSinceSent.shift();
+    }
+    if (bucket.logSinceSent.length === 0) {
+      bucket.ledger = undefined;
+      return;
+    }
+    // The window: the median of the latest readings' figure, and the resets' precision. A
+    // log's figure is the window and how long a call took to reach it, so the median is a
+    // little over the window; a reading that came out short (a refusal said with no
+    // retry-after) cannot shorten it, as the least of them would. How late calls reach it,
+    // beyond that, is the spread above it: a call counts until the slowest could have.
+    const sinceSent = bucket.logSinceSent.map((r) => r.ms).sort((a, b) => a - b);
+    const medianMs = sinceSent[Math.floor((sinceSent.length - 1) / 2)]!;
+    const windowMs = medianMs + Math.max(...bucket.logSinceSent.map((r) => r.resolutionMs));
+    if (windowMs > SLICE_MEMORY_MS) {
       bucket.ledger = undefined;
       return;
     }
     const capMs = Math.ceil(windowMs * MAX_LOG_LAG_SHARE);
     const stepMs = Math.max(LOG_LAG_MS, Math.ceil(windowMs * LOG_LAG_SHARE));
-    // How much later than the quickest the latest calls reached the provider after their
-    // gateway sent them (a reset is a window after the call the provider took last).
-    const lateMs = Math.max(0, ...bucket.logSinceSent) - (bucket.logSinceSentMinMs ?? 0);
+    const lateMs = sinceSent[sinceSent.length - 1]! - medianMs;
     // A refusal while the log was kept says calls reach it later still (a busy gateway, a
     // slow network): allow more. Never more than a tenth of the window in all.
     if (refused && bucket.ledger !== undefined) bucket.logLagMs = Math.min(capMs, bucket.logLagMs + stepMs);
@@ -304,13 +321,23 @@ export class SharedWindows {
     const lease = this.leases.get(leaseId);
     if (lease === undefined) return;
     // A gateway hands a slice back once no call spends it any more, and says when it sent
-    // the last (as its clock has it: never before the grant, nor after now).
+    // the last (as its clock has it; never before the grant).
     lease.handedBackMs ??= nowMs;
-    if (lastSentAtMs !== undefined && lastSentAtMs > 0) {
-      lease.lastSentMs = Math.max(lease.lastSentMs ?? 0, Math.min(Math.max(lastSentAtMs, lease.atMs), nowMs));
-    }
     const key = this.keys.get(lease.keyId);
     if (key === undefined) return;
+    if (lastSentAtMs !== undefined && lastSentAtMs > 0) {
+      // A call waiting to be sent again after a 429 is said as sent when it will be: as
+      // late as a slice is remembered from now, no later.
+      const said = Math.min(Math.max(lastSentAtMs, lease.atMs), nowMs + SLICE_MEMORY_MS);
+      lease.lastSentMs = Math.max(lease.lastSentMs ?? 0, said);
+      // A log that let go of the slice before this word (a retry's send said only now)
+      // holds it again until a window after it.
+      for (const bucket of key.buckets.values()) {
+        const ledger = bucket.ledger;
+        if (ledger?.sentLagMs === undefined || ledger.leases.includes(lease)) continue;
+        if (countsUntil(lease, ledger) > nowMs) ledger.leases.push(lease);
+      }
+    }
     for (const dimension of DIMENSIONS) {
       const bucket = key.buckets.get(dimension);
       if (bucket === undefined || lease.amounts[dimension] === 0) continue;
@@ -679,16 +706,13 @@ interface Bucket {
   admitLagMs: number;
   /** Made from what an operator declared (`predict.limits`), nothing read of it yet. */
   declared: boolean;
-  /**
-   * How long a call counts in the window, were it a sliding log: the shortest a reading's
-   * reset was from its call's send (never short of the window, in a log).
-   */
-  logSpanMs: number | undefined;
   /** How much later than measured calls were found to reach the provider (see followLog). */
   logLagMs: number;
-  /** The latest readings' resets less their calls' sends, and the least of all of them. */
-  readonly logSinceSent: number[];
-  logSinceSentMinMs: number | undefined;
+  /**
+   * While read as a sliding log: the latest readings' resets less their calls' sends (and
+   * the resets' precision), what the log's window and how late calls reach it are read from.
+   */
+  readonly logSinceSent: { ms: number; resolutionMs: number }[];
 }
 
 /**
@@ -769,7 +793,8 @@ const ADMIT_LAG_SHARE = 0.05;
 const LOG_LAG_MS = 25;
 const LOG_LAG_SHARE = 0.01;
 const MAX_LOG_LAG_SHARE = 0.1;
-// How late calls reach a sliding log's provider is judged from this many latest readings.
+// A sliding log's window, and how late calls reach its provider, are judged from this many
+// latest readings.
 const LOG_READINGS_KEPT = 32;
 // A reading's refill rate is trusted when at least this share of the window was missing.
 const RATE_FROM_SHARE = 0.02;
@@ -880,10 +905,8 @@ function declaredBuckets(
         shape === "continuous" ? undefined : { windowMs: limits.windowMs, sentLagMs: undefined, leases: [] },
       admitLagMs: shape === "continuous" ? Math.ceil(limits.windowMs * ADMIT_LAG_SHARE) : 0,
       declared: true,
-      logSpanMs: undefined,
       logLagMs: 0,
       logSinceSent: [],
-      logSinceSentMinMs: undefined,
     });
   }
   return buckets;
