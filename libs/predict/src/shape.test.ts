@@ -131,6 +131,20 @@ describe("a window's shape, from its readings", () => {
     expect(tracker.view().periodMs).toBeLessThanOrEqual(MINUTE + 1_000);
   });
 
+  it("reads a sliding log of a short window spent in one burst as sliding, not fixed", () => {
+    // 10,000 tokens a second; 50 calls of 150 sent 6 ms apart, each answered 20 ms later.
+    const log: { at: number; cost: number }[] = [];
+    const tracker = new ShapeTracker();
+    for (let i = 0; i < 50; i++) {
+      const now = 500_000 + i * 6;
+      while (log.length > 0 && log[0]!.at + 1_000 <= now) log.shift();
+      log.push({ at: now, cost: 150 });
+      const used = log.reduce((sum, e) => sum + e.cost, 0);
+      tracker.observe({ limit: 10_000, remaining: 10_000 - used, resetAtMs: now + 1_000 }, now + 20, 1, now);
+    }
+    expect(tracker.shape).toBe("sliding");
+  });
+
   it("does not read a token bucket whose answers are read seconds after their calls as a sliding log", () => {
     // Anthropic's shape: resets as whole-second timestamps, written when the call is taken,
     // and read when its answer ends, 0.3–2 s or 2–20 s later. Eight agents, each calling

@@ -148,12 +148,16 @@ export class ShapeTracker {
     // was missing moved by more than a bucket's reset could hide in `offMs`. A refusal's
     // reset is of calls before it (its send is -∞): it never fits.
     const sinceSentMoved = Math.abs(resetAtMs - next.sentAtMs - (anchor.resetAtMs - anchor.sentAtMs));
-    const slidingFits = sinceSentMoved <= offMs && Math.abs(grew) > unit + 2 * rate * offMs;
-    // Too close together to tell: the anchor stays so that time can tell. So too a pair both
-    // a bucket and a log fit (what was missing stayed as it was) once a log was seen: a
-    // dimension of few units (requests) fits both often.
-    if (fixedFits && (continuousFits || slidingFits)) return;
-    if (continuousFits && slidingFits && this.votes.includes("sliding")) return;
+    const logTimed = sinceSentMoved <= offMs;
+    const slidingFits = logTimed && Math.abs(grew) > unit + 2 * rate * offMs;
+    // Too close together to tell: the anchor stays so that time can tell (a fixed window's
+    // reset stays, a log's moves as the sends did, and they were less than `offMs` apart).
+    // So too a pair a bucket and a log both fit, once a log was seen (a dimension of few
+    // units, requests, fits both often), and one timed as a log whose missing moved too
+    // little to tell it from a bucket.
+    if (fixedFits && (continuousFits || logTimed)) return;
+    if (continuousFits && logTimed && this.votes.includes("sliding")) return;
+    if (!fixedFits && !continuousFits && logTimed && !slidingFits) return;
     const vote = fixedFits ? "fixed" : continuousFits ? "continuous" : slidingFits ? "sliding" : "irregular";
     this.vote(vote);
     if (vote === "sliding") {
