@@ -152,12 +152,11 @@ export class ShapeTracker {
     const slidingFits = logTimed && Math.abs(grew) > unit + 2 * rate * offMs;
     // Too close together to tell: the anchor stays so that time can tell (a fixed window's
     // reset stays, a log's moves as the sends did, and they were less than `offMs` apart).
-    // So too a pair a bucket and a log both fit, once a log was seen (a dimension of few
-    // units, requests, fits both often), and one timed as a log whose missing moved too
+    // So too, once a log was seen, a pair a bucket and a log both fit (a dimension of few
+    // units, requests, fits both often) and one timed as a log whose missing moved too
     // little to tell it from a bucket.
     if (fixedFits && (continuousFits || logTimed)) return;
-    if (continuousFits && logTimed && this.votes.includes("sliding")) return;
-    if (!fixedFits && !continuousFits && logTimed && !slidingFits) return;
+    if (logTimed && !fixedFits && !slidingFits && this.votes.includes("sliding")) return;
     const vote = fixedFits ? "fixed" : continuousFits ? "continuous" : slidingFits ? "sliding" : "irregular";
     this.vote(vote);
     if (vote === "sliding") {
