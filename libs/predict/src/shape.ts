@@ -27,8 +27,8 @@ export interface ShapeView {
   readonly evidence: number;
   /**
    * The time between two resets of a window that comes back whole (fixed), or how long a
-   * call counts in a sliding log (at most: measured from when the call was read); undefined
-   * until seen.
+   * call counts in a sliding log (at most: measured from the call's send, so the window and
+   * the quickest a call reached the provider); undefined until seen.
    */
   readonly periodMs: number | undefined;
 }

@@ -239,7 +239,6 @@ export class SharedWindows {
         // Counted until a window after the reading's call: the provider had counted it by then.
         atMs: asOfMs,
         expiresMs: asOfMs,
-        calls: 1,
         handedBackMs: asOfMs,
         lastSentMs: asOfMs,
         read: true,
@@ -404,8 +403,6 @@ export class SharedWindows {
       gateway: record.gateway,
       atMs: record.atMs,
       expiresMs: record.expiresMs,
-      // Not kept: counted as spent as late as the slice could be.
-      calls: 0,
       handedBackMs: undefined,
       lastSentMs: undefined,
       amounts: record.amounts,
@@ -481,7 +478,6 @@ export class SharedWindows {
       gateway: waiter.gateway,
       atMs: nowMs,
       expiresMs: nowMs + this.options.sliceMs,
-      calls,
       handedBackMs: undefined,
       lastSentMs: undefined,
       amounts,
@@ -758,9 +754,10 @@ interface Lease {
   readonly gateway: string;
   readonly atMs: number;
   readonly expiresMs: number;
-  /** The calls it covers (0: not known). */
-  readonly calls: number;
-  /** When its gateway first said what was left of it: no call of it was sent after that. */
+  /**
+   * When its gateway first said what was left of it: no call spent it after that (a call
+   * sent again after a 429 is said in `lastSentMs`).
+   */
   handedBackMs: number | undefined;
   /** When its gateway said it sent its last call, if it said. */
   lastSentMs: number | undefined;
@@ -788,8 +785,8 @@ const MAX_DECLARED_KEYS = 100_000;
 // the window after a grant (see Bucket.admitLagMs): no reading says when its calls landed.
 const ADMIT_LAG_SHARE = 0.05;
 // A call on a window read as a sliding log is taken to reach the provider within this long
-// of when its gateway says it sent it (or this share of the window, if longer): besides
-// the network, gateways' and the provider's clocks may differ by this much.
+// of when its gateway says it sent it (or this share of the window, if longer), at least:
+// besides the network, a gateway's clock and the budget service's may differ by this much.
 const LOG_LAG_MS = 25;
 const LOG_LAG_SHARE = 0.01;
 const MAX_LOG_LAG_SHARE = 0.1;
