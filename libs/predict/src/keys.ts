@@ -141,20 +141,14 @@ export class KeyWindow {
     }
     if (reading.retryAfterMs !== undefined) this.coolDown(readAtMs + reading.retryAfterMs);
     if (asOfMs <= this.asOfMs) return;
+    const refused = reading.retryAfterMs !== undefined;
     for (const dimension of DIMENSIONS) {
       const read = reading[dimension];
       // A recorded reset is to the millisecond; one that is not a whole second was written finer.
       const resolutionMs =
         read?.resetAtMs !== undefined && read.resetAtMs % 1_000 !== 0 ? 1 : SECOND_RESOLUTION_MS;
-      if (read !== undefined) {
-        this.take(
-          dimension,
-          read,
-          readAtMs,
-          resolutionMs,
-          reading.retryAfterMs === undefined ? asOfMs : undefined,
-        );
-      }
+      if (read !== undefined)
+        this.take(dimension, read, readAtMs, resolutionMs, refused ? undefined : asOfMs);
     }
     this.asOfMs = asOfMs;
   }

@@ -42,6 +42,32 @@ function windowsWith(tokens: number, requests = 600): SharedWindows {
   return windows;
 }
 
+/**
+ * Takes in readings of a sliding log of 6,000 tokens a 10 s window, as a gateway that read
+ * it as one records them: the answer to a call sent at `sentMs`, taken by the provider
+ * `lateMs` after (its reset a window after that, unless said) and read 20 ms later; a
+ * refusal when `retryAfterMs` is said.
+ */
+function logReader(windows: SharedWindows) {
+  return (
+    sentMs: number,
+    left: number,
+    at: { lateMs?: number; resetAtMs?: number; retryAfterMs?: number } = {},
+  ): void => {
+    const lateMs = at.lateMs ?? 0;
+    windows.observe(
+      KEY,
+      UPSTREAM,
+      {
+        tokens: { limit: 6_000, remaining: left, resetAtMs: at.resetAtMs ?? sentMs + lateMs + 10_000 },
+        ...(at.retryAfterMs === undefined ? {} : { retryAfterMs: at.retryAfterMs }),
+      },
+      { asOfMs: sentMs, readAtMs: sentMs + lateMs + 20, nowMs: sentMs + lateMs + 20 },
+      { tokens: "sliding" },
+    );
+  };
+}
+
 function granted(outcome: ReserveOutcome) {
   if (outcome.kind !== "granted") throw new Error(`expected a grant, got ${JSON.stringify(outcome)}`);
   return outcome.lease;
@@ -415,14 +441,7 @@ describe("SharedWindows: one window per key for every gateway", () => {
   it("counts a window read as a sliding log as the log of what it granted: each call's spend back a window after it", () => {
     const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
     // A log of 6,000 tokens a 10 s window: each reading's reset is a window after its call.
-    const read = (sentMs: number, left: number) =>
-      windows.observe(
-        KEY,
-        UPSTREAM,
-        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 } },
-        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
-        { tokens: "sliding" },
-      );
+    const read = logReader(windows);
     // A call not granted here (the key was not known yet) spent 1,000; two granted calls 2,000
     // each, their gateway saying when it sent them as it handed their slices back.
     read(NOW + 7, 5_000);
@@ -442,13 +461,7 @@ describe("SharedWindows: one window per key for every gateway", () => {
     if (waiting.kind === "queued") expect(waiting.etaMs).toBeLessThan(NOW + 10_100);
     // A refusal's reset is of the calls before it: it says nothing of how long a call counts
     // (it only allows calls 100 ms more to reach the provider).
-    windows.observe(
-      KEY,
-      UPSTREAM,
-      { tokens: { limit: 6_000, remaining: 1_000, resetAtMs: NOW + 12_007 }, retryAfterMs: 500 },
-      { asOfMs: NOW + 3_500, readAtMs: NOW + 3_520, nowMs: NOW + 3_520 },
-      { tokens: "sliding" },
-    );
+    read(NOW + 3_500, 1_000, { resetAtMs: NOW + 12_007, retryAfterMs: 500 });
     expect(windows.tick(NOW + 9_990).granted).toEqual([]);
     expect(windows.tick(NOW + 10_020).granted.map((g) => g.ticket)).toEqual(["next"]);
     // A granted call counts for a window (and a little, for the network) from when its
@@ -462,14 +475,7 @@ describe("SharedWindows: one window per key for every gateway", () => {
 
   it("counts a sliding log's slice of several calls for a window after its gateway handed it back", () => {
     const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
-    const read = (sentMs: number, left: number) =>
-      windows.observe(
-        KEY,
-        UPSTREAM,
-        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 } },
-        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
-        { tokens: "sliding" },
-      );
+    const read = logReader(windows);
     // A first call of 100, not granted here (the key was not known yet).
     read(NOW + 7, 5_900);
     const slice = granted(windows.reserve(ask({ need: need(500, 0), wantCalls: 4 }), NOW + 1_007));
@@ -492,17 +498,7 @@ describe("SharedWindows: one window per key for every gateway", () => {
 
   it("allows calls on a sliding log more time to reach the provider after each refusal, up to a tenth of the window", () => {
     const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
-    const read = (sentMs: number, left: number, retryAfterMs?: number) =>
-      windows.observe(
-        KEY,
-        UPSTREAM,
-        {
-          tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 },
-          ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
-        },
-        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
-        { tokens: "sliding" },
-      );
+    const read = logReader(windows);
     read(NOW + 7, 6_000);
     const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
     read(NOW + 1_007, 5_000);
@@ -511,11 +507,11 @@ describe("SharedWindows: one window per key for every gateway", () => {
     expect(windows.list(NOW + 11_100)[0]?.dimensions[0]?.left).toBe(5_000);
     expect(windows.list(NOW + 11_110)[0]?.dimensions[0]?.left).toBe(6_000);
     // A refusal: 100 ms more.
-    read(NOW + 2_007, 5_000, 100);
+    read(NOW + 2_007, 5_000, { retryAfterMs: 100 });
     expect(windows.list(NOW + 11_200)[0]?.dimensions[0]?.left).toBe(5_000);
     expect(windows.list(NOW + 11_210)[0]?.dimensions[0]?.left).toBe(6_000);
     // However many refusals, no more than a tenth of the window in all.
-    for (let i = 0; i < 20; i++) read(NOW + 2_107 + i, 5_000, 100);
+    for (let i = 0; i < 20; i++) read(NOW + 2_107 + i, 5_000, { retryAfterMs: 100 });
     expect(windows.list(NOW + 12_000)[0]?.dimensions[0]?.left).toBe(5_000);
     expect(windows.list(NOW + 12_010)[0]?.dimensions[0]?.left).toBe(6_000);
   });
@@ -523,17 +519,10 @@ describe("SharedWindows: one window per key for every gateway", () => {
   it("allows calls on a sliding log as long to reach the provider as its readings show they take", () => {
     const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
     // The provider took a call `lateMs` after its gateway sent it: its reset is that much later.
-    const read = (sentMs: number, left: number, lateMs: number) =>
-      windows.observe(
-        KEY,
-        UPSTREAM,
-        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + lateMs + 10_000 } },
-        { asOfMs: sentMs, readAtMs: sentMs + lateMs + 20, nowMs: sentMs + lateMs + 20 },
-        { tokens: "sliding" },
-      );
-    read(NOW + 7, 5_900, 0);
+    const read = logReader(windows);
+    read(NOW + 7, 5_900, { lateMs: 0 });
     const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
-    read(NOW + 1_007, 4_900, 300);
+    read(NOW + 1_007, 4_900, { lateMs: 300 });
     windows.release(call.leaseId, need(0, 0), NOW + 1_400, NOW + 1_007);
     // Counted until a window after the quickest took, and 300 ms (and a few) for the slowest.
     expect(windows.list(NOW + 11_300)[0]?.dimensions[0]?.left).toBe(5_000);
@@ -542,14 +531,7 @@ describe("SharedWindows: one window per key for every gateway", () => {
 
   it("counts a sliding log's call sent again after a 429 from its second send, however late that is said", () => {
     const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
-    const read = (sentMs: number, left: number) =>
-      windows.observe(
-        KEY,
-        UPSTREAM,
-        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 } },
-        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
-        { tokens: "sliding" },
-      );
+    const read = logReader(windows);
     read(NOW + 7, 5_000);
     const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
     // Handed back as its retry waits 8 s: sent again at NOW + 9 s, said so ahead of time.
@@ -569,21 +551,14 @@ describe("SharedWindows: one window per key for every gateway", () => {
 
   it("keeps a sliding log's window when one reading's reset comes out short", () => {
     const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
-    const read = (sentMs: number, left: number, resetAtMs = sentMs + 10_000) =>
-      windows.observe(
-        KEY,
-        UPSTREAM,
-        { tokens: { limit: 6_000, remaining: left, resetAtMs } },
-        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
-        { tokens: "sliding" },
-      );
+    const read = logReader(windows);
     read(NOW + 7, 5_000);
     const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
     read(NOW + 1_007, 4_000);
     windows.release(call.leaseId, need(0, 0), NOW + 1_050, NOW + 1_007);
     // A 429 the provider sent with no retry-after: its reset is of the calls before it, 3 s
     // after its own send, and nothing marks it a refusal.
-    read(NOW + 8_007, 4_000, NOW + 11_007);
+    read(NOW + 8_007, 4_000, { resetAtMs: NOW + 11_007 });
     // The call still counts until a window after it was sent, not 3 s after.
     expect(windows.list(NOW + 11_000)[0]?.dimensions[0]?.left).toBe(5_000);
     expect(windows.list(NOW + 11_200)[0]?.dimensions[0]?.left).toBe(6_000);
@@ -591,14 +566,7 @@ describe("SharedWindows: one window per key for every gateway", () => {
 
   it("takes a sliding log's reading that shows more spent than it granted as spent elsewhere, for a window", () => {
     const windows = new SharedWindows({ sliceMs: 2_000, agingMs: 10_000 });
-    const read = (sentMs: number, left: number) =>
-      windows.observe(
-        KEY,
-        UPSTREAM,
-        { tokens: { limit: 6_000, remaining: left, resetAtMs: sentMs + 10_000 } },
-        { asOfMs: sentMs, readAtMs: sentMs + 20, nowMs: sentMs + 20 },
-        { tokens: "sliding" },
-      );
+    const read = logReader(windows);
     read(NOW + 7, 6_000);
     const call = granted(windows.reserve(ask({ need: need(1_000, 0) }), NOW + 1_007));
     // 2,500 more spent than this call: a client that bypasses Holdfast.

@@ -51,6 +51,8 @@ export class SharedWindows {
     }
     if (asOfMs < key.asOfMs) return;
     key.asOfMs = asOfMs;
+    // A refusal took nothing: its resets are of the calls before it.
+    const refused = reading.retryAfterMs !== undefined;
     for (const dimension of DIMENSIONS) {
       const read = reading[dimension];
       if (read === undefined) continue;
@@ -68,7 +70,7 @@ export class SharedWindows {
         read,
         readAtMs,
         read.resetAtMs !== undefined && read.resetAtMs % 1_000 !== 0 ? 1 : SECOND_RESOLUTION_MS,
-        reading.retryAfterMs === undefined ? asOfMs : undefined,
+        refused ? undefined : asOfMs,
       );
       const { periodMs } = tracker.view();
       // The gateways' word first: each judged the shape from every reading of its own, where
@@ -125,7 +127,7 @@ export class SharedWindows {
           logSinceSent: [],
         };
         key.buckets.set(dimension, bucket);
-        this.followLog(keyId, bucket, read, reading.retryAfterMs !== undefined, asOfMs, nowMs);
+        this.followLog(keyId, bucket, read, refused, asOfMs, nowMs);
         continue;
       }
       const level = levelAt(bucket, nowMs);
@@ -147,7 +149,7 @@ export class SharedWindows {
       bucket.spentSinceReading = outstanding;
       if (read.resetAtMs !== undefined) bucket.resetSpanMs = Math.max(0, read.resetAtMs - readAtMs);
       bucket.told = told[dimension] ?? bucket.told;
-      this.followLog(keyId, bucket, read, reading.retryAfterMs !== undefined, asOfMs, nowMs);
+      this.followLog(keyId, bucket, read, refused, asOfMs, nowMs);
     }
   }
 
