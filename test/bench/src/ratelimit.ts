@@ -268,7 +268,9 @@ async function main(): Promise<void> {
         "  fixed, sliding: no window holds more than its capacity, so (the windows the admitted tokens need, or the\n" +
         "    requests if more, − 1) × the window: the start of the last one; in brackets, how many windows. Or, when\n" +
         '    later ("alone"), when one agent\'s calls could all be in with the windows to itself, each sent the moment\n' +
-        "    they let it in: a call does not fit the part of a window the one before it left.\n" +
+        "    they let it in: a call does not fit the part of a window the one before it left. fair: the windows the\n" +
+        "    calls take when no agent is kept back while its call fits (least advanced first, answers taking no time);\n" +
+        "    more than the bound when the requests limit leaves early windows short of tokens.\n" +
         "  none: the provider's own bucket; Holdfast sees no figures (no rate-limit headers, only retry-after on a 429);\n" +
         "    the continuous bound. holdfast told: the same, its limits and shape declared (predict.limits, window_shapes).\n" +
         `Target: 0 seen by agents, 0 re-sent, wall / bound ≤ ${TARGET_RATIO.toFixed(2)} (Holdfast's arms; the reactive arm is the baseline).\n`,
@@ -326,9 +328,11 @@ function boundOf(limits: Limits, outcome: Outcome, size: number): { ms: number; 
     // Every agent makes the same calls: one of each size is one agent's conversation.
     const oneAgent = [...outcome.calls].sort((a, b) => a - b).filter((_, i) => i % size === 0);
     const aloneMs = earliestMs(limits, oneAgent);
+    // Not the bound: what a fleet that keeps no agent back needs (see fairWindows).
+    const fair = fairWindows(limits, oneAgent, size);
     return aloneMs > windowsMs
       ? { ms: aloneMs, detail: `${windows} windows; alone` }
-      : { ms: windowsMs, detail: `${windows} windows` };
+      : { ms: windowsMs, detail: `${windows} windows; fair ${fair}` };
   }
   // The bucket starts full (tpm) and refills tpm a window.
   const ms = (outcome.chargedTokens / tpm) * windowMs;
@@ -360,6 +364,34 @@ function earliestMs(limits: Limits, calls: readonly number[]): number {
     requests.take(1);
   }
   return now;
+}
+
+/**
+ * How many whole windows the fleet's calls take when no agent is kept back while its call
+ * fits: each window filled, least advanced agent first, with answers taking no time at all.
+ * Not a lower bound (a schedule that lets some agents run ahead puts their larger calls into
+ * the early windows that the requests limit leaves short of tokens), but what a scheduler
+ * that is fair to equal agents cannot beat.
+ */
+function fairWindows(limits: Limits, steps: readonly number[], size: number): number {
+  const next = new Array<number>(size).fill(0);
+  let windows = 0;
+  while (Math.min(...next) < steps.length) {
+    windows += 1;
+    let tokens = 0;
+    let requests = 0;
+    for (;;) {
+      const agent = next.indexOf(Math.min(...next));
+      const cost = steps[next[agent]!];
+      if (cost === undefined || requests >= limits.rpm || tokens + cost > limits.tpm) break;
+      tokens += cost;
+      requests += 1;
+      next[agent]! += 1;
+    }
+    // A call no window holds: the cell cannot finish, and its bound says so elsewhere.
+    if (requests === 0) return Number.POSITIVE_INFINITY;
+  }
+  return windows;
 }
 
 /** What Holdfast did for the cell's runs, from their events. */
