@@ -49,12 +49,13 @@ const AUTHORING: Readonly<Partial<Record<Principal, Author>>> = {
 
 /** The buckets each principal reads and writes (every one it opens). */
 const BUCKETS_OF: Record<Exclude<Principal, "admin">, readonly BucketName[]> = {
-  gateway: ["FINGERPRINTS", "RESPONSES", "GATEWAYS"],
+  gateway: ["FINGERPRINTS", "RESPONSES", "GATEWAYS", "SNAPSHOT_PARTS", "SNAPSHOT_STEPS"],
   projector: ["LEASES"],
   budget: ["BUDGET_LEASES", "RATE_SLICES"],
-  control: [],
+  // Snapshots are read (never written) by the control API and the operator's CLI.
+  control: ["SNAPSHOT_PARTS", "SNAPSHOT_STEPS"],
   scheduler: [],
-  reader: [],
+  reader: ["SNAPSHOT_PARTS", "SNAPSHOT_STEPS"],
 };
 
 /** Principals that hear a run's events as they are stored (`Bus.tail`). */
@@ -72,12 +73,11 @@ export function permissionsFor(principal: Principal, options: AccessOptions): Su
   const events = `${prefix.toUpperCase()}_EVENTS`;
   // The reader (`holdfast show`) reads a run by direct gets, and makes no consumer: a
   // credential handed to operators must not be able to fill the stream's consumers.
-  const publish: string[] = [
-    "$JS.API.INFO",
-    ...readStream(events).filter(
+  const reads = (stream: string) =>
+    readStream(stream).filter(
       (subject) => principal !== "reader" || !/(\.CONSUMER\.|^\$JS\.FC\.)/.test(subject),
-    ),
-  ];
+    );
+  const publish: string[] = ["$JS.API.INFO", ...reads(events)];
   const deny: string[] = [];
   const subscribe: string[] = [`${inboxPrefix(principal)}.>`];
 
@@ -87,7 +87,7 @@ export function permissionsFor(principal: Principal, options: AccessOptions): Su
   }
   for (const bucket of BUCKETS_OF[principal]) {
     const name = bucketName(prefix, bucket);
-    publish.push(...readStream(`KV_${name}`));
+    publish.push(...reads(`KV_${name}`));
     if (BUCKETS[bucket].writer === principal) publish.push(`$KV.${name}.>`);
   }
   if (TAILS.has(principal)) subscribe.push(`${prefix}.stored.run.>`);

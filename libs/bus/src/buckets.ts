@@ -22,6 +22,13 @@ export const BUCKETS = {
    * long as the coordinator remembers a slice (`SLICE_MEMORY_MS` in @holdfast/predict).
    */
   RATE_SLICES: { writer: "budget", ttlMs: 120_000 },
+  /**
+   * What steps asked and were answered, by content: each piece of a request or an answer
+   * under its SHA-256 (@holdfast/snapshots). Kept as long as a run names it.
+   */
+  SNAPSHOT_PARTS: { writer: "gateway" },
+  /** Each step's snapshot manifests: the pieces its request and its answer are made of. */
+  SNAPSHOT_STEPS: { writer: "gateway" },
 } as const satisfies Record<string, { writer: string; ttlMs?: number }>;
 
 export type BucketName = keyof typeof BUCKETS;

@@ -17,37 +17,76 @@ import { renderDurable } from "./durable.js";
 import { CliError } from "./errors.js";
 import { ago, nanoUsd, table, terminalSafe, usd } from "./format.js";
 import { readerConnection } from "./stack.js";
+import {
+  RAW_SIDES,
+  type RawSide,
+  rawSide,
+  readStep,
+  renderStep,
+  type ShownStep,
+  stepJson,
+  stepNumber,
+} from "./step.js";
 
 export const SHOW_USAGE = `holdfast show <run> [--json] [--data-dir DIR] [--config FILE]
+holdfast show <run> <step> [--json | --raw [request|client|answer]]
 
 Shows one run as folded from its events in JetStream (the projector need not be running):
 its steps, why it is held or stopped (the limit and the figures, or who and why), its
 calls parked now, the answers the tool-call gate held (what the model asked for: tool,
 arguments, the rule that matched), its trips, holds, resumes and stops in order, and any
-of its events that were quarantined (set aside, not folded: why, and their first bytes).`;
+of its events that were quarantined (set aside, not folded: why, and their first bytes).
+
+With a step (its number, as the run's steps are listed): what that step asked and was
+answered, from its snapshot: the request as forwarded, the request as the client sent it
+where Holdfast changed it, and the provider's answer (a stream's events as received), as
+stored (redacted). --raw prints one of them byte for byte (the request as forwarded by
+default), --json all of them with each part parsed.`;
 
 export async function show(argv: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: COMMON_OPTIONS });
+  // --raw takes an optional side: "--raw" alone, or "--raw answer".
+  const args = argv.flatMap((arg, i) =>
+    arg === "--raw" && !RAW_SIDES.includes(argv[i + 1] as RawSide) ? ["--raw", "request"] : [arg],
+  );
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { ...COMMON_OPTIONS, raw: { type: "string" } },
+  });
   if (values.help) return void console.log(SHOW_USAGE);
   const runId = positionals[0];
-  if (runId === undefined || positionals.length > 1)
-    throw new CliError(`give exactly one run id\n\n${SHOW_USAGE}`, 2);
+  if (runId === undefined || positionals.length > 2)
+    throw new CliError(`give a run id, and a step if you want one\n\n${SHOW_USAGE}`, 2);
+  const stepAsked = positionals[1] === undefined ? undefined : stepNumber(positionals[1]);
+  if (values.raw !== undefined && stepAsked === undefined)
+    throw new CliError("--raw shows one step: give its number", 2);
+  if (values.raw !== undefined && values.json) throw new CliError("give --raw or --json, not both", 2);
+  if (values.raw !== undefined && !RAW_SIDES.includes(values.raw as RawSide))
+    throw new CliError(`--raw shows one of ${RAW_SIDES.join(", ")}`, 2);
   // The running stack's own file when none is named: its NATS prefix is where its runs are.
   const { config } = stackConfig(values);
   const bus = await connectBus({ ...readerConnection(config), name: "holdfast-cli" });
   let state: RunView;
   let durable: DurableRun | undefined;
+  let shown: ShownStep | undefined;
   try {
     const history = await bus.readRun(runId);
     if (history.events.length === 0 && history.quarantined.length === 0)
       throw new CliError(`no run named ${JSON.stringify(runId)}`);
     state = describeRun(runId, history);
+    if (stepAsked !== undefined) shown = await readStep(bus, state, stepAsked);
     durable = durableRunOf(
       runId,
       history.events.map((e) => e.envelope),
     );
   } finally {
     await bus.close();
+  }
+  if (shown !== undefined) {
+    // Byte for byte, with nothing added: what was sent can be sent again.
+    if (values.raw !== undefined) return void process.stdout.write(rawSide(shown, values.raw as RawSide));
+    if (values.json) return void console.log(JSON.stringify(stepJson(runId, shown), null, 2));
+    return void console.log(renderStep(runId, shown));
   }
   // As the control API's GET runs/:id answers it.
   if (values.json) return void console.log(JSON.stringify(runViewJson(state, durable), null, 2));

@@ -869,13 +869,26 @@ export const configSchema = z
           patterns: list(regex("a regular expression"), "regular expressions")
             .default([])
             .describe(
-              "Regular expressions whose matches are replaced by [redacted] in tool arguments recorded in events (credentials always are).",
+              "Regular expressions whose matches are replaced by [redacted] in tool arguments recorded in events and in the requests and answers snapshots store (credentials always are).",
             ),
         },
         mapping,
       )
       .prefault({})
-      .describe("What is redacted from content recorded in events."),
+      .describe("What is redacted from content recorded in events and snapshots."),
+    snapshots: z
+      .strictObject(
+        {
+          enabled: flag()
+            .default(true)
+            .describe(
+              "Store every step's request (as forwarded, and as the client sent it where Holdfast changed it) and answer by content in JetStream, redacted, for holdfast show <run> <step>.",
+            ),
+        },
+        mapping,
+      )
+      .prefault({})
+      .describe("Snapshots: what each step asked and was answered, kept by content."),
     predict: predictSection
       .prefault({})
       .describe("Rate-limit prediction: act on each provider key's window before the provider answers 429."),

@@ -233,4 +233,5 @@ export {
   subjects,
   tagDefect,
   tenantDefect,
+  tokenOf,
 } from "./subjects.js";

@@ -22,8 +22,10 @@ const CREDENTIAL = new RegExp(
     // Masked echoes like "sk-bad***...1234" keep their prefix, so the class takes "*" and
     // "." too; a sentence's final "." is left.
     String.raw`\b(?:sk-|gsk_|xai-|AIza|hfk_)[\w\-.*…]*[\w*]`,
-    // A masked echo of a key with an unknown prefix: "abc123***...wxyz", "hfk_ab****".
-    String.raw`[\w\-]*(?:\*{3,}|\*+(?:\.{3}|…))(?:[\w\-.*…]*[\w*])?`,
+    // A masked echo of a key with an unknown prefix: "abc123***...wxyz", "hfk_ab****". Tried
+    // only where a run of word characters starts (a match inside one starts at its start
+    // too), so a long run without a mask is read once, not once per character.
+    String.raw`(?<![\w\-])[\w\-]*(?:\*{3,}|\*+(?:\.{3}|…))(?:[\w\-.*…]*[\w*])?`,
     // JSON Web Tokens.
     String.raw`\beyJ[\w\-]+\.[\w\-]+\.[\w\-]*`,
   ].join("|"),

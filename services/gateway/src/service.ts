@@ -26,6 +26,7 @@ import {
 } from "@holdfast/proto";
 import { createPricer } from "@holdfast/providers";
 import { fleetAggregate, HeldRuns, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
+import { SnapshotWriter } from "@holdfast/snapshots";
 import type { FastifyInstance } from "fastify";
 import { buildApp } from "./app.js";
 import { budgetFeature } from "./budget/feature.js";
@@ -39,6 +40,7 @@ import { runResolver } from "./identify/resolve.js";
 import { ResponseIndex } from "./identify/responses.js";
 import { Liveness } from "./liveness/liveness.js";
 import { Reaper } from "./liveness/reaper.js";
+import { callSnapshots } from "./pipeline/capture.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
 import { inOrder } from "./pipeline/order.js";
 import { Waiting } from "./pipeline/wait.js";
@@ -126,6 +128,7 @@ export async function startGateway(
     (key, value) => bus.putValue("RESPONSES", key, value),
     { onError: switchFailed("watching the response index") },
   );
+  const snapshots = config.snapshots.enabled ? await snapshotWriter(bus, config, log) : undefined;
   // A process id that a restart of the same instance does not reuse: the calls the dead
   // process had in flight are told apart from this one's.
   const gatewayId = `${instanceId}#${randomBytes(3).toString("hex")}`;
@@ -298,6 +301,12 @@ export async function startGateway(
       value: () => lot.parkedBytes,
     }),
     counter({
+      name: "holdfast_snapshots_total",
+      help: "Step snapshots (a request's, an answer's) this gateway stored since it started, and those it could not store (the call went on; the step reads as missing).",
+      labels: { result: ["stored", "failed"] },
+      value: ({ result }) => (snapshots === undefined ? 0 : snapshots.counts[result as "stored" | "failed"]),
+    }),
+    counter({
       name: "holdfast_parked_calls_refused_total",
       help: "Calls of held runs refused since this gateway started because no parking room was left (hold.max_parked_per_run, hold.max_parked, hold.max_parked_bytes), by the bound reached.",
       labels: { bound: PARKING_BOUNDS },
@@ -320,6 +329,7 @@ export async function startGateway(
     maxBodyBytes: config.gateway.max_body_bytes,
     maxAnswerBytes: config.gateway.max_answer_bytes,
     maxEventBytes: config.gateway.max_event_bytes,
+    ...(snapshots === undefined ? {} : { snapshots: callSnapshots(snapshots) }),
     limits: config.http,
     ledger,
     upstreams,
@@ -493,4 +503,32 @@ function rateWindowsApi(
         client.releaseSlice(request, (error) => (error === null ? resolve() : reject(error)));
       }),
   };
+}
+
+/**
+ * The snapshot writer over its two buckets (made if missing, when this credential may).
+ * A failure is logged at most once every ten seconds: a NATS outage fails every write.
+ */
+async function snapshotWriter(
+  bus: Awaited<ReturnType<typeof connectBus>>,
+  config: Config,
+  log: Logger,
+): Promise<SnapshotWriter> {
+  await bus.keyValue("SNAPSHOT_PARTS");
+  await bus.keyValue("SNAPSHOT_STEPS");
+  let loggedMs = 0;
+  return new SnapshotWriter({
+    putPart: (key, value) => bus.putValue("SNAPSHOT_PARTS", key, value),
+    putManifest: (key, value) => bus.putValue("SNAPSHOT_STEPS", key, value),
+    patterns: config.redact.patterns,
+    onFailure: (error, { runId, stepId, side }) => {
+      const now = Date.now();
+      if (now - loggedMs < 10_000) return;
+      loggedMs = now;
+      log.warn(
+        { err: error, runId, stepId, side: side === "q" ? "request" : "answer" },
+        "a step's snapshot could not be stored (the call went on; later failures are counted in holdfast_snapshots_total, not logged, for ten seconds)",
+      );
+    },
+  });
 }

@@ -88,6 +88,8 @@ export async function admit(
       call,
       deps.ledger.execute(call.run.runId, call.labels, startCommand(call, deps)),
     );
+    // In the same round of writes as the start: no round trip of its own on the call's path.
+    deps.snapshots?.started(call);
     // A near limit, a matching standing rule, or a feature's say: no forwarding on a guess.
     if (confirm) {
       const result = await started;

@@ -25,8 +25,10 @@ export class RequestBody {
     private readonly shape: ApiShape,
     private readonly view: RequestView,
     value: Record<string, unknown>,
-    raw: Buffer,
+    /** The body as the client sent it. */
+    readonly client: Buffer,
   ) {
+    const raw = client;
     this.#value = value;
     this.#raw = raw;
   }

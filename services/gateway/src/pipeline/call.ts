@@ -16,6 +16,7 @@ import type { ResolveRun } from "../identify/resolve.js";
 import type { ResponseIndex } from "../identify/responses.js";
 import type { Upstreams } from "../upstream/upstream.js";
 import { RequestBody } from "./body.js";
+import type { CallSnapshots } from "./capture.js";
 import { asGatewayError, type Ending, type FinishDeps, finish, refused } from "./finish.js";
 import { forward } from "./forward.js";
 import type { PipelineHooks } from "./hooks.js";
@@ -51,6 +52,8 @@ export interface PipelineDeps {
   maxAnswerBytes: number;
   /** The most one event of a provider's stream may take while incomplete (gateway.max_event_bytes). */
   maxEventBytes: number;
+  /** Stores each step's request and answer (snapshots.enabled), or nothing. */
+  snapshots?: CallSnapshots;
 }
 
 /**
@@ -117,6 +120,7 @@ export async function handleCall(
     raw.length,
   );
   if (left) call.clientGone();
+  call.capturing = deps.snapshots !== undefined;
   // From here the gateway writes the answer itself (a held call gets keepalives before
   // anything else), so every ending is answered by finish, in the call's API's shape.
   reply.hijack();

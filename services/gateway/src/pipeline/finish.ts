@@ -179,10 +179,13 @@ async function delivered<C extends Finishing>(
 /** What finish needs of the pipeline's parts. */
 export function finishDeps(deps: PipelineDeps, hooks: PipelineHooks): FinishDeps<CallState> {
   return {
-    record: (call, command) =>
+    record: (call, command) => {
       recordOutcome(deps.ledger, call.run.runId, call.labels, command, (error) =>
         deps.onRecordError(error, call.run.runId),
-      ),
+      );
+      // The answer's snapshot goes with its outcome.
+      deps.snapshots?.answered(call, command.outcome.upstreamStatus);
+    },
     pricer: deps.pricer,
     cached: (runId) => deps.ledger.cached(runId),
     costControlled: deps.costControlled,

@@ -73,6 +73,7 @@ async function relayBuffered(
   try {
     ({ bytes, text } = await readAnswer(response.body, response.headers, deps.maxAnswerBytes));
     call.markFirstByte();
+    if (call.capturing) call.captured = { body: text };
   } catch (error) {
     if (call.left) return { outcome: clientAborted(NO_USAGE, call.model), reply: NOBODY };
     if (error instanceof AnswerTooLargeError) {
@@ -158,11 +159,15 @@ async function relayStream(
   // What the answer had produced as far as it was relayed, should it be cut off: about a
   // token an event, as providers stream them.
   let relayed = 0;
+  // The events as received, every one (hidden ones too), for the step's snapshot.
+  const captured = call.capturing ? { events: "" } : undefined;
+  call.captured = captured;
   const relayEvents = (events: ReturnType<SseParser["push"]>): boolean => {
     let out = "";
     let count = 0;
     let last: SseEvent | undefined;
     for (const event of events) {
+      if (captured !== undefined) captured.events += event.raw;
       const seen = meter.observe(event);
       if (seen.hidden) continue;
       if (event.data !== undefined) relayed += 1;

@@ -42,6 +42,12 @@ export class CallState implements Call, Finishing {
   finished = false;
   /** The provider named its response, and the index was told which run it belongs to. */
   named = false;
+  /** The credentials the client's own request carried (`secrets` is a route's after a reroute). */
+  readonly clientSecrets: readonly string[];
+  /** Snapshots are on: relay keeps the answer as received for them. */
+  capturing = false;
+  /** The provider's answer as received (decompressed): a whole body, or a stream's events so far. */
+  captured: { body: string } | { events: string } | undefined;
 
   constructor(
     readonly shape: ApiShape,
@@ -57,6 +63,7 @@ export class CallState implements Call, Finishing {
     clientBytes: number,
   ) {
     this.api = apiFromName(shape.name);
+    this.clientSecrets = secrets;
     this.labels = { tag: run.tag, tenant: run.tenant };
     this.writer = new ResponseWriter(response);
     this.estimatedInputTokens = tokensOf(clientBytes);

@@ -1,0 +1,12 @@
+export { type Get, SnapshotReader, type StepSnapshot } from "./reader.js";
+export { pieceEnds, SPLIT_KEYS, splitPieces } from "./split.js";
+export {
+  type AnswerManifest,
+  CHUNK_CHARS,
+  contentKey,
+  manifestKey,
+  type RequestManifest,
+  type StoredText,
+  storedValues,
+} from "./store.js";
+export { type Put, SnapshotWriter, type SnapshotWriterOptions } from "./writer.js";

@@ -1,0 +1,246 @@
+import { scrubSecrets } from "@holdfast/providers";
+import { pieceEnds } from "./split.js";
+import {
+  type AnswerManifest,
+  manifestKey,
+  type RequestManifest,
+  type StoredText,
+  storedValues,
+} from "./store.js";
+
+/** Puts a value under a key of one bucket; rejects when it was not stored. */
+export type Put = (key: string, value: string) => Promise<void>;
+
+export interface SnapshotWriterOptions {
+  /** SNAPSHOT_PARTS. */
+  readonly putPart: Put;
+  /** SNAPSHOT_STEPS. */
+  readonly putManifest: Put;
+  /** redact.patterns: each match is stored as [redacted]. */
+  readonly patterns: readonly string[];
+  readonly clock?: () => number;
+  /** Runs whose last request is remembered, to start the next one's manifest from it. */
+  readonly maxRuns?: number;
+  /** Manifests in a chain of bases at most: past it a request's manifest names every piece. */
+  readonly maxDepth?: number;
+  /** Addresses known stored, not written again (forgotten all at once past this many). */
+  readonly maxKnown?: number;
+  /** A snapshot could not be stored: the call goes on; this is told why. */
+  readonly onFailure?: (error: unknown, what: { runId: string; stepId: string; side: "q" | "a" }) => void;
+}
+
+/** The last request of a run this gateway stored: the next starts from its pieces. */
+interface Remembered {
+  readonly step: string;
+  readonly text: string;
+  readonly ends: readonly number[];
+  readonly keys: readonly string[];
+  /** Each piece's length as stored (redacted), in UTF-8 bytes. */
+  readonly sizes: readonly number[];
+  readonly depth: number;
+  readonly secrets: string;
+}
+
+const REDACTED = "[redacted]";
+
+/**
+ * Stores each step's request and answer by content, on the gateway that made the call.
+ * Nothing here is awaited on the client's path: a write is queued with the step's own
+ * events (the same round of writes) and its acknowledgement handled when it comes. A
+ * write that fails never fails the call; it is counted and told.
+ *
+ * What is stored is redacted first: the call's own credentials and anything shaped like a
+ * key (the scrubber every recorded string goes through), and every match of
+ * redact.patterns. The traffic is never changed. Headers are never stored.
+ */
+export class SnapshotWriter {
+  private readonly patterns: readonly RegExp[];
+  private readonly runs = new Map<string, Remembered>();
+  private readonly known = new Set<string>();
+  private readonly clock: () => number;
+  private readonly maxRuns: number;
+  private readonly maxDepth: number;
+  private readonly maxKnown: number;
+  /** Snapshot sides (a request's, an answer's) stored, and not stored. */
+  readonly counts = { stored: 0, failed: 0 };
+
+  constructor(private readonly options: SnapshotWriterOptions) {
+    this.patterns = options.patterns.map((pattern) => new RegExp(pattern, "gu"));
+    this.clock = options.clock ?? Date.now;
+    this.maxRuns = options.maxRuns ?? 2_048;
+    this.maxDepth = options.maxDepth ?? 64;
+    this.maxKnown = options.maxKnown ?? 200_000;
+  }
+
+  /**
+   * Stores a step's request: as forwarded, and as the client sent it when that differs.
+   * Resolves true once stored (never rejects).
+   */
+  request(
+    runId: string,
+    stepId: string,
+    api: string,
+    forwarded: Buffer | string,
+    client: Buffer | string | undefined,
+    secrets: readonly string[],
+  ): Promise<boolean> {
+    const writes: Promise<void>[] = [];
+    const text = typeof forwarded === "string" ? forwarded : forwarded.toString("utf8");
+    const secretsTag = secrets.join("\n");
+    const ends = pieceEnds(text);
+    const prev = this.runs.get(runId);
+    const shared = prev === undefined || prev.secrets !== secretsTag ? 0 : sharedPieces(prev, text, ends);
+    const keys: string[] = prev === undefined ? [] : prev.keys.slice(0, shared);
+    const sizes: number[] = prev === undefined ? [] : prev.sizes.slice(0, shared);
+    let redacted = 0;
+    let start = shared === 0 ? 0 : ends[shared - 1]!;
+    for (let i = shared; i < ends.length; i++) {
+      const stored = this.piece(text.slice(start, ends[i]), secrets, writes);
+      if (stored.redacted) redacted += 1;
+      keys.push(stored.key);
+      sizes.push(stored.bytes);
+      start = ends[i]!;
+    }
+    const bytes = sizes.reduce((sum, size) => sum + size, 0);
+    const depth = shared > 0 && prev !== undefined && prev.depth < this.maxDepth ? prev.depth + 1 : 0;
+    const forwardedText: StoredText =
+      depth > 0 && prev !== undefined
+        ? { bytes, parts: keys.slice(shared), base: { step: prev.step, parts: shared } }
+        : { bytes, parts: keys };
+    let clientText: StoredText | undefined;
+    if (client !== undefined) {
+      const asSent = typeof client === "string" ? client : client.toString("utf8");
+      if (asSent !== text) {
+        const parts: string[] = [];
+        let clientBytes = 0;
+        let from = 0;
+        for (const end of pieceEnds(asSent)) {
+          const stored = this.piece(asSent.slice(from, end), secrets, writes);
+          if (stored.redacted) redacted += 1;
+          parts.push(stored.key);
+          clientBytes += stored.bytes;
+          from = end;
+        }
+        clientText = { bytes: clientBytes, parts };
+      }
+    }
+    const manifest: RequestManifest = {
+      v: 1,
+      run: runId,
+      step: stepId,
+      at: this.clock(),
+      api,
+      forwarded: forwardedText,
+      ...(clientText === undefined ? {} : { client: clientText }),
+      redacted,
+    };
+    // The manifest last: once it is stored, every piece it names is.
+    const remembered: Remembered = { step: stepId, text, ends, keys, sizes, depth, secrets: secretsTag };
+    return this.finish(writes, manifestKey(runId, stepId, "q"), manifest, { runId, stepId, side: "q" }, () =>
+      this.remember(runId, remembered),
+    );
+  }
+
+  /** Stores a step's answer: a whole body, or a stream's events as received. Resolves true once stored. */
+  answer(
+    runId: string,
+    stepId: string,
+    status: number,
+    answer: { readonly body: string } | { readonly events: string },
+    secrets: readonly string[],
+  ): Promise<boolean> {
+    const writes: Promise<void>[] = [];
+    const text = "body" in answer ? answer.body : answer.events;
+    const stored = this.piece(text, secrets, writes);
+    const content: StoredText = { bytes: stored.bytes, parts: [stored.key] };
+    const manifest: AnswerManifest = {
+      v: 1,
+      run: runId,
+      step: stepId,
+      at: this.clock(),
+      status,
+      ...("body" in answer ? { body: content } : { events: content }),
+      redacted: stored.redacted ? 1 : 0,
+    };
+    return this.finish(writes, manifestKey(runId, stepId, "a"), manifest, { runId, stepId, side: "a" });
+  }
+
+  /** Forgets a run's last request (its calls now go to another gateway, or it ended). */
+  forget(runId: string): void {
+    this.runs.delete(runId);
+  }
+
+  private piece(
+    raw: string,
+    secrets: readonly string[],
+    writes: Promise<void>[],
+  ): { key: string; bytes: number; redacted: boolean } {
+    let text = scrubSecrets(raw, secrets);
+    for (const pattern of this.patterns) text = text.replace(pattern, REDACTED);
+    const { key, values } = storedValues(text);
+    if (!this.known.has(key)) {
+      for (const [k, v] of values) writes.push(this.options.putPart(k, v));
+      // Known once its writes are acknowledged; a failure leaves it to be written again.
+      const written = Promise.all(writes.slice(-values.length)).then(() => {
+        if (this.known.size >= this.maxKnown) this.known.clear();
+        this.known.add(key);
+      });
+      written.catch(() => {});
+    }
+    return { key, bytes: Buffer.byteLength(text), redacted: text !== raw };
+  }
+
+  private finish(
+    writes: Promise<void>[],
+    key: string,
+    manifest: RequestManifest | AnswerManifest,
+    what: { runId: string; stepId: string; side: "q" | "a" },
+    stored?: () => void,
+  ): Promise<boolean> {
+    // Queued in the same round as the pieces (one write to the socket); counted as stored
+    // only when every piece and the manifest are.
+    writes.push(this.options.putManifest(key, JSON.stringify(manifest)));
+    return Promise.all(writes).then(
+      () => {
+        this.counts.stored += 1;
+        stored?.();
+        return true;
+      },
+      (error: unknown) => {
+        this.counts.failed += 1;
+        if (what.side === "q") this.runs.delete(what.runId);
+        this.options.onFailure?.(error, what);
+        return false;
+      },
+    );
+  }
+
+  private remember(runId: string, remembered: Remembered): void {
+    this.runs.delete(runId);
+    this.runs.set(runId, remembered);
+    if (this.runs.size > this.maxRuns) {
+      const oldest = this.runs.keys().next().value;
+      if (oldest !== undefined) this.runs.delete(oldest);
+    }
+  }
+}
+
+/**
+ * How many of `prev`'s pieces start `text` too, cut alike: the last piece (the text after
+ * the arrays) is never shared, since what follows it differs.
+ */
+function sharedPieces(prev: Remembered, text: string, ends: readonly number[]): number {
+  let lo = 0;
+  let hi = Math.min(prev.ends.length - 1, ends.length - 1);
+  // The longest run of pieces whose text and cuts agree: found by halving (each test is a
+  // native prefix compare), then checked cut by cut.
+  const agrees = (n: number) => n === 0 || text.startsWith(prev.text.slice(0, prev.ends[n - 1]));
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (agrees(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  let n = 0;
+  while (n < lo && ends[n] === prev.ends[n]) n += 1;
+  return n;
+}

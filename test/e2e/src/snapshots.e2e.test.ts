@@ -1,0 +1,168 @@
+import type { Bus } from "@holdfast/bus";
+import { rawSide, readStep, stepJson } from "@holdfast/cli";
+import type OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Stack, startStack } from "./stack.js";
+
+// What an agent puts in its conversation that must never be stored: a key of its own (not
+// the one it calls with), and what the operator's redact.patterns name.
+const PASTED_KEY = "sk-proj-PASTEDkey7Qx9Zr2Lw4Mv8Nt6Kp3Hy5Ab";
+const SSN = "123-45-6789";
+
+let stack: Stack;
+let reader: Bus;
+beforeAll(async () => {
+  stack = await startStack({ config: { redact: { patterns: ["\\b\\d{3}-\\d{2}-\\d{4}\\b"] } } });
+  // The operator's read credential: `holdfast show` reads snapshots with it.
+  reader = await stack.connect("reader");
+});
+afterAll(async () => {
+  await reader?.close();
+  await stack?.close();
+});
+
+/** Step n of a run as `holdfast show <run> <n>` reads it. */
+async function shown(runId: string, n: number) {
+  return readStep(reader, await stack.run(runId), n);
+}
+
+/** What the provider received and sent from the `from`th request on (each test's calls are its own). */
+function exchangesSince(from: number) {
+  return stack.provider.requests.slice(from);
+}
+
+describe("snapshots: every step's exact request and answer, by content", () => {
+  it("gives back step 1 and step 200 of a 200-step conversation byte for byte, as the provider got them", async () => {
+    const from = stack.provider.requests.length;
+    const runId = "snap-long";
+    const client = stack.client({ headers: { "X-Holdfast-Run": runId } });
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [
+      { role: "system", content: `You are the agent of ${runId}.` },
+    ];
+    for (let i = 1; i <= 200; i++) {
+      messages.push({ role: "user", content: `Step ${i}: look at record ${i * 7} and report.` });
+      const answer = await client.chat.completions.create({ model: "gpt-4o-mini", messages, max_tokens: 20 });
+      messages.push({ role: "assistant", content: answer.choices[0]?.message.content ?? "" });
+    }
+    await stack.settled(runId, 200);
+    const sent = exchangesSince(from);
+    expect(sent).toHaveLength(200);
+    for (const n of [1, 2, 65, 66, 200]) {
+      const step = await shown(runId, n);
+      expect(step.snapshot.missing).toEqual([]);
+      expect(rawSide(step, "request")).toBe(sent[n - 1]!.rawBody);
+      expect(rawSide(step, "answer")).toBe(sent[n - 1]!.responseBody);
+      // Nothing was changed on the way: no second copy of the request.
+      expect(step.snapshot.request?.clientText).toBeUndefined();
+    }
+  });
+
+  it("keeps a stream's events as received, and the client's request beside the one Holdfast changed", async () => {
+    const from = stack.provider.requests.length;
+    const runId = "snap-stream";
+    const client = stack.client({ headers: { "X-Holdfast-Run": runId } });
+    const stream = await client.chat.completions.create({
+      model: "gpt-4o-mini",
+      stream: true,
+      messages: [{ role: "user", content: "Stream me an answer." }],
+    });
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+    await stack.settled(runId, 1);
+    const [exchange] = exchangesSince(from);
+    const step = await shown(runId, 1);
+    expect(step.snapshot.missing).toEqual([]);
+    expect(rawSide(step, "answer")).toBe(exchange!.responseBody);
+    // Holdfast asks for the stream's usage: the client's own request is kept too.
+    expect(rawSide(step, "request")).toBe(exchange!.rawBody);
+    expect(JSON.parse(rawSide(step, "client"))).toEqual({
+      model: "gpt-4o-mini",
+      stream: true,
+      messages: [{ role: "user", content: "Stream me an answer." }],
+    });
+    const json = stepJson(runId, step) as { answer: { events: { data: unknown }[] } };
+    const streamed = json.answer.events
+      .map(
+        (e) =>
+          (e.data as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content ?? "",
+      )
+      .join("");
+    expect(streamed).toBe(text);
+  });
+
+  it("stores Anthropic Messages and OpenAI Responses steps, streamed and not", async () => {
+    const from = stack.provider.requests.length;
+    const runId = "snap-shapes";
+    const anthropic = stack.anthropic({ headers: { "X-Holdfast-Run": runId } });
+    await anthropic.messages.create({
+      model: "claude-3-5-haiku-latest",
+      max_tokens: 50,
+      messages: [{ role: "user", content: "Hello from Messages." }],
+    });
+    const events = await anthropic.messages.create({
+      model: "claude-3-5-haiku-latest",
+      max_tokens: 50,
+      stream: true,
+      messages: [{ role: "user", content: "Stream from Messages." }],
+    });
+    for await (const _ of events) {
+      // drained
+    }
+    const openai = stack.client({ headers: { "X-Holdfast-Run": runId } });
+    await openai.responses.create({ model: "gpt-4o-mini", input: "Hello from Responses." });
+    await stack.settled(runId, 3);
+    const sent = exchangesSince(from);
+    expect(sent).toHaveLength(3);
+    for (const n of [1, 2, 3]) {
+      const step = await shown(runId, n);
+      expect(step.snapshot.missing).toEqual([]);
+      expect(rawSide(step, "request")).toBe(sent[n - 1]!.rawBody);
+      expect(rawSide(step, "answer")).toBe(sent[n - 1]!.responseBody);
+    }
+  });
+
+  it("stores what a conversation held redacted, and no key in any byte of the buckets", async () => {
+    const from = stack.provider.requests.length;
+    const runId = "snap-redact";
+    const client = stack.client({ headers: { "X-Holdfast-Run": runId } });
+    const content = `My SSN is ${SSN} and my other key is ${PASTED_KEY}.`;
+    await client.chat.completions.create({ model: "gpt-4o-mini", messages: [{ role: "user", content }] });
+    await stack.settled(runId, 1);
+    // The traffic is never changed: the provider got what the agent sent.
+    expect(exchangesSince(from)[0]!.rawBody).toContain(content);
+    const step = await shown(runId, 1);
+    const request = rawSide(step, "request");
+    expect(request).toContain("My SSN is [redacted] and my other key is [redacted].");
+    expect(step.snapshot.request?.redacted).toBeGreaterThan(0);
+    // Every value of both buckets, as the admin reads them.
+    for (const bucket of ["SNAPSHOT_PARTS", "SNAPSHOT_STEPS"] as const) {
+      const kv = await stack.bus.keyValue(bucket);
+      const keys = await kv.keys();
+      expect(keys.length).toBeGreaterThan(0);
+      for (const key of keys) {
+        const value = (await kv.get(key))?.value ?? "";
+        for (const secret of [PASTED_KEY, PASTED_KEY.slice(8, 24), SSN, "sk-test-"]) {
+          expect(value).not.toContain(secret);
+        }
+      }
+    }
+  });
+
+  it("says a step is missing rather than showing what is not there", async () => {
+    const runId = "snap-missing";
+    const client = stack.client({ headers: { "X-Holdfast-Run": runId } });
+    await client.chat.completions.create({
+      model: "gpt-4o-mini",
+      messages: [{ role: "user", content: "one" }],
+    });
+    await stack.settled(runId, 1);
+    const view = await stack.run(runId);
+    const steps = await stack.bus.keyValue("SNAPSHOT_STEPS");
+    const key = (await steps.keys()).find((k) => k.includes(view.steps[0]!.stepId) && k.endsWith(".a"));
+    await steps.delete(key!);
+    const step = await shown(runId, 1);
+    expect(step.snapshot.missing).toEqual(["answer: not stored"]);
+    expect(() => rawSide(step, "answer")).toThrow(/answer is not stored \(answer: not stored\)/);
+    await expect(shown(runId, 2)).rejects.toThrow(/has no step 2 \(it has 1/);
+  });
+});
