@@ -1,6 +1,6 @@
 import type { Bus } from "@holdfast/bus";
 import type { RunView, StepView } from "@holdfast/events";
-import { SnapshotReader, type StepSnapshot } from "@holdfast/snapshots";
+import { SnapshotReader, type StepSnapshot, stepJson as snapshotJson } from "@holdfast/snapshots";
 import { CliError } from "./errors.js";
 import { terminalSafe } from "./format.js";
 
@@ -54,41 +54,9 @@ export function rawSide(shown: ShownStep, side: RawSide): string {
   );
 }
 
-/** A step as `--json` prints it: each side parsed where it is JSON, and its stream's events each parsed. */
+/** A step as `--json` prints it (and the control API's GET runs/:id/steps/:n answers it). */
 export function stepJson(runId: string, shown: ShownStep): unknown {
-  const { view, snapshot } = shown;
-  const { request, answer } = snapshot;
-  return {
-    run: runId,
-    step: view.step,
-    stepId: view.stepId,
-    api: view.api,
-    model: view.model,
-    status: view.status,
-    request:
-      request === undefined
-        ? null
-        : {
-            forwarded: parsed(request.forwardedText),
-            ...(request.clientText === undefined ? {} : { client: parsed(request.clientText) }),
-            bytes: request.forwarded.bytes,
-            redactedPieces: request.redacted,
-            storedAtMs: request.at,
-          },
-    answer:
-      answer === undefined
-        ? null
-        : {
-            status: answer.status,
-            ...(answer.events === undefined
-              ? { body: parsed(answer.text) }
-              : { events: sseEvents(answer.text) }),
-            bytes: (answer.body ?? answer.events)?.bytes ?? 0,
-            redactedPieces: answer.redacted,
-            storedAtMs: answer.at,
-          },
-    missing: snapshot.missing,
-  };
+  return snapshotJson(runId, shown.view, shown.snapshot);
 }
 
 /** A step as `holdfast show <run> <step>` prints it for a person. */
@@ -153,21 +121,4 @@ function parsed(text: string): unknown {
 function pretty(text: string): string {
   const value = parsed(text);
   return typeof value === "string" ? value : JSON.stringify(value, null, 2);
-}
-
-/** A stream's events: each one's event name and data (parsed where it is JSON). */
-function sseEvents(text: string): { event?: string; data: unknown }[] {
-  const events: { event?: string; data: unknown }[] = [];
-  for (const block of text.split(/\r?\n\r?\n/)) {
-    if (block.trim() === "") continue;
-    let event: string | undefined;
-    const data: string[] = [];
-    for (const line of block.split(/\r?\n/)) {
-      if (line.startsWith("event:")) event = line.slice(6).trim();
-      else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-    }
-    if (data.length === 0 && event === undefined) continue;
-    events.push({ ...(event === undefined ? {} : { event }), data: parsed(data.join("\n")) });
-  }
-  return events;
 }

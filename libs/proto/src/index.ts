@@ -39,6 +39,8 @@ export {
   GateDecisionResponse,
   GetRunRequest,
   GetRunResponse,
+  GetStepRequest,
+  GetStepResponse,
   HoldRequest,
   HoldResponse,
   HoldRule as ControlHoldRule,

@@ -470,6 +470,7 @@ describe("REST answers", () => {
 const ROUTES: { method: string; path: string; body?: unknown; needs: "read" | "change" }[] = [
   { method: "GET", path: "/runs", needs: "read" },
   { method: "GET", path: "/runs/solo-1", needs: "read" },
+  { method: "GET", path: "/runs/solo-1/steps/1", needs: "read" },
   { method: "GET", path: "/rules", needs: "read" },
   { method: "GET", path: "/windows", needs: "read" },
   { method: "POST", path: "/runs/matrix-1/hold", body: {}, needs: "change" },
@@ -632,6 +633,7 @@ describe("the gRPC API", () => {
   const GRPC: { name: string; needs: "read" | "change"; call: Call }[] = [
     { name: "ListRuns", needs: "read", call: (c, cb) => c.listRuns({ status: "", limit: 5 }, cb) },
     { name: "GetRun", needs: "read", call: (c, cb) => c.getRun({ runId: "solo-1" }, cb) },
+    { name: "GetStep", needs: "read", call: (c, cb) => c.getStep({ runId: "solo-1", step: 1 }, cb) },
     { name: "ListRules", needs: "read", call: (c, cb) => c.listRules({}, cb) },
     {
       name: "Hold",

@@ -15,6 +15,7 @@ import { listenOn, logReaderMetrics, renderMetrics } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
 import { FILE_DESCRIPTOR_SET_BASE64 } from "@holdfast/proto";
 import { fleetAggregate, Ledger, LogFollower, runAggregate } from "@holdfast/runs";
+import { SnapshotReader } from "@holdfast/snapshots";
 import { AccessPolicy, bindingProblem } from "./access/tokens.js";
 import { InsecureBindError } from "./errors.js";
 import { controlGrpcService } from "./grpc/service.js";
@@ -84,10 +85,20 @@ export async function startControl(config: Config, log: Logger): Promise<Running
         "the control service presents control.token to the projector: give it control.read_token (the token, not its digest) so it sends no more than a read needs",
       );
     }
+    const [snapshotParts, snapshotSteps] = await Promise.all([
+      bus.keyValue("SNAPSHOT_PARTS"),
+      bus.keyValue("SNAPSHOT_STEPS"),
+    ]);
     const operations = new ControlOperations({
       runs,
       fleet,
       log: new LogRuns(bus),
+      // A reader per request: what it caches is one step's pieces.
+      snapshots: (runId, stepId) =>
+        new SnapshotReader(
+          async (key) => (await snapshotParts.get(key))?.value,
+          async (key) => (await snapshotSteps.get(key))?.value,
+        ).step(runId, stepId),
       projection: analyticsUrl === undefined ? undefined : new Projection(analyticsUrl, presented),
     });
     const access = new AccessPolicy(config.control);

@@ -4,6 +4,8 @@ import { appendFileSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { connect } from "@holdfast/grpc";
+import { ControlClient, type GetStepResponse } from "@holdfast/proto";
 import { makeTempDir, waitFor } from "@holdfast/test-harness";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
@@ -138,6 +140,54 @@ describe("holdfast up", () => {
     });
     expect(readHold.status).toBe(403);
     expect((await shown("demo-agent")).status).not.toBe("held");
+  });
+
+  it("serves a step's snapshot to the read token: the CLI, REST and gRPC give the same bytes", async () => {
+    // The demo's agent made its calls through the gateway as `up` came up.
+    const cli = await holdfast(["show", "demo-agent", "1", "--raw"]);
+    expect(cli.code, cli.stderr).toBe(0);
+    const forwarded = JSON.parse(cli.stdout) as { model: string; messages: unknown[] };
+    expect(forwarded.messages.length).toBeGreaterThan(0);
+    const answer = await holdfast(["show", "demo-agent", "1", "--raw", "answer"]);
+    expect(answer.code, answer.stderr).toBe(0);
+    const person = await holdfast(["show", "demo-agent", "1"]);
+    expect(person.stdout).toContain("Request as forwarded");
+
+    const { controlUrl, controlGrpc } = stack();
+    const url = `${controlUrl}/holdfast/v1/runs/demo-agent/steps/1`;
+    expect((await fetch(url)).status).toBe(401);
+    const response = await fetch(url, { headers: { authorization: `Bearer ${token("read")}` } });
+    expect(response.status).toBe(200);
+    const { step } = (await response.json()) as {
+      step: { step: number; request: { forwarded: unknown }; answer: { status: number }; missing: string[] };
+    };
+    expect(step.step).toBe(1);
+    expect(step.request.forwarded).toEqual(forwarded);
+    expect(step.answer.status).toBe(200);
+    expect(step.missing).toEqual([]);
+    const missingStep = await fetch(`${controlUrl}/holdfast/v1/runs/demo-agent/steps/999`, {
+      headers: { authorization: `Bearer ${token("read")}` },
+    });
+    expect(missingStep.status).toBe(404);
+
+    const client = connect(ControlClient, {
+      address: controlGrpc,
+      deadlineMs: 5_000,
+      metadata: { authorization: `Bearer ${token("read")}` },
+    });
+    try {
+      const got = await new Promise<GetStepResponse>((resolve, reject) =>
+        client.getStep({ runId: "demo-agent", step: 1 }, (error, value) =>
+          error ? reject(error) : resolve(value),
+        ),
+      );
+      expect(got.request.toString("utf8")).toBe(cli.stdout);
+      expect(got.answer.toString("utf8")).toBe(answer.stdout);
+      expect(got.answerStatus).toBe(200);
+      expect(got.missing).toEqual([]);
+    } finally {
+      client.close();
+    }
   });
 
   it("lists runs from the projector with the stack's token, and says where the token comes from when it is refused", async () => {

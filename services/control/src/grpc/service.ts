@@ -60,6 +60,26 @@ export function controlGrpcService(deps: ControlGrpcDeps): ServedService {
       authorize(call, "read");
       return { run: runView((await operations.getRun(request.runId)).view) };
     }, toStatus),
+    getStep: unary(async (request, call) => {
+      authorize(call, "read");
+      const { view, snapshot } = await operations.getStep(request.runId, request.step);
+      const { request: asked, answer } = snapshot;
+      return {
+        runId: request.runId,
+        step: view.step,
+        stepId: view.stepId,
+        api: view.api,
+        model: view.model,
+        status: view.status,
+        request: Buffer.from(asked?.forwardedText ?? "", "utf8"),
+        ...(asked?.clientText === undefined ? {} : { clientRequest: Buffer.from(asked.clientText, "utf8") }),
+        answer: Buffer.from(answer?.text ?? "", "utf8"),
+        answerStreamed: answer?.events !== undefined,
+        answerStatus: answer?.status ?? 0,
+        redactedPieces: (asked?.redacted ?? 0) + (answer?.redacted ?? 0),
+        missing: [...snapshot.missing],
+      };
+    }, toStatus),
     hold: unary(async (request, call) => {
       const actor = authorize(call, "change");
       const result = await operations.hold(action(request.target, undefined), actor);

@@ -7,6 +7,7 @@ import {
   METRICS_CONTENT_TYPE,
 } from "@holdfast/http";
 import type { Logger } from "@holdfast/log";
+import { stepJson } from "@holdfast/snapshots";
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
@@ -100,6 +101,18 @@ export function buildApp(deps: ControlAppDeps): FastifyInstance {
     const { view, durable } = await operations.getRun(request.params.id);
     return { run: runViewJson(view, durable) };
   });
+
+  app.get<{ Params: { id: string; n: string } }>(
+    `${API_PREFIX}/runs/:id/steps/:n`,
+    needs("read"),
+    async (request) => {
+      const { n } = request.params;
+      if (!/^[0-9]{1,9}$/.test(n))
+        throw new InvalidArgumentError(`a step is a number from 1 (got ${JSON.stringify(n)})`);
+      const { view, snapshot } = await operations.getStep(request.params.id, Number(n));
+      return { step: stepJson(request.params.id, view, snapshot) };
+    },
+  );
 
   app.post<{ Params: { id: string } }>(`${API_PREFIX}/runs/:id/hold`, needs("change"), async (request) =>
     holdBody(await operations.hold(runAction(request.params.id, request.body, false), actorOf(request))),

@@ -15,12 +15,14 @@ import {
   type RunView,
   runIdDefect,
   type Selector,
+  type StepView,
   sameSelector,
   type WindowLimits,
 } from "@holdfast/events";
 import { shapesOfRecorded, WindowState } from "@holdfast/predict";
 import type { DurableRun } from "@holdfast/proto";
 import type { Ledger } from "@holdfast/runs";
+import type { StepSnapshot } from "@holdfast/snapshots";
 import { AnalyticsUnavailableError, InvalidArgumentError, NotFoundError } from "../errors.js";
 import type { LogRuns, ProjectedRun, Projection } from "./sources.js";
 import { type ActionRequest, checkRunId, MAX_LIST, ruleIdFor } from "./target.js";
@@ -113,6 +115,8 @@ export interface ControlOperationsDeps {
   projection: Projection | undefined;
   /** Runs acted on at once when a selector matches many. */
   concurrency?: number;
+  /** A step's snapshot read back (the SNAPSHOT buckets). */
+  snapshots: (runId: string, stepId: string) => Promise<StepSnapshot>;
 }
 
 const NO_LABELS = { tag: "", tenant: "" };
@@ -133,6 +137,20 @@ export class ControlOperations {
       );
     }
     return this.deps.projection.runs(options);
+  }
+
+  /**
+   * Step `n` of a run (its number as the run's steps are listed) with its snapshot: what
+   * it asked and was answered, as `holdfast show <run> <n>` prints it.
+   */
+  async getStep(runId: string, n: number): Promise<{ view: StepView; snapshot: StepSnapshot }> {
+    if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`a step is a number from 1 (got ${n})`);
+    const { view: run } = await this.getRun(runId);
+    const view = run.steps.find((s) => s.step === n);
+    if (view === undefined) {
+      throw new NotFoundError(`run ${JSON.stringify(runId)} has no step ${n} (it has ${run.steps.length})`);
+    }
+    return { view, snapshot: await this.deps.snapshots(runId, view.stepId) };
   }
 
   /** One run folded from its events in the log, as `holdfast show` sees it, with its durable part if it is a durable run. */
