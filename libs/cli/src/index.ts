@@ -1,3 +1,12 @@
 export { CliError } from "./errors.js";
 export { readStack, type StackFile } from "./stack.js";
 export { RAW_SIDES, type RawSide, rawSide, readStep, renderStep, type ShownStep, stepJson } from "./step.js";
+export {
+  type Bundle,
+  type BundleRecord,
+  bundleRecords,
+  bundleRun,
+  bundleStepShown,
+  readBundle,
+} from "./bundle.js";
+export { renderRun } from "./show.js";

@@ -12,6 +12,7 @@ import {
   type WindowLimits,
 } from "@holdfast/events";
 import type { DurableRun } from "@holdfast/proto";
+import { type Bundle, bundleRun, bundleStepShown, readBundle } from "./bundle.js";
 import { COMMON_OPTIONS, stackConfig } from "./common.js";
 import { renderDurable } from "./durable.js";
 import { CliError } from "./errors.js";
@@ -30,6 +31,7 @@ import {
 
 export const SHOW_USAGE = `holdfast show <run> [--json] [--data-dir DIR] [--config FILE]
 holdfast show <run> <step> [--json | --raw [request|client|answer]]
+holdfast show --bundle FILE [<step>] [--json | --raw [request|client|answer]]
 
 Shows one run as folded from its events in JetStream (the projector need not be running):
 its steps, why it is held or stopped (the limit and the figures, or who and why), its
@@ -41,7 +43,10 @@ With a step (its number, as the run's steps are listed): what that step asked an
 answered, from its snapshot: the request as forwarded, the request as the client sent it
 where Holdfast changed it, and the provider's answer (a stream's events as received), as
 stored (redacted). --raw prints one of them byte for byte (the request as forwarded by
-default), --json all of them with each part parsed.`;
+default), --json all of them with each part parsed.
+
+With --bundle, the same from a bundle holdfast export wrote, with no stack running: the
+run folded again from the events it holds.`;
 
 export async function show(argv: string[]): Promise<void> {
   // --raw takes an optional side: "--raw" alone, or "--raw answer".
@@ -51,37 +56,22 @@ export async function show(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({
     args,
     allowPositionals: true,
-    options: { ...COMMON_OPTIONS, raw: { type: "string" } },
+    options: { ...COMMON_OPTIONS, raw: { type: "string" }, bundle: { type: "string" } },
   });
   if (values.help) return void console.log(SHOW_USAGE);
-  const runId = positionals[0];
-  if (runId === undefined || positionals.length > 2)
-    throw new CliError(`give a run id, and a step if you want one\n\n${SHOW_USAGE}`, 2);
-  const stepAsked = positionals[1] === undefined ? undefined : stepNumber(positionals[1]);
+  // A bundle names its run: all that is left to give is a step.
+  const bundle = values.bundle === undefined ? undefined : readBundle(values.bundle);
+  const [runId, step] = bundle === undefined ? positionals : [bundle.runId, ...positionals];
+  if (runId === undefined || positionals.length > (bundle === undefined ? 2 : 1))
+    throw new CliError(`give a run id (or --bundle FILE), and a step if you want one\n\n${SHOW_USAGE}`, 2);
+  const stepAsked = step === undefined ? undefined : stepNumber(step);
   if (values.raw !== undefined && stepAsked === undefined)
     throw new CliError("--raw shows one step: give its number", 2);
   if (values.raw !== undefined && values.json) throw new CliError("give --raw or --json, not both", 2);
   if (values.raw !== undefined && !RAW_SIDES.includes(values.raw as RawSide))
     throw new CliError(`--raw shows one of ${RAW_SIDES.join(", ")}`, 2);
-  // The running stack's own file when none is named: its NATS prefix is where its runs are.
-  const { config } = stackConfig(values);
-  const bus = await connectBus({ ...readerConnection(config), name: "holdfast-cli" });
-  let state: RunView;
-  let durable: DurableRun | undefined;
-  let shown: ShownStep | undefined;
-  try {
-    const history = await bus.readRun(runId);
-    if (history.events.length === 0 && history.quarantined.length === 0)
-      throw new CliError(`no run named ${JSON.stringify(runId)}`);
-    state = describeRun(runId, history);
-    if (stepAsked !== undefined) shown = await readStep(bus, state, stepAsked);
-    durable = durableRunOf(
-      runId,
-      history.events.map((e) => e.envelope),
-    );
-  } finally {
-    await bus.close();
-  }
+  const read = bundle === undefined ? await fromLog(values, runId, stepAsked) : fromBundle(bundle, stepAsked);
+  const { state, durable, shown } = read;
   if (shown !== undefined) {
     // Byte for byte, with nothing added: what was sent can be sent again.
     if (values.raw !== undefined) return void process.stdout.write(rawSide(shown, values.raw as RawSide));
@@ -93,6 +83,52 @@ export async function show(argv: string[]): Promise<void> {
   console.log(terminalSafe(renderRun(state)));
   // A durable run's own part: its agent, where it stands, and each step it recorded.
   if (durable !== undefined) console.log(`\nDurable run\n\n${terminalSafe(renderDurable(durable))}`);
+}
+
+interface Shown {
+  readonly state: RunView;
+  readonly durable: DurableRun | undefined;
+  readonly shown: ShownStep | undefined;
+}
+
+/** The run (and the step asked for) from the running stack's log and snapshots. */
+async function fromLog(
+  values: { "data-dir"?: string | undefined; config?: string | undefined },
+  runId: string,
+  stepAsked: number | undefined,
+): Promise<Shown> {
+  // The running stack's own file when none is named: its NATS prefix is where its runs are.
+  const { config } = stackConfig(values);
+  const bus = await connectBus({ ...readerConnection(config), name: "holdfast-cli" });
+  try {
+    const history = await bus.readRun(runId);
+    if (history.events.length === 0 && history.quarantined.length === 0)
+      throw new CliError(`no run named ${JSON.stringify(runId)}`);
+    const state = describeRun(runId, history);
+    return {
+      state,
+      durable: durableRunOf(
+        runId,
+        history.events.map((e) => e.envelope),
+      ),
+      shown: stepAsked === undefined ? undefined : await readStep(bus, state, stepAsked),
+    };
+  } finally {
+    await bus.close();
+  }
+}
+
+/** The same from a bundle: the run folded again from the events it holds. */
+function fromBundle(bundle: Bundle, stepAsked: number | undefined): Shown {
+  const { view, log } = bundleRun(bundle);
+  return {
+    state: view,
+    durable: durableRunOf(
+      bundle.runId,
+      log.events.map((e) => e.envelope),
+    ),
+    shown: stepAsked === undefined ? undefined : bundleStepShown(bundle, view, stepAsked),
+  };
 }
 
 /** A run as `holdfast show` prints it. Pure but for the clock. */

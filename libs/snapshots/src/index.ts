@@ -6,7 +6,10 @@ export {
   CHUNK_CHARS,
   contentKey,
   manifestKey,
+  patternDigest,
+  type Redaction,
   type RequestManifest,
+  redactionOf,
   type StoredText,
   storedValues,
 } from "./store.js";

@@ -2,6 +2,7 @@ import {
   type AnswerManifest,
   contentKey,
   manifestKey,
+  type Redaction,
   type RequestManifest,
   type StoredText,
 } from "./store.js";
@@ -15,6 +16,8 @@ export interface StepSnapshot {
   readonly answer?: AnswerManifest & { readonly text: string };
   /** What could not be read, and why (a side never stored, a piece gone). */
   readonly missing: readonly string[];
+  /** The redaction the request's (else the answer's) gateway applied, when it says. */
+  readonly redaction?: Redaction;
 }
 
 /** The most bases a request's manifest is followed through: more is a loop, not a conversation. */
@@ -49,10 +52,22 @@ export class SnapshotReader {
     ]);
     if (typeof request === "string") missing.push(`request: ${request}`);
     if (typeof answer === "string") missing.push(`answer: ${answer}`);
+    const redactionKey =
+      (typeof request === "string" ? undefined : request.redaction) ??
+      (typeof answer === "string" ? undefined : answer.redaction);
+    let redaction: Redaction | undefined;
+    if (redactionKey !== undefined) {
+      try {
+        redaction = JSON.parse(await this.piece(redactionKey)) as Redaction;
+      } catch (error) {
+        missing.push(`redaction: ${(error as Error).message}`);
+      }
+    }
     return {
       ...(typeof request === "string" ? {} : { request }),
       ...(typeof answer === "string" ? {} : { answer }),
       missing,
+      ...(redaction === undefined ? {} : { redaction }),
     };
   }
 

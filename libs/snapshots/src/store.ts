@@ -38,6 +38,34 @@ export interface RequestManifest {
   readonly client?: StoredText;
   /** Pieces that redaction changed (credentials, redact.patterns): those bytes are not the traffic's. */
   readonly redacted: number;
+  /** The address of the redaction that applied (a Redaction), stored as a piece. */
+  readonly redaction?: string;
+}
+
+/**
+ * The redaction a gateway applied to what it stored: credentials always, and its
+ * redact.patterns, named by their SHA-256 (hex) and never by their text, which may itself
+ * spell what it hides.
+ */
+export interface Redaction {
+  readonly v: 1;
+  readonly credentials: string;
+  readonly patterns: readonly string[];
+}
+
+/** The redaction of a gateway with these patterns, as stored. */
+export function redactionOf(patterns: readonly string[]): Redaction {
+  return {
+    v: 1,
+    credentials:
+      "the call's own credentials (in full, masked or in pieces) and anything shaped like a key or a bearer token",
+    patterns: patterns.map(patternDigest),
+  };
+}
+
+/** How a redact pattern is named in a Redaction. */
+export function patternDigest(pattern: string): string {
+  return createHash("sha256").update(pattern, "utf8").digest("hex");
 }
 
 export interface AnswerManifest {
@@ -52,6 +80,7 @@ export interface AnswerManifest {
   /** A streamed answer's events, as received (decompressed), in order. */
   readonly events?: StoredText;
   readonly redacted: number;
+  readonly redaction?: string;
 }
 
 /** The longest text stored as one value: a longer one is stored in chunks this long (in characters, at most 4 bytes each). */

@@ -4,6 +4,7 @@ import {
   type AnswerManifest,
   manifestKey,
   type RequestManifest,
+  redactionOf,
   type StoredText,
   storedValues,
 } from "./store.js";
@@ -63,6 +64,8 @@ export class SnapshotWriter {
   private readonly maxKnown: number;
   /** Snapshot sides (a request's, an answer's) stored, and not stored. */
   readonly counts = { stored: 0, failed: 0 };
+  /** The redaction this writer applies, stored as a piece every manifest names. */
+  private readonly redaction: { key: string; values: [string, string][] };
 
   constructor(private readonly options: SnapshotWriterOptions) {
     this.patterns = options.patterns.map((pattern) => new RegExp(pattern, "gu"));
@@ -70,6 +73,8 @@ export class SnapshotWriter {
     this.maxRuns = options.maxRuns ?? 2_048;
     this.maxDepth = options.maxDepth ?? 64;
     this.maxKnown = options.maxKnown ?? 200_000;
+    // Stored as it is, not scrubbed: it holds digests and fixed words, no content.
+    this.redaction = storedValues(JSON.stringify(redactionOf(options.patterns)));
   }
 
   /**
@@ -133,6 +138,7 @@ export class SnapshotWriter {
       forwarded: forwardedText,
       ...(clientText === undefined ? {} : { client: clientText }),
       redacted,
+      redaction: this.redactionPiece(writes),
     };
     // The manifest last: once it is stored, every piece it names is.
     const remembered: Remembered = { step: stepId, text, ends, keys, sizes, depth, secrets: secretsTag };
@@ -161,6 +167,7 @@ export class SnapshotWriter {
       status,
       ...("body" in answer ? { body: content } : { events: content }),
       redacted: stored.redacted ? 1 : 0,
+      redaction: this.redactionPiece(writes),
     };
     return this.finish(writes, manifestKey(runId, stepId, "a"), manifest, { runId, stepId, side: "a" });
   }
@@ -168,6 +175,23 @@ export class SnapshotWriter {
   /** Forgets a run's last request (its calls now go to another gateway, or it ended). */
   forget(runId: string): void {
     this.runs.delete(runId);
+  }
+
+  /** The redaction's address, its piece written with the first manifest (and again after a failure). */
+  private redactionPiece(writes: Promise<void>[]): string {
+    const { key, values } = this.redaction;
+    if (!this.known.has(key)) this.write(key, values, writes);
+    return key;
+  }
+
+  private write(key: string, values: [string, string][], writes: Promise<void>[]): void {
+    for (const [k, v] of values) writes.push(this.options.putPart(k, v));
+    // Known once its writes are acknowledged; a failure leaves it to be written again.
+    const written = Promise.all(writes.slice(-values.length)).then(() => {
+      if (this.known.size >= this.maxKnown) this.known.clear();
+      this.known.add(key);
+    });
+    written.catch(() => {});
   }
 
   private piece(
@@ -178,15 +202,7 @@ export class SnapshotWriter {
     let text = scrubSecrets(raw, secrets);
     for (const pattern of this.patterns) text = text.replace(pattern, REDACTED);
     const { key, values } = storedValues(text);
-    if (!this.known.has(key)) {
-      for (const [k, v] of values) writes.push(this.options.putPart(k, v));
-      // Known once its writes are acknowledged; a failure leaves it to be written again.
-      const written = Promise.all(writes.slice(-values.length)).then(() => {
-        if (this.known.size >= this.maxKnown) this.known.clear();
-        this.known.add(key);
-      });
-      written.catch(() => {});
-    }
+    if (!this.known.has(key)) this.write(key, values, writes);
     return { key, bytes: Buffer.byteLength(text), redacted: text !== raw };
   }
 

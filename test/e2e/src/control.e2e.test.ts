@@ -339,4 +339,47 @@ describe("approve and deny from the CLI", () => {
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("has no answer held by the tool-call gate");
   });
+  it("exports a run with its decisions to a bundle that holdfast show reads with no stack", async () => {
+    const file = join(dir.path, "cli-gate.json");
+    const exported = await holdfast(["export", "cli-gate", "-o", file]);
+    expect(exported.code, exported.stderr).toBe(0);
+    const bundle = JSON.parse(readFileSync(file, "utf8")) as {
+      format: string;
+      decisions: { what: string; reason: string }[];
+      steps: { step: number }[];
+      events: unknown[];
+    };
+    expect(bundle.format).toBe("holdfast.run-bundle");
+    expect(bundle.decisions.map((d) => d.what)).toEqual(expect.arrayContaining(["denied", "approved"]));
+    expect(bundle.decisions.find((d) => d.what === "denied")?.reason).toBe("not main");
+    expect(bundle.steps.map((s) => s.step)).toEqual([1, 2]);
+    // Only the owner may read it: it holds what the agent sent.
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    const lines = join(dir.path, "cli-gate.jsonl");
+    expect((await holdfast(["export", "cli-gate", "--jsonl", "-o", lines])).code).toBe(0);
+    expect(readFileSync(lines, "utf8").split("\n").filter(Boolean).length).toBe(
+      1 + 1 + bundle.events.length + bundle.decisions.length + bundle.steps.length + 1,
+    );
+
+    // Read back where no stack has ever run: an empty data directory.
+    const empty = await makeTempDir("no-stack");
+    try {
+      const offline = async (...args: string[]) =>
+        run(process.execPath, [BIN, "show", "--bundle", ...args, "--data-dir", empty.path], {
+          env: cleanEnv(),
+        });
+      const live = await holdfast(["show", "cli-gate", "--json"]);
+      for (const source of [file, lines]) {
+        expect(JSON.parse((await offline(source, "--json")).stdout)).toEqual(JSON.parse(live.stdout));
+        expect((await offline(source, "2", "--raw")).stdout).toBe(
+          (await holdfast(["show", "cli-gate", "2", "--raw"])).stdout,
+        );
+        expect((await offline(source, "2", "--raw", "answer")).stdout).toBe(
+          (await holdfast(["show", "cli-gate", "2", "--raw", "answer"])).stdout,
+        );
+      }
+    } finally {
+      await empty[Symbol.asyncDispose]();
+    }
+  });
 });

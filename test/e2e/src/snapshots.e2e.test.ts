@@ -1,5 +1,19 @@
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import type { Bus } from "@holdfast/bus";
-import { rawSide, readStep, stepJson } from "@holdfast/cli";
+import {
+  type BundleRecord,
+  bundleRecords,
+  bundleRun,
+  bundleStepShown,
+  rawSide,
+  readBundle,
+  readStep,
+  renderRun,
+  stepJson,
+} from "@holdfast/cli";
+import { patternDigest } from "@holdfast/snapshots";
+import { makeTempDir } from "@holdfast/test-harness";
 import type OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Stack, startStack } from "./stack.js";
@@ -145,6 +159,56 @@ describe("snapshots: every step's exact request and answer, by content", () => {
           expect(value).not.toContain(secret);
         }
       }
+    }
+  });
+
+  it("exports a run to one bundle (JSON or JSONL) that shows the same run and the same bytes with no stack", async () => {
+    const from = stack.provider.requests.length;
+    const runId = "snap-export";
+    const client = stack.client({ headers: { "X-Holdfast-Run": runId } });
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [];
+    for (let i = 1; i <= 3; i++) {
+      messages.push({ role: "user", content: `Export step ${i}, SSN ${SSN}.` });
+      const answer = await client.chat.completions.create({ model: "gpt-4o-mini", messages });
+      messages.push({ role: "assistant", content: answer.choices[0]?.message.content ?? "" });
+    }
+    await stack.settled(runId, 3);
+    const records: BundleRecord[] = [];
+    for await (const record of bundleRecords(reader, runId, ["\\b\\d{3}-\\d{2}-\\d{4}\\b"]))
+      records.push(record);
+    expect(records.map((r) => r.kind).filter((k, i, all) => all.indexOf(k) === i)).toEqual([
+      "header",
+      "run",
+      "event",
+      "step",
+      "redaction",
+    ]);
+    await using dir = await makeTempDir("bundle");
+    {
+      const jsonl = join(dir.path, "run.jsonl");
+      writeFileSync(jsonl, records.map((r) => `${JSON.stringify(r)}\n`).join(""));
+      const bundle = readBundle(jsonl);
+      // The same document as one JSON file.
+      const json = join(dir.path, "run.json");
+      writeFileSync(json, JSON.stringify(bundle, null, 2));
+      expect(readBundle(json)).toEqual(bundle);
+      // Folded again from its events: the run as the log shows it.
+      const { view } = bundleRun(bundle);
+      const live = await stack.run(runId);
+      expect(renderRun(view, 0)).toBe(renderRun(live, 0));
+      const sent = exchangesSince(from);
+      for (const n of [1, 2, 3]) {
+        const step = bundleStepShown(bundle, view, n);
+        // Redacted as stored: the SSN is not in the bundle, the rest is byte for byte.
+        expect(rawSide(step, "request")).toBe(sent[n - 1]!.rawBody.replaceAll(SSN, "[redacted]"));
+        // The fake answers by quoting the question: its answer is redacted alike.
+        expect(rawSide(step, "answer")).toBe(sent[n - 1]!.responseBody.replaceAll(SSN, "[redacted]"));
+      }
+      expect(bundle.redaction.patterns).toEqual([
+        { sha256: patternDigest("\\b\\d{3}-\\d{2}-\\d{4}\\b"), inExportingConfig: true },
+      ]);
+      expect(JSON.stringify(bundle)).not.toContain(SSN);
+      expect(JSON.stringify(bundle)).not.toContain("\\d{3}");
     }
   });
 
