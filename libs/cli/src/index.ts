@@ -1,6 +1,3 @@
-export { CliError } from "./errors.js";
-export { readStack, type StackFile } from "./stack.js";
-export { RAW_SIDES, type RawSide, rawSide, readStep, renderStep, type ShownStep, stepJson } from "./step.js";
 export {
   type Bundle,
   type BundleRecord,
@@ -9,4 +6,7 @@ export {
   bundleStepShown,
   readBundle,
 } from "./bundle.js";
+export { CliError } from "./errors.js";
 export { renderRun } from "./show.js";
+export { readStack, type StackFile } from "./stack.js";
+export { RAW_SIDES, type RawSide, rawSide, readStep, renderStep, type ShownStep, stepJson } from "./step.js";

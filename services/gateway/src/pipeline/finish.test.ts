@@ -28,7 +28,6 @@ import {
   type Finishing,
   finish,
   invalidAnswer,
-  LEFT,
   providerRefused,
   refusalReply,
   refused,
