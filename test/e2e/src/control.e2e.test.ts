@@ -152,6 +152,13 @@ describe("holdfast up", () => {
     expect(answer.code, answer.stderr).toBe(0);
     const person = await holdfast(["show", "demo-agent", "1"]);
     expect(person.stdout).toContain("Request as forwarded");
+    // The run's listing names each step's conversation prefix hash: what --prompt selects on.
+    const listing = (await holdfast(["show", "demo-agent"])).stdout;
+    const prompt = /^prompt +([0-9a-f]{16})$/m.exec(listing)?.[1];
+    expect(prompt).toBeDefined();
+    const steps = (await shown("demo-agent")) as unknown as { steps: { prompt_hash: string }[] };
+    expect(steps.steps.map((s) => s.prompt_hash)).toEqual(steps.steps.map(() => prompt));
+    expect(listing.split(prompt!).length - 1).toBe(steps.steps.length + 1);
 
     const { controlUrl, controlGrpc } = stack();
     const url = `${controlUrl}/holdfast/v1/runs/demo-agent/steps/1`;

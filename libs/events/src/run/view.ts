@@ -44,6 +44,8 @@ export interface StepView {
   model: string;
   stream: boolean;
   messageCount: number;
+  /** The conversation prefix hash of this call (model, system prompt, first message): what `hold --prompt` selects on. */
+  promptHash: string;
   /** The gateway process that handled the call (instance id and boot id). */
   gateway: string;
   startedMs: number;
@@ -539,6 +541,7 @@ export function describeRun(runId: string, history: Iterable<StoredEnvelope> | R
         model: e.model,
         stream: e.stream,
         messageCount: e.messageCount,
+        promptHash: e.promptHash,
         gateway: e.gateway,
         startedMs: event.timestampMs,
         finishedMs: null,
