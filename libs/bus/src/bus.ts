@@ -383,10 +383,16 @@ export class Bus {
    * Puts `value` under `key` in a bucket `keyValue` made, and resolves once the bucket
    * has it: a KV put through the bus's publisher, so a put made on the hot path costs what
    * an append does (a write shared with the round's other publishes, no request timer or
-   * error object of its own). `key` must be a valid KV key.
+   * error object of its own). `key` must be a valid KV key. `deferred`: it may wait a
+   * moment to share a write with the next publish (as a call's outcome does).
    */
-  putValue(bucket: BucketName, key: string, value: string): Promise<void> {
-    return this.buckets.putValue(bucket, key, value);
+  putValue(
+    bucket: BucketName,
+    key: string,
+    value: string,
+    options: { deferred?: boolean } = {},
+  ): Promise<void> {
+    return this.buckets.putValue(bucket, key, value, options.deferred === true);
   }
 
   /**

@@ -46,11 +46,12 @@ export class Buckets {
   }
 
   /** See Bus.putValue. */
-  async putValue(bucket: BucketName, key: string, value: string): Promise<void> {
-    const ack = await this.link.publisher.publish(
-      `$KV.${this.bucketName(bucket)}.${key}`,
-      Buffer.from(value),
-    );
+  async putValue(bucket: BucketName, key: string, value: string, deferred = false): Promise<void> {
+    const subject = `$KV.${this.bucketName(bucket)}.${key}`;
+    const data = Buffer.from(value);
+    const ack = await (deferred
+      ? this.link.publisher.publishDeferred(subject, data)
+      : this.link.publisher.publish(subject, data));
     if (!ack.ok) throw publishFailed(ack, `put to ${this.bucketName(bucket)}`);
   }
 

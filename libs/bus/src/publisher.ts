@@ -93,7 +93,7 @@ export class AsyncPublisher {
   }
 
   /** Like publish, but the message may wait up to `deferMs` to share a write with others. */
-  publishDeferred(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
+  publishDeferred(subject: string, data: Uint8Array, headers?: MsgHdrs): Promise<PubAck> {
     return this.queue(subject, data, headers, () => {
       this.deferTimer ??= setTimeout(() => this.flush(), this.deferMs);
     });

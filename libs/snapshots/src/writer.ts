@@ -9,8 +9,12 @@ import {
   storedValues,
 } from "./store.js";
 
-/** Puts a value under a key of one bucket; rejects when it was not stored. */
-export type Put = (key: string, value: string) => Promise<void>;
+/**
+ * Puts a value under a key of one bucket; rejects when it was not stored. `deferred`: it
+ * may wait a moment to share a write with the next publish (an answer's, with the call's
+ * outcome, which waits so too).
+ */
+export type Put = (key: string, value: string, deferred: boolean) => Promise<void>;
 
 export interface SnapshotWriterOptions {
   /** SNAPSHOT_PARTS. */
@@ -43,6 +47,12 @@ interface Remembered {
 }
 
 const REDACTED = "[redacted]";
+
+/** One snapshot's writes, and whether they may wait to share a write with the call's outcome. */
+interface Writes {
+  readonly list: Promise<void>[];
+  readonly deferred: boolean;
+}
 
 /**
  * Stores each step's request and answer by content, on the gateway that made the call.
@@ -89,7 +99,7 @@ export class SnapshotWriter {
     client: Buffer | string | undefined,
     secrets: readonly string[],
   ): Promise<boolean> {
-    const writes: Promise<void>[] = [];
+    const writes: Writes = { list: [], deferred: false };
     const text = typeof forwarded === "string" ? forwarded : forwarded.toString("utf8");
     const secretsTag = secrets.join("\n");
     const ends = pieceEnds(text);
@@ -155,7 +165,7 @@ export class SnapshotWriter {
     answer: { readonly body: string } | { readonly events: string },
     secrets: readonly string[],
   ): Promise<boolean> {
-    const writes: Promise<void>[] = [];
+    const writes: Writes = { list: [], deferred: true };
     const text = "body" in answer ? answer.body : answer.events;
     const stored = this.piece(text, secrets, writes);
     const content: StoredText = { bytes: stored.bytes, parts: [stored.key] };
@@ -178,16 +188,17 @@ export class SnapshotWriter {
   }
 
   /** The redaction's address, its piece written with the first manifest (and again after a failure). */
-  private redactionPiece(writes: Promise<void>[]): string {
+  private redactionPiece(writes: Writes): string {
     const { key, values } = this.redaction;
     if (!this.known.has(key)) this.write(key, values, writes);
     return key;
   }
 
-  private write(key: string, values: [string, string][], writes: Promise<void>[]): void {
-    for (const [k, v] of values) writes.push(this.options.putPart(k, v));
+  private write(key: string, values: [string, string][], writes: Writes): void {
+    const puts = values.map(([k, v]) => this.options.putPart(k, v, writes.deferred));
+    writes.list.push(...puts);
     // Known once its writes are acknowledged; a failure leaves it to be written again.
-    const written = Promise.all(writes.slice(-values.length)).then(() => {
+    const written = Promise.all(puts).then(() => {
       if (this.known.size >= this.maxKnown) this.known.clear();
       this.known.add(key);
     });
@@ -197,7 +208,7 @@ export class SnapshotWriter {
   private piece(
     raw: string,
     secrets: readonly string[],
-    writes: Promise<void>[],
+    writes: Writes,
   ): { key: string; bytes: number; redacted: boolean } {
     let text = scrubSecrets(raw, secrets);
     for (const pattern of this.patterns) text = text.replace(pattern, REDACTED);
@@ -207,7 +218,7 @@ export class SnapshotWriter {
   }
 
   private finish(
-    writes: Promise<void>[],
+    writes: Writes,
     key: string,
     manifest: RequestManifest | AnswerManifest,
     what: { runId: string; stepId: string; side: "q" | "a" },
@@ -215,8 +226,8 @@ export class SnapshotWriter {
   ): Promise<boolean> {
     // Queued in the same round as the pieces (one write to the socket); counted as stored
     // only when every piece and the manifest are.
-    writes.push(this.options.putManifest(key, JSON.stringify(manifest)));
-    return Promise.all(writes).then(
+    writes.list.push(this.options.putManifest(key, JSON.stringify(manifest), writes.deferred));
+    return Promise.all(writes.list).then(
       () => {
         this.counts.stored += 1;
         stored?.();

@@ -518,8 +518,8 @@ async function snapshotWriter(
   await bus.keyValue("SNAPSHOT_STEPS");
   let loggedMs = 0;
   return new SnapshotWriter({
-    putPart: (key, value) => bus.putValue("SNAPSHOT_PARTS", key, value),
-    putManifest: (key, value) => bus.putValue("SNAPSHOT_STEPS", key, value),
+    putPart: (key, value, deferred) => bus.putValue("SNAPSHOT_PARTS", key, value, { deferred }),
+    putManifest: (key, value, deferred) => bus.putValue("SNAPSHOT_STEPS", key, value, { deferred }),
     patterns: config.redact.patterns,
     onFailure: (error, { runId, stepId, side }) => {
       const now = Date.now();

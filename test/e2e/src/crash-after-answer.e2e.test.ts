@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
+import { readStep } from "@holdfast/cli";
 import { waitFor } from "@holdfast/test-harness";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -104,5 +105,19 @@ describe("a gateway killed between the answer and its outcome reaching the log",
     expect(rows).toHaveLength(1);
     expect(rows[0]?.estimated).toBe(true);
     expect(Number(rows[0]?.cost_usd)).toBeGreaterThan(0);
+
+    // Its snapshot: the request went with the step's start, so it is whole; the answer went
+    // with the outcome the process died holding, so it is there whole or said missing,
+    // never half.
+    const reader = await stack.connect("reader");
+    try {
+      const { snapshot } = await readStep(reader, run, 1);
+      const sent = stack.provider.requests.at(-1)!;
+      expect(snapshot.request?.forwardedText).toBe(sent.rawBody);
+      if (snapshot.answer === undefined) expect(snapshot.missing).toEqual(["answer: not stored"]);
+      else expect(snapshot.answer.text).toBe(sent.responseBody);
+    } finally {
+      await reader.close();
+    }
   });
 });
