@@ -56,6 +56,11 @@ export function scrubSecrets(text: string, secrets: readonly string[]): string {
 const TAIL = 4;
 // Shorter secrets are not keys a provider masks; their pieces alone would be noise.
 const MIN_MASKED = 12;
+// Longer ones are no provider's key (Anthropic's, the longest, are about 110 characters):
+// looking for their pieces would cost the text's length times theirs.
+const MAX_INDEXED = 256;
+// How far before a key's tail its masked head is looked for ("sk-proj-…wxyz").
+const HEAD_REACH = 256;
 // A piece of a key is redacted when it shows this many characters of the secret part (what
 // follows the vendor's prefix): a random key shares no such run with ordinary text.
 const FRAGMENT = 8;
@@ -110,7 +115,7 @@ function redactPrepared(text: string, { known, indexes }: Prepared): string {
   }
   for (const index of indexes) {
     if (scrubbed.length >= FRAGMENT) scrubbed = redactPieces(scrubbed, index);
-    if (scrubbed.includes(index.key.slice(-(TAIL - 1)))) scrubbed = scrubbed.replace(index.tail, REDACTED);
+    if (scrubbed.includes(index.key.slice(-(TAIL - 1)))) scrubbed = redactTail(scrubbed, index);
   }
   return scrubbed;
 }
@@ -129,7 +134,13 @@ function prepared(secrets: readonly string[]): Prepared {
   if (found === undefined) {
     // Longest first: a secret that contains another must go whole, not leave a remainder.
     const known = secrets.filter((secret) => secret.length > 0).sort((a, b) => b.length - a.length);
-    found = { known, indexes: known.filter((secret) => secret.length >= MIN_MASKED).map(indexOf) };
+    // A key longer than any provider's is not looked for in pieces: whole, it still is.
+    found = {
+      known,
+      indexes: known
+        .filter((secret) => secret.length >= MIN_MASKED && secret.length <= MAX_INDEXED)
+        .map(indexOf),
+    };
     PREPARED.set(secrets, found);
   }
   return found;
@@ -192,6 +203,45 @@ function widen(text: string, spans: [number, number][]): [number, number][] {
 }
 
 const HASH_MASK = 0xffff;
+
+/**
+ * The key's tail where it stands as a word or behind a mask, with the masked head in
+ * front of it: `index.tail` tried only around each place the tail's last characters occur
+ * (the text a word's run of characters before it, at most HEAD_REACH back), so a long run
+ * of word characters is read about once, not once per character.
+ */
+function redactTail(text: string, index: KeyIndex): string {
+  const short = index.key.slice(-(TAIL - 1));
+  const spans: [number, number][] = [];
+  let scanned = 0;
+  for (let at = text.indexOf(short); at >= 0; at = text.indexOf(short, at + 1)) {
+    let start = at;
+    const floor = Math.max(0, at - HEAD_REACH, scanned);
+    while (start > floor && HEAD_CHAR.test(text[start - 1]!)) start -= 1;
+    scanned = at;
+    // One character either side, for the pattern's look-behind and look-ahead.
+    const from = Math.max(0, start - 1);
+    const window = text.slice(from, Math.min(text.length, at + TAIL + 1));
+    index.tail.lastIndex = 0;
+    for (let m = index.tail.exec(window); m !== null; m = index.tail.exec(window)) {
+      spans.push([from + m.index, from + m.index + m[0].length]);
+      if (m[0].length === 0) index.tail.lastIndex += 1;
+    }
+  }
+  if (spans.length === 0) return text;
+  spans.sort((a, b) => a[0] - b[0]);
+  let out = "";
+  let end = 0;
+  for (const [from, to] of spans) {
+    if (to <= end) continue;
+    out += `${text.slice(end, Math.max(end, from))}${from >= end ? REDACTED : ""}`;
+    end = to;
+  }
+  return out + text.slice(end);
+}
+
+// What a masked head before a key's tail is made of ("sk-proj-", "****", "…").
+const HEAD_CHAR = /[\w\-*.\u2026]/;
 
 /** A 16-bit hash of the GRAM characters of `text` from `at`. */
 function gramHash(text: string, at: number): number {
