@@ -74,7 +74,12 @@ export async function show(argv: string[]): Promise<void> {
   const { state, durable, shown } = read;
   if (shown !== undefined) {
     // Byte for byte, with nothing added: what was sent can be sent again.
-    if (values.raw !== undefined) return void process.stdout.write(rawSide(shown, values.raw as RawSide));
+    if (values.raw !== undefined) {
+      const bytes = rawSide(shown, values.raw as RawSide);
+      // To a terminal, what a provider sent could drive it (escape sequences): made safe
+      // there, byte for byte everywhere else.
+      return void process.stdout.write(process.stdout.isTTY ? terminalSafe(bytes) : bytes);
+    }
     if (values.json) return void console.log(JSON.stringify(stepJson(runId, shown), null, 2));
     return void console.log(renderStep(runId, shown));
   }

@@ -884,6 +884,11 @@ export const configSchema = z
             .describe(
               "Store every step's request (as forwarded, and as the client sent it where Holdfast changed it) and answer by content in JetStream, redacted, for holdfast show <run> <step>.",
             ),
+          max_bytes: integer(1_024, 4_294_967_296)
+            .default(32 * 1024 * 1024)
+            .describe(
+              "Largest request or answer a snapshot keeps, in bytes; a larger one is recorded as not stored, with its size.",
+            ),
         },
         mapping,
       )

@@ -21,7 +21,11 @@ export interface StepSnapshot {
 }
 
 /** The most bases a request's manifest is followed through: more is a loop, not a conversation. */
-const MAX_CHAIN = 64;
+const MAX_CHAIN = 65;
+/** The most pieces one text is made of, bases included: a writer cuts at most 4,096 per text. */
+const MAX_PARTS = 4_096 * (MAX_CHAIN + 1);
+/** Pieces read at once. */
+const READ_AHEAD = 64;
 
 /**
  * Reads snapshots back from their buckets: a step's manifests, their bases, and every
@@ -89,12 +93,18 @@ export class SnapshotReader {
 
   /** The addresses of a stored text's pieces, its bases' first, in order. */
   async partsOf(runId: string, stored: StoredText, depth = 0): Promise<string[]> {
+    if (stored.omitted !== undefined) throw new Error(`not stored: ${stored.omitted}`);
+    if (stored.parts.length > MAX_PARTS)
+      throw new Error(`it names ${stored.parts.length} pieces, more than a writer cuts`);
     if (stored.base === undefined) return [...stored.parts];
     if (depth >= MAX_CHAIN) throw new Error(`its chain of earlier steps is longer than ${MAX_CHAIN}`);
     const base = await this.manifest<RequestManifest>(runId, stored.base.step, "q");
     if (base === undefined)
       throw new Error(`the earlier step ${stored.base.step} it builds on is not stored`);
-    const before = await this.partsOf(runId, base.forwarded, depth + 1);
+    const side = stored.base.side === "client" ? base.client : base.forwarded;
+    if (side === undefined)
+      throw new Error(`the earlier step ${stored.base.step} has no client request to build on`);
+    const before = await this.partsOf(runId, side, depth + 1);
     if (before.length < stored.base.parts)
       throw new Error(`the earlier step ${stored.base.step} has fewer pieces than it names`);
     return [...before.slice(0, stored.base.parts), ...stored.parts];
@@ -102,7 +112,14 @@ export class SnapshotReader {
 
   async text(runId: string, stored: StoredText): Promise<string> {
     const parts = await this.partsOf(runId, stored);
-    const texts = await Promise.all(parts.map((key) => this.piece(key)));
+    if (parts.length > MAX_PARTS) throw new Error(`it names ${parts.length} pieces, more than a writer cuts`);
+    // A bounded number at once: a long conversation's pieces are thousands of reads.
+    const texts = new Array<string>(parts.length);
+    let next = 0;
+    const worker = async () => {
+      for (let i = next++; i < parts.length; i = next++) texts[i] = await this.piece(parts[i]!);
+    };
+    await Promise.all(Array.from({ length: Math.min(READ_AHEAD, parts.length) }, worker));
     const text = texts.join("");
     if (Buffer.byteLength(text) !== stored.bytes)
       throw new Error(`reassembled to ${Buffer.byteLength(text)} bytes, not the ${stored.bytes} stored`);
@@ -123,24 +140,29 @@ export class SnapshotReader {
     return parsed;
   }
 
-  private piece(key: string): Promise<string> {
+  private piece(key: string, chunk = false): Promise<string> {
+    // A chunk is read on its own, never from the cache: a list naming itself would wait on itself.
+    if (chunk) return this.readPiece(key, true);
     let found = this.pieces.get(key);
     if (found === undefined) {
-      found = this.readPiece(key);
+      found = this.readPiece(key, chunk);
       this.pieces.set(key, found);
       found.catch(() => this.pieces.delete(key));
     }
     return found;
   }
 
-  private async readPiece(key: string): Promise<string> {
+  private async readPiece(key: string, chunk: boolean): Promise<string> {
     const value = await this.getPart(key);
     if (value === undefined) throw new Error(`a piece it names (${key}) is not stored`);
     let text: string;
     if (value.startsWith("=")) text = value.slice(1);
-    else if (value.startsWith("+")) {
-      const chunks = JSON.parse(value.slice(1)) as string[];
-      text = (await Promise.all(chunks.map((chunk) => this.piece(chunk)))).join("");
+    else if (value.startsWith("+") && !chunk) {
+      // Chunks are text: a chunk that lists chunks is no piece a writer made (and could loop).
+      const chunks = JSON.parse(value.slice(1)) as unknown;
+      if (!Array.isArray(chunks) || chunks.length > 1_000 || !chunks.every((c) => typeof c === "string"))
+        throw new Error(`the piece ${key} lists its chunks in no form this version reads`);
+      text = (await Promise.all(chunks.map((c: string) => this.piece(c, true)))).join("");
     } else throw new Error(`the piece ${key} is in no form this version reads`);
     if (contentKey(text) !== key) throw new Error(`the piece ${key} does not hash to its address`);
     return text;

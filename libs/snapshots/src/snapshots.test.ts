@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { SnapshotReader } from "./reader.js";
 import { splitPieces } from "./split.js";
 import { CHUNK_CHARS, contentKey, manifestKey } from "./store.js";
-import { SnapshotWriter } from "./writer.js";
+import { MAX_PIECES, SnapshotWriter } from "./writer.js";
 
 /** A bucket as a map, with every put counted (the codec's own test: the buckets' are integration tests). */
 function bucket() {
@@ -15,7 +15,8 @@ function bucket() {
     },
     put: async (key: string, value: string) => {
       puts += 1;
-      values.set(key, value);
+      // Through UTF-8, as NATS carries it.
+      values.set(key, Buffer.from(value, "utf8").toString("utf8"));
     },
     get: async (key: string) => values.get(key),
   };
@@ -110,6 +111,66 @@ describe("SnapshotWriter and SnapshotReader", () => {
     expect(step.request?.redacted).toBe(1);
   });
 
+  it("redacts what a string says however JSON spells it, and keeps what it stores JSON", async () => {
+    const parts = bucket();
+    const manifests = bucket();
+    const writer = new SnapshotWriter({
+      putPart: parts.put,
+      putManifest: manifests.put,
+      patterns: ['"password"\\s*:\\s*"[^"]*"', "\\bACME-\\d{6}\\b"],
+    });
+    const anthropic = "sk-ant-api03-SECRETxapiK3yV4lue9988776655";
+    const jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl";
+    const body = JSON.stringify({
+      model: "m",
+      messages: [
+        { role: "user", content: `my keys:\n${anthropic}\ntoken:\n${jwt}` },
+        { role: "user", content: 'curl -H "Authorization: Bearer $OPENAI_API_KEY" https://api.example.com' },
+        { role: "user", content: "order ACME-123456 is late" },
+        {
+          role: "assistant",
+          tool_calls: [
+            {
+              id: "c1",
+              type: "function",
+              function: {
+                name: "login",
+                arguments: JSON.stringify({ user: "ann", password: "hunter2", api_key: "a1b2c3d4e5f6g7" }),
+              },
+            },
+          ],
+        },
+      ],
+    })
+      .replace("ACME", "\\u0041CME")
+      .replace(anthropic, `\\u0073${anthropic.slice(1)}`);
+    // The body spells some of it in escapes, as a client's serializer may.
+    expect(JSON.parse(body).messages[2].content).toBe("order ACME-123456 is late");
+    await writer.request("r", "s1", "chat", body, undefined, []);
+    const stored = (await new SnapshotReader(parts.get, manifests.get).step("r", "s1")).request!
+      .forwardedText;
+    for (const secret of [
+      "SECRETxapiK3yV4lue",
+      "eyJhbGci",
+      "hunter2",
+      "a1b2c3d4e5f6g7",
+      "123456",
+      "OPENAI_API_KEY",
+    ]) {
+      expect(stored).not.toContain(secret);
+    }
+    // Still the request it was: it parses, and what was not redacted is as sent.
+    const parsed = JSON.parse(stored);
+    expect(parsed.messages[1].content).toBe(
+      'curl -H "Authorization: Bearer [redacted]" https://api.example.com',
+    );
+    expect(parsed.messages[2].content).toBe("order [redacted] is late");
+    // The operator's pattern takes the whole pair, as it does in the gate's events.
+    expect(parsed.messages[3].tool_calls[0].function.arguments).toBe(
+      '{"user":"ann",[redacted],"api_key":"[redacted]"}',
+    );
+  });
+
   it("stores the client's request beside the forwarded one only where Holdfast changed it", async () => {
     const parts = bucket();
     const manifests = bucket();
@@ -187,6 +248,106 @@ describe("SnapshotWriter and SnapshotReader", () => {
       "request: the manifest under other.s2.q is not this step's",
       "answer: not stored",
     ]);
+  });
+
+  it("stores a step admitted twice (parked, then let in) once, and the steps after it read back", async () => {
+    const parts = bucket();
+    const manifests = bucket();
+    const writer = new SnapshotWriter({ putPart: parts.put, putManifest: manifests.put, patterns: [] });
+    const bodies = conversation(3);
+    await writer.request("r", "s1", "chat", bodies[0]!, undefined, []);
+    await writer.request("r", "s1", "chat", bodies[0]!, undefined, []);
+    await writer.request("r", "s2", "chat", bodies[1]!, undefined, []);
+    await writer.request("r", "s2", "chat", bodies[1]!, undefined, []);
+    await writer.request("r", "s3", "chat", bodies[2]!, undefined, []);
+    const reader = new SnapshotReader(parts.get, manifests.get);
+    for (const [i, body] of bodies.entries()) {
+      expect((await reader.step("r", `s${i + 1}`)).request?.forwardedText).toBe(body);
+    }
+  });
+
+  it("keeps a streaming conversation's client requests by content too, building on the last", async () => {
+    const parts = bucket();
+    const manifests = bucket();
+    const writer = new SnapshotWriter({ putPart: parts.put, putManifest: manifests.put, patterns: [] });
+    const bodies = conversation(100, 1_000);
+    for (const [i, client] of bodies.entries()) {
+      const asked = JSON.parse(client);
+      const forwarded = JSON.stringify({ ...asked, stream: true, stream_options: { include_usage: true } });
+      await writer.request("r", `s${i + 1}`, "chat", forwarded, client.replace("{", '{"stream":true,'), []);
+    }
+    const reader = new SnapshotReader(parts.get, manifests.get);
+    const last = await reader.step("r", "s100");
+    expect(last.request?.clientText).toBe(bodies[99]!.replace("{", '{"stream":true,'));
+    const stored = [...parts.values.values(), ...manifests.values.values()].reduce(
+      (sum, v) => sum + v.length,
+      0,
+    );
+    // Two copies of every step, each growing with what the step adds.
+    expect(stored / bodies[99]!.length).toBeLessThan(1.5);
+  });
+
+  it("cuts a body of countless tiny elements into a bounded number of pieces, each written once", async () => {
+    const parts = bucket();
+    const manifests = bucket();
+    const writer = new SnapshotWriter({ putPart: parts.put, putManifest: manifests.put, patterns: [] });
+    const body = JSON.stringify({
+      model: "m",
+      messages: Array.from({ length: 20_000 }, () => ({ role: "" })),
+    });
+    await writer.request("r", "s1", "chat", body, undefined, []);
+    const manifest = JSON.parse(manifests.values.get(manifestKey("r", "s1", "q"))!);
+    expect(manifest.forwarded.parts.length).toBeLessThanOrEqual(MAX_PIECES);
+    expect(parts.puts).toBe(parts.values.size);
+    expect((await new SnapshotReader(parts.get, manifests.get).step("r", "s1")).request?.forwardedText).toBe(
+      body,
+    );
+  });
+
+  it("splits a long text into chunks that are each text of their own (never half a character)", async () => {
+    const parts = bucket();
+    const manifests = bucket();
+    const writer = new SnapshotWriter({ putPart: parts.put, putManifest: manifests.put, patterns: [] });
+    // The message's piece starts '{"role":"user","content":"' (26 characters): the first
+    // emoji's two halves fall either side of where a chunk ends.
+    const content = `${"a".repeat(CHUNK_CHARS - 27)}😀😀😀`;
+    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content }] });
+    await writer.request("r", "s1", "chat", body, undefined, []);
+    const step = await new SnapshotReader(parts.get, manifests.get).step("r", "s1");
+    expect(step.missing).toEqual(["answer: not stored"]);
+    expect(step.request?.forwardedText).toBe(body);
+  });
+
+  it("records a request or answer past snapshots.max_bytes as not stored, with its size", async () => {
+    const parts = bucket();
+    const manifests = bucket();
+    const writer = new SnapshotWriter({
+      putPart: parts.put,
+      putManifest: manifests.put,
+      patterns: [],
+      maxBytes: 100,
+    });
+    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: "x".repeat(200) }] });
+    await writer.request("r", "s1", "chat", body, undefined, []);
+    await writer.answer("r", "s1", 200, { events: "", omitted: 5_000 }, []);
+    const step = await new SnapshotReader(parts.get, manifests.get).step("r", "s1");
+    expect(step.missing).toEqual([
+      "request: not stored: larger than snapshots.max_bytes (100)",
+      "answer: not stored: larger than snapshots.max_bytes (100)",
+    ]);
+    expect(JSON.parse(manifests.values.get(manifestKey("r", "s1", "a"))!).events.bytes).toBe(5_000);
+  });
+
+  it("refuses a piece whose chunks name it, instead of waiting on itself", async () => {
+    const parts = bucket();
+    const manifests = bucket();
+    const writer = new SnapshotWriter({ putPart: parts.put, putManifest: manifests.put, patterns: [] });
+    await writer.request("r", "s1", "chat", '{"model":"m","messages":[]}', undefined, []);
+    const manifest = JSON.parse(manifests.values.get(manifestKey("r", "s1", "q"))!);
+    const first = manifest.forwarded.parts[0];
+    parts.values.set(first, `+${JSON.stringify([first])}`);
+    const step = await new SnapshotReader(parts.get, manifests.get).step("r", "s1");
+    expect(step.missing[0]).toMatch(/^request: the piece .* is in no form this version reads$/);
   });
 
   it("a failed write fails no call: it is counted, and the next request names every piece", async () => {

@@ -22,8 +22,10 @@ export interface StoredText {
   readonly bytes: number;
   /** The pieces after the base's, in order. */
   readonly parts: readonly string[];
-  /** The first `parts` pieces of that step's forwarded request start this text. */
-  readonly base?: { readonly step: string; readonly parts: number };
+  /** The first `parts` pieces of that step's forwarded request (or its client's, `side`) start this text. */
+  readonly base?: { readonly step: string; readonly parts: number; readonly side?: "client" };
+  /** Why it was not stored (larger than snapshots.max_bytes): `parts` is then empty. */
+  readonly omitted?: string;
 }
 
 export interface RequestManifest {
@@ -105,8 +107,13 @@ export function storedValues(text: string): { key: string; values: [string, stri
   if (text.length <= CHUNK_CHARS) return { key, values: [[key, `=${text}`]] };
   const values: [string, string][] = [];
   const chunks: string[] = [];
-  for (let at = 0; at < text.length; at += CHUNK_CHARS) {
-    const chunk = text.slice(at, at + CHUNK_CHARS);
+  for (let at = 0; at < text.length; ) {
+    let end = Math.min(text.length, at + CHUNK_CHARS);
+    // Never between the two halves of a surrogate pair: each chunk must be text on its own.
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && last >= 0xd800 && last <= 0xdbff) end -= 1;
+    const chunk = text.slice(at, end);
+    at = end;
     const chunkKey = contentKey(chunk);
     chunks.push(chunkKey);
     values.push([chunkKey, `=${chunk}`]);

@@ -1,4 +1,5 @@
 import { scrubSecrets } from "@holdfast/providers";
+import { redactStrings } from "./redact.js";
 import { pieceEnds } from "./split.js";
 import {
   type AnswerManifest,
@@ -30,13 +31,18 @@ export interface SnapshotWriterOptions {
   readonly maxDepth?: number;
   /** Addresses known stored, not written again (forgotten all at once past this many). */
   readonly maxKnown?: number;
+  /** Characters of remembered requests kept at most, over every run (the oldest go first). */
+  readonly maxRememberedChars?: number;
+  /** snapshots.max_bytes: a request or answer larger is not stored; its manifest says why. */
+  readonly maxBytes?: number;
   /** A snapshot could not be stored: the call goes on; this is told why. */
   readonly onFailure?: (error: unknown, what: { runId: string; stepId: string; side: "q" | "a" }) => void;
 }
 
-/** The last request of a run this gateway stored: the next starts from its pieces. */
+/** The last request of a run this gateway stored (one per side): the next starts from its pieces. */
 interface Remembered {
   readonly step: string;
+  readonly side: "forwarded" | "client";
   readonly text: string;
   readonly ends: readonly number[];
   readonly keys: readonly string[];
@@ -47,6 +53,12 @@ interface Remembered {
 }
 
 const REDACTED = "[redacted]";
+
+/**
+ * The most pieces one text is cut into: past it the rest is one piece. A body of a
+ * million tiny elements would otherwise cost a write, a hash and a manifest entry each.
+ */
+export const MAX_PIECES = 4_096;
 
 /** One snapshot's writes, and whether they may wait to share a write with the call's outcome. */
 interface Writes {
@@ -72,6 +84,11 @@ export class SnapshotWriter {
   private readonly maxRuns: number;
   private readonly maxDepth: number;
   private readonly maxKnown: number;
+  private readonly maxRememberedChars: number;
+  private readonly maxBytes: number;
+  private rememberedChars = 0;
+  /** Pieces being written now: one twice in a text, or in two calls at once, is written once. */
+  private readonly writing = new Map<string, Promise<void>>();
   /** Snapshot sides (a request's, an answer's) stored, and not stored. */
   readonly counts = { stored: 0, failed: 0 };
   /** The redaction this writer applies, stored as a piece every manifest names. */
@@ -83,6 +100,8 @@ export class SnapshotWriter {
     this.maxRuns = options.maxRuns ?? 2_048;
     this.maxDepth = options.maxDepth ?? 64;
     this.maxKnown = options.maxKnown ?? 200_000;
+    this.maxRememberedChars = options.maxRememberedChars ?? 64 * 1024 * 1024;
+    this.maxBytes = options.maxBytes ?? 32 * 1024 * 1024;
     // Stored as it is, not scrubbed: it holds digests and fixed words, no content.
     this.redaction = storedValues(JSON.stringify(redactionOf(options.patterns)));
   }
@@ -102,9 +121,74 @@ export class SnapshotWriter {
     const writes: Writes = { list: [], deferred: false };
     const text = typeof forwarded === "string" ? forwarded : forwarded.toString("utf8");
     const secretsTag = secrets.join("\n");
-    const ends = pieceEnds(text);
-    const prev = this.runs.get(runId);
-    const shared = prev === undefined || prev.secrets !== secretsTag ? 0 : sharedPieces(prev, text, ends);
+    const remembered: Remembered[] = [];
+    const side = (which: "forwarded" | "client", sideText: string) => {
+      const stored = this.text(runId, stepId, which, sideText, secrets, secretsTag, writes);
+      if (stored.remembered !== undefined) remembered.push(stored.remembered);
+      return stored;
+    };
+    const sent = side("forwarded", text);
+    let redacted = sent.redacted;
+    let clientText: StoredText | undefined;
+    if (client !== undefined) {
+      const asSent = typeof client === "string" ? client : client.toString("utf8");
+      if (asSent !== text) {
+        const stored = side("client", asSent);
+        redacted += stored.redacted;
+        clientText = stored.stored;
+      }
+    }
+    const manifest: RequestManifest = {
+      v: 1,
+      run: runId,
+      step: stepId,
+      at: this.clock(),
+      api,
+      forwarded: sent.stored,
+      ...(clientText === undefined ? {} : { client: clientText }),
+      redacted,
+      redaction: this.redactionPiece(writes),
+    };
+    // The manifest last: once it is stored, every piece it names is; and only then may a
+    // later step build on it.
+    return this.finish(
+      writes,
+      manifestKey(runId, stepId, "q"),
+      manifest,
+      { runId, stepId, side: "q" },
+      () => {
+        for (const entry of remembered) this.remember(runId, entry);
+      },
+    );
+  }
+
+  /**
+   * One side of a request, as stored: its pieces written (those not known stored), and
+   * its manifest entry, starting from the pieces it shares with the same side of the run's
+   * last request here.
+   */
+  private text(
+    runId: string,
+    stepId: string,
+    which: "forwarded" | "client",
+    text: string,
+    secrets: readonly string[],
+    secretsTag: string,
+    writes: Writes,
+  ): { stored: StoredText; redacted: number; remembered?: Remembered } {
+    const length = Buffer.byteLength(text);
+    if (length > this.maxBytes) {
+      return {
+        stored: { bytes: length, parts: [], omitted: `larger than snapshots.max_bytes (${this.maxBytes})` },
+        redacted: 0,
+      };
+    }
+    const ends = capped(pieceEnds(text));
+    const found = this.runs.get(memoryKey(which, runId));
+    // A call admitted twice (after a hold) is the same step: it never builds on itself.
+    const prev =
+      found !== undefined && found.step !== stepId && found.secrets === secretsTag ? found : undefined;
+    const shared = prev === undefined ? 0 : sharedPieces(prev, text, ends);
     const keys: string[] = prev === undefined ? [] : prev.keys.slice(0, shared);
     const sizes: number[] = prev === undefined ? [] : prev.sizes.slice(0, shared);
     let redacted = 0;
@@ -118,43 +202,23 @@ export class SnapshotWriter {
     }
     const bytes = sizes.reduce((sum, size) => sum + size, 0);
     const depth = shared > 0 && prev !== undefined && prev.depth < this.maxDepth ? prev.depth + 1 : 0;
-    const forwardedText: StoredText =
+    const stored: StoredText =
       depth > 0 && prev !== undefined
-        ? { bytes, parts: keys.slice(shared), base: { step: prev.step, parts: shared } }
+        ? {
+            bytes,
+            parts: keys.slice(shared),
+            base: {
+              step: prev.step,
+              parts: shared,
+              ...(which === "client" ? { side: "client" as const } : {}),
+            },
+          }
         : { bytes, parts: keys };
-    let clientText: StoredText | undefined;
-    if (client !== undefined) {
-      const asSent = typeof client === "string" ? client : client.toString("utf8");
-      if (asSent !== text) {
-        const parts: string[] = [];
-        let clientBytes = 0;
-        let from = 0;
-        for (const end of pieceEnds(asSent)) {
-          const stored = this.piece(asSent.slice(from, end), secrets, writes);
-          if (stored.redacted) redacted += 1;
-          parts.push(stored.key);
-          clientBytes += stored.bytes;
-          from = end;
-        }
-        clientText = { bytes: clientBytes, parts };
-      }
-    }
-    const manifest: RequestManifest = {
-      v: 1,
-      run: runId,
-      step: stepId,
-      at: this.clock(),
-      api,
-      forwarded: forwardedText,
-      ...(clientText === undefined ? {} : { client: clientText }),
+    return {
+      stored,
       redacted,
-      redaction: this.redactionPiece(writes),
+      remembered: { step: stepId, side: which, text, ends, keys, sizes, depth, secrets: secretsTag },
     };
-    // The manifest last: once it is stored, every piece it names is.
-    const remembered: Remembered = { step: stepId, text, ends, keys, sizes, depth, secrets: secretsTag };
-    return this.finish(writes, manifestKey(runId, stepId, "q"), manifest, { runId, stepId, side: "q" }, () =>
-      this.remember(runId, remembered),
-    );
   }
 
   /** Stores a step's answer: a whole body, or a stream's events as received. Resolves true once stored. */
@@ -162,13 +226,20 @@ export class SnapshotWriter {
     runId: string,
     stepId: string,
     status: number,
-    answer: { readonly body: string } | { readonly events: string },
+    answer: { readonly body: string } | { readonly events: string; readonly omitted?: number },
     secrets: readonly string[],
   ): Promise<boolean> {
     const writes: Writes = { list: [], deferred: true };
     const text = "body" in answer ? answer.body : answer.events;
-    const stored = this.piece(text, secrets, writes);
-    const content: StoredText = { bytes: stored.bytes, parts: [stored.key] };
+    // A stream past the bound was not kept whole as it came: how long it was is all there is.
+    const length =
+      "omitted" in answer && answer.omitted !== undefined ? answer.omitted : Buffer.byteLength(text);
+    const over = length > this.maxBytes;
+    const stored = over ? undefined : this.piece(text, secrets, writes);
+    const content: StoredText =
+      stored === undefined
+        ? { bytes: length, parts: [], omitted: `larger than snapshots.max_bytes (${this.maxBytes})` }
+        : { bytes: stored.bytes, parts: [stored.key] };
     const manifest: AnswerManifest = {
       v: 1,
       run: runId,
@@ -176,7 +247,7 @@ export class SnapshotWriter {
       at: this.clock(),
       status,
       ...("body" in answer ? { body: content } : { events: content }),
-      redacted: stored.redacted ? 1 : 0,
+      redacted: stored?.redacted === true ? 1 : 0,
       redaction: this.redactionPiece(writes),
     };
     return this.finish(writes, manifestKey(runId, stepId, "a"), manifest, { runId, stepId, side: "a" });
@@ -184,25 +255,35 @@ export class SnapshotWriter {
 
   /** Forgets a run's last request (its calls now go to another gateway, or it ended). */
   forget(runId: string): void {
-    this.runs.delete(runId);
+    for (const which of ["forwarded", "client"] as const) this.drop(memoryKey(which, runId));
   }
 
   /** The redaction's address, its piece written with the first manifest (and again after a failure). */
   private redactionPiece(writes: Writes): string {
     const { key, values } = this.redaction;
-    if (!this.known.has(key)) this.write(key, values, writes);
+    this.write(key, values, writes);
     return key;
   }
 
+  /** Writes a piece unless it is known stored or being written (then its write is waited on). */
   private write(key: string, values: [string, string][], writes: Writes): void {
-    const puts = values.map(([k, v]) => this.options.putPart(k, v, writes.deferred));
-    writes.list.push(...puts);
-    // Known once its writes are acknowledged; a failure leaves it to be written again.
-    const written = Promise.all(puts).then(() => {
-      if (this.known.size >= this.maxKnown) this.known.clear();
-      this.known.add(key);
-    });
-    written.catch(() => {});
+    if (this.known.has(key)) return;
+    const inFlight = this.writing.get(key);
+    if (inFlight !== undefined) {
+      writes.list.push(inFlight);
+      return;
+    }
+    const written = Promise.all(values.map(([k, v]) => this.options.putPart(k, v, writes.deferred))).then(
+      () => {
+        // Known once its writes are acknowledged; a failure leaves it to be written again.
+        if (this.known.size >= this.maxKnown) this.known.clear();
+        this.known.add(key);
+      },
+    );
+    this.writing.set(key, written);
+    const settled = () => this.writing.delete(key);
+    written.then(settled, settled);
+    writes.list.push(written);
   }
 
   private piece(
@@ -210,10 +291,13 @@ export class SnapshotWriter {
     secrets: readonly string[],
     writes: Writes,
   ): { key: string; bytes: number; redacted: boolean } {
-    let text = scrubSecrets(raw, secrets);
-    for (const pattern of this.patterns) text = text.replace(pattern, REDACTED);
+    const text = redactStrings(raw, (value) => {
+      let clean = scrubSecrets(value, secrets);
+      for (const pattern of this.patterns) clean = clean.replace(pattern, REDACTED);
+      return clean;
+    });
     const { key, values } = storedValues(text);
-    if (!this.known.has(key)) this.write(key, values, writes);
+    this.write(key, values, writes);
     return { key, bytes: Buffer.byteLength(text), redacted: text !== raw };
   }
 
@@ -235,7 +319,7 @@ export class SnapshotWriter {
       },
       (error: unknown) => {
         this.counts.failed += 1;
-        if (what.side === "q") this.runs.delete(what.runId);
+        if (what.side === "q") this.forget(what.runId);
         this.options.onFailure?.(error, what);
         return false;
       },
@@ -243,13 +327,35 @@ export class SnapshotWriter {
   }
 
   private remember(runId: string, remembered: Remembered): void {
-    this.runs.delete(runId);
-    this.runs.set(runId, remembered);
-    if (this.runs.size > this.maxRuns) {
+    const key = memoryKey(remembered.side, runId);
+    this.drop(key);
+    this.runs.set(key, remembered);
+    this.rememberedChars += remembered.text.length;
+    // The oldest first, past as many runs or as many characters as it may keep.
+    while (this.runs.size > 2 * this.maxRuns || this.rememberedChars > this.maxRememberedChars) {
       const oldest = this.runs.keys().next().value;
-      if (oldest !== undefined) this.runs.delete(oldest);
+      if (oldest === undefined) break;
+      this.drop(oldest);
     }
   }
+
+  private drop(key: string): void {
+    const found = this.runs.get(key);
+    if (found === undefined) return;
+    this.runs.delete(key);
+    this.rememberedChars -= found.text.length;
+  }
+}
+
+/** Where a run's last request of one side is remembered. */
+function memoryKey(which: "forwarded" | "client", runId: string): string {
+  return `${which === "client" ? "c" : "f"}\u0000${runId}`;
+}
+
+/** Cuts past MAX_PIECES merged into the last piece. */
+function capped(ends: number[]): number[] {
+  if (ends.length <= MAX_PIECES) return ends;
+  return [...ends.slice(0, MAX_PIECES - 1), ends[ends.length - 1]!];
 }
 
 /**

@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { isTokenDigest } from "@holdfast/access";
-import { connectBus } from "@holdfast/bus";
+import { connectBus, type KeyValue } from "@holdfast/bus";
 import { type Config, natsConnection } from "@holdfast/config";
 import {
   createIdGenerator,
@@ -85,20 +85,28 @@ export async function startControl(config: Config, log: Logger): Promise<Running
         "the control service presents control.token to the projector: give it control.read_token (the token, not its digest) so it sends no more than a read needs",
       );
     }
-    const [snapshotParts, snapshotSteps] = await Promise.all([
-      bus.keyValue("SNAPSHOT_PARTS"),
-      bus.keyValue("SNAPSHOT_STEPS"),
-    ]);
+    // Opened when a step is first asked for: a deployment not provisioned for snapshots
+    // yet still starts, and says what is missing when one is read.
+    let snapshotBuckets: Promise<[KeyValue, KeyValue]> | undefined;
+    const buckets = () => {
+      snapshotBuckets ??= Promise.all([bus.keyValue("SNAPSHOT_PARTS"), bus.keyValue("SNAPSHOT_STEPS")]);
+      snapshotBuckets.catch(() => {
+        snapshotBuckets = undefined;
+      });
+      return snapshotBuckets;
+    };
     const operations = new ControlOperations({
       runs,
       fleet,
       log: new LogRuns(bus),
       // A reader per request: what it caches is one step's pieces.
-      snapshots: (runId, stepId) =>
-        new SnapshotReader(
-          async (key) => (await snapshotParts.get(key))?.value,
-          async (key) => (await snapshotSteps.get(key))?.value,
-        ).step(runId, stepId),
+      snapshots: async (runId, stepId) => {
+        const [parts, steps] = await buckets();
+        return new SnapshotReader(
+          async (key) => (await parts.get(key))?.value,
+          async (key) => (await steps.get(key))?.value,
+        ).step(runId, stepId);
+      },
       projection: analyticsUrl === undefined ? undefined : new Projection(analyticsUrl, presented),
     });
     const access = new AccessPolicy(config.control);

@@ -329,7 +329,7 @@ export async function startGateway(
     maxBodyBytes: config.gateway.max_body_bytes,
     maxAnswerBytes: config.gateway.max_answer_bytes,
     maxEventBytes: config.gateway.max_event_bytes,
-    ...(snapshots === undefined ? {} : { snapshots: callSnapshots(snapshots) }),
+    ...(snapshots === undefined ? {} : { snapshots: callSnapshots(snapshots, config.snapshots.max_bytes) }),
     limits: config.http,
     ledger,
     upstreams,
@@ -521,6 +521,7 @@ async function snapshotWriter(
     putPart: (key, value, deferred) => bus.putValue("SNAPSHOT_PARTS", key, value, { deferred }),
     putManifest: (key, value, deferred) => bus.putValue("SNAPSHOT_STEPS", key, value, { deferred }),
     patterns: config.redact.patterns,
+    maxBytes: config.snapshots.max_bytes,
     onFailure: (error, { runId, stepId, side }) => {
       const now = Date.now();
       if (now - loggedMs < 10_000) return;

@@ -120,7 +120,7 @@ export async function handleCall(
     raw.length,
   );
   if (left) call.clientGone();
-  call.capturing = deps.snapshots !== undefined;
+  call.capturing = deps.snapshots?.maxChars ?? 0;
   // From here the gateway writes the answer itself (a held call gets keepalives before
   // anything else), so every ending is answered by finish, in the call's API's shape.
   reply.hijack();

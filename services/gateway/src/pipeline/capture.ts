@@ -3,6 +3,8 @@ import type { CallState } from "./state.js";
 
 /** The snapshot stage: what a step asked and was answered, stored by content beside its events. */
 export interface CallSnapshots {
+  /** The most characters of a streamed answer kept for its snapshot (snapshots.max_bytes). */
+  readonly maxChars: number;
   /** The step's start is on its way to the log: its request goes in the same round of writes. */
   started(call: CallState): void;
   /** The step's outcome is on its way: its answer, as received, goes with it. */
@@ -13,9 +15,13 @@ export interface CallSnapshots {
  * Snapshots through a writer: nothing is awaited on the call's path, and a write that
  * fails is the writer's to count; the call goes on.
  */
-export function callSnapshots(writer: SnapshotWriter): CallSnapshots {
+export function callSnapshots(writer: SnapshotWriter, maxBytes: number): CallSnapshots {
   return {
+    maxChars: maxBytes,
     started(call) {
+      // Once a call: one parked and admitted again is the same step, its request the same.
+      if (call.snapshotted) return;
+      call.snapshotted = true;
       const forwarded = call.body.bytes;
       const client = call.body.client;
       void writer.request(
@@ -30,7 +36,13 @@ export function callSnapshots(writer: SnapshotWriter): CallSnapshots {
     answered(call, status) {
       const captured = call.captured;
       if (captured === undefined) return;
-      void writer.answer(call.run.runId, call.stepId, status, captured, secretsOf(call));
+      const answer =
+        "events" in captured && captured.omitted > 0
+          ? { events: "", omitted: captured.omitted }
+          : "events" in captured
+            ? { events: captured.events }
+            : captured;
+      void writer.answer(call.run.runId, call.stepId, status, answer, secretsOf(call));
     },
   };
 }

@@ -73,7 +73,7 @@ async function relayBuffered(
   try {
     ({ bytes, text } = await readAnswer(response.body, response.headers, deps.maxAnswerBytes));
     call.markFirstByte();
-    if (call.capturing) call.captured = { body: text };
+    if (call.capturing > 0) call.captured = { body: text };
   } catch (error) {
     if (call.left) return { outcome: clientAborted(NO_USAGE, call.model), reply: NOBODY };
     if (error instanceof AnswerTooLargeError) {
@@ -160,14 +160,25 @@ async function relayStream(
   // token an event, as providers stream them.
   let relayed = 0;
   // The events as received, every one (hidden ones too), for the step's snapshot.
-  const captured = call.capturing ? { events: "" } : undefined;
+  const capturing = call.capturing;
+  const captured = capturing > 0 ? { events: "", omitted: 0 } : undefined;
   call.captured = captured;
   const relayEvents = (events: ReturnType<SseParser["push"]>): boolean => {
     let out = "";
     let count = 0;
     let last: SseEvent | undefined;
     for (const event of events) {
-      if (captured !== undefined) captured.events += event.raw;
+      if (captured !== undefined) {
+        // Past the bound a stream is not kept: held whole, a long one would cost its length
+        // in memory for as long as it runs.
+        if (captured.omitted === 0 && captured.events.length + event.raw.length <= capturing)
+          captured.events += event.raw;
+        else {
+          captured.omitted =
+            (captured.omitted || Buffer.byteLength(captured.events)) + Buffer.byteLength(event.raw);
+          captured.events = "";
+        }
+      }
       const seen = meter.observe(event);
       if (seen.hidden) continue;
       if (event.data !== undefined) relayed += 1;

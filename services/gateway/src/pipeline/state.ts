@@ -44,10 +44,15 @@ export class CallState implements Call, Finishing {
   named = false;
   /** The credentials the client's own request carried (`secrets` is a route's after a reroute). */
   readonly clientSecrets: readonly string[];
-  /** Snapshots are on: relay keeps the answer as received for them. */
-  capturing = false;
-  /** The provider's answer as received (decompressed): a whole body, or a stream's events so far. */
-  captured: { body: string } | { events: string } | undefined;
+  /** Snapshots are on: relay keeps the answer as received for them, up to this many characters (0: off). */
+  capturing = 0;
+  /**
+   * The provider's answer as received (decompressed): a whole body, or a stream's events
+   * so far; past snapshots.max_bytes a stream's are dropped and only their length counted.
+   */
+  captured: { body: string } | { events: string; omitted: number } | undefined;
+  /** Its request's snapshot is on its way. */
+  snapshotted = false;
 
   constructor(
     readonly shape: ApiShape,
