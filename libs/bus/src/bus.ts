@@ -395,6 +395,11 @@ export class Bus {
     return this.buckets.putValue(bucket, key, value, options.deferred === true);
   }
 
+  /** What a bucket holds: its keys' current values and the bytes JetStream keeps for them. */
+  bucketSize(bucket: BucketName): Promise<{ values: number; bytes: number }> {
+    return this.buckets.size(bucket);
+  }
+
   /**
    * Pulls from a durable pull consumer in batches of what it holds now (see Puller): for
    * a consumer that takes the log in batches, e.g. every second.

@@ -45,6 +45,12 @@ export class Buckets {
     });
   }
 
+  /** See Bus.bucketSize. */
+  async size(bucket: BucketName): Promise<{ values: number; bytes: number }> {
+    const info = await this.link.jsm.streams.info(`KV_${this.bucketName(bucket)}`);
+    return { values: info.state.messages, bytes: info.state.bytes };
+  }
+
   /** See Bus.putValue. */
   async putValue(bucket: BucketName, key: string, value: string, deferred = false): Promise<void> {
     const subject = `$KV.${this.bucketName(bucket)}.${key}`;

@@ -5,6 +5,7 @@ export {
   type AnswerManifest,
   CHUNK_CHARS,
   contentKey,
+  INLINE_CHARS,
   manifestKey,
   patternDigest,
   type Redaction,

@@ -4,6 +4,7 @@ import {
   manifestKey,
   type Redaction,
   type RequestManifest,
+  redactionOf,
   type StoredText,
 } from "./store.js";
 
@@ -59,7 +60,9 @@ export class SnapshotReader {
     const redactionKey =
       (typeof request === "string" ? undefined : request.redaction) ??
       (typeof answer === "string" ? undefined : answer.redaction);
-    let redaction: Redaction | undefined;
+    // A manifest that names none had the redaction every gateway applies: credentials alone.
+    const stored = typeof request !== "string" || typeof answer !== "string";
+    let redaction: Redaction | undefined = stored ? redactionOf([]) : undefined;
     if (redactionKey !== undefined) {
       try {
         redaction = JSON.parse(await this.piece(redactionKey)) as Redaction;
@@ -94,6 +97,7 @@ export class SnapshotReader {
   /** The addresses of a stored text's pieces, its bases' first, in order. */
   async partsOf(runId: string, stored: StoredText, depth = 0): Promise<string[]> {
     if (stored.omitted !== undefined) throw new Error(`not stored: ${stored.omitted}`);
+    if (stored.text !== undefined) return [];
     if (stored.parts.length > MAX_PARTS)
       throw new Error(`it names ${stored.parts.length} pieces, more than a writer cuts`);
     if (stored.base === undefined) return [...stored.parts];
@@ -111,6 +115,11 @@ export class SnapshotReader {
   }
 
   async text(runId: string, stored: StoredText): Promise<string> {
+    if (stored.text !== undefined) {
+      if (Buffer.byteLength(stored.text) !== stored.bytes)
+        throw new Error(`holds ${Buffer.byteLength(stored.text)} bytes, not the ${stored.bytes} it says`);
+      return stored.text;
+    }
     const parts = await this.partsOf(runId, stored);
     if (parts.length > MAX_PARTS) throw new Error(`it names ${parts.length} pieces, more than a writer cuts`);
     // A bounded number at once: a long conversation's pieces are thousands of reads.

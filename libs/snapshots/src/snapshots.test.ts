@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { SnapshotReader } from "./reader.js";
-import { splitPieces } from "./split.js";
+import { MIN_PIECE_CHARS, splitPieces } from "./split.js";
 import { CHUNK_CHARS, contentKey, manifestKey } from "./store.js";
 import { MAX_PIECES, SnapshotWriter } from "./writer.js";
 
@@ -34,15 +34,16 @@ function conversation(steps: number, pad = 200): string[] {
 }
 
 describe("splitPieces", () => {
-  it("cuts each element of the growing arrays into a piece, and gives the bytes back exactly", () => {
-    const text =
-      '{ "model" : "m",\n "messages": [ {"role":"user","content":"a \\" ] ,"} ,{"content":[1,2]} ],"tools":[],"n":1e3 }\n';
+  it("cuts where each element of the growing arrays starts, and gives the bytes back exactly", () => {
+    const long = "w".repeat(MIN_PIECE_CHARS);
+    const text = `{ "model" : "m",\n "messages": [ {"role":"user","content":"a \\" ] ,${long}"} ,{"content":[1,2]} ,{"content":"${long}"}],"tools":[],"n":1e3 }\n`;
     const pieces = splitPieces(text);
     expect(pieces.join("")).toBe(text);
     expect(pieces).toEqual([
-      '{ "model" : "m",\n "messages": [ ',
-      '{"role":"user","content":"a \\" ] ,"} ',
-      ',{"content":[1,2]} ',
+      // Short: joined with the first element.
+      `{ "model" : "m",\n "messages": [ {"role":"user","content":"a \\" ] ,${long}"} `,
+      // Short too: joined with the one after it.
+      `,{"content":[1,2]} ,{"content":"${long}"}`,
       '],"tools":[],"n":1e3 }\n',
     ]);
   });
@@ -227,7 +228,7 @@ describe("SnapshotWriter and SnapshotReader", () => {
     const parts = bucket();
     const manifests = bucket();
     const writer = new SnapshotWriter({ putPart: parts.put, putManifest: manifests.put, patterns: [] });
-    const bodies = conversation(3);
+    const bodies = conversation(3, 1_000);
     for (const [i, body] of bodies.entries())
       await writer.request("r", `s${i + 1}`, "chat", body, undefined, []);
     const reader = () => new SnapshotReader(parts.get, manifests.get);
@@ -254,7 +255,7 @@ describe("SnapshotWriter and SnapshotReader", () => {
     const parts = bucket();
     const manifests = bucket();
     const writer = new SnapshotWriter({ putPart: parts.put, putManifest: manifests.put, patterns: [] });
-    const bodies = conversation(3);
+    const bodies = conversation(3, 1_000);
     await writer.request("r", "s1", "chat", bodies[0]!, undefined, []);
     await writer.request("r", "s1", "chat", bodies[0]!, undefined, []);
     await writer.request("r", "s2", "chat", bodies[1]!, undefined, []);

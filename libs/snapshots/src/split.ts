@@ -1,13 +1,22 @@
 /**
  * A request body cut into pieces whose concatenation is the body, byte for byte: each
  * element of a top-level array that grows from call to call (a conversation's messages,
- * a Responses input, the tools) is a piece of its own, with the comma before it, and the
- * text between them forms the others. Two calls of one conversation then share every
- * piece of what they share, so storing pieces by content keeps each message once.
+ * a Responses input, the tools) starts a piece, with the comma before it (a short one
+ * joins those after it, up to MIN_PIECE_CHARS), and the text between them forms the
+ * others. Two calls of one conversation then share every piece of what they share, so
+ * storing pieces by content keeps each message once.
  *
  * The cut is made on the text, not on a parse: whatever the client's serializer wrote
  * (spacing, key order, escapes, number forms) comes back exactly.
  */
+
+/**
+ * The least a piece holds (in characters) before a cut is made: smaller elements join the
+ * ones after them. Whether a cut is made depends only on the text before it, so two calls
+ * of one conversation still cut their shared beginning alike; and a short answer costs no
+ * piece (and no stored message) of its own.
+ */
+export const MIN_PIECE_CHARS = 1_024;
 
 /** Top-level keys whose array elements are pieces of their own. */
 export const SPLIT_KEYS: ReadonlySet<string> = new Set(["messages", "input", "tools", "contents", "system"]);
@@ -100,7 +109,8 @@ class Scanner {
   }
 
   private cut(at: number): void {
-    if (this.ends.length === 0 ? at > 0 : at > this.ends[this.ends.length - 1]!) this.ends.push(at);
+    const last = this.ends.length === 0 ? 0 : this.ends[this.ends.length - 1]!;
+    if (at - last >= MIN_PIECE_CHARS) this.ends.push(at);
   }
 
   private finish(): number[] {

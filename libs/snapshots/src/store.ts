@@ -26,6 +26,11 @@ export interface StoredText {
   readonly base?: { readonly step: string; readonly parts: number; readonly side?: "client" };
   /** Why it was not stored (larger than snapshots.max_bytes): `parts` is then empty. */
   readonly omitted?: string;
+  /**
+   * The text itself, in the manifest, for an answer short enough (INLINE_CHARS): an
+   * answer is its step's own, so storing it by address would only add a message.
+   */
+  readonly text?: string;
 }
 
 export interface RequestManifest {
@@ -84,6 +89,9 @@ export interface AnswerManifest {
   readonly redacted: number;
   readonly redaction?: string;
 }
+
+/** The longest answer kept in its manifest rather than as a piece of its own. */
+export const INLINE_CHARS = 16 * 1024;
 
 /** The longest text stored as one value: a longer one is stored in chunks this long (in characters, at most 4 bytes each). */
 export const CHUNK_CHARS = 200_000;

@@ -3,6 +3,7 @@ import { redactStrings } from "./redact.js";
 import { pieceEnds } from "./split.js";
 import {
   type AnswerManifest,
+  INLINE_CHARS,
   manifestKey,
   type RequestManifest,
   redactionOf,
@@ -147,7 +148,7 @@ export class SnapshotWriter {
       forwarded: sent.stored,
       ...(clientText === undefined ? {} : { client: clientText }),
       redacted,
-      redaction: this.redactionPiece(writes),
+      ...this.redactionPiece(writes),
     };
     // The manifest last: once it is stored, every piece it names is; and only then may a
     // later step build on it.
@@ -235,11 +236,19 @@ export class SnapshotWriter {
     const length =
       "omitted" in answer && answer.omitted !== undefined ? answer.omitted : Buffer.byteLength(text);
     const over = length > this.maxBytes;
-    const stored = over ? undefined : this.piece(text, secrets, writes);
-    const content: StoredText =
-      stored === undefined
-        ? { bytes: length, parts: [], omitted: `larger than snapshots.max_bytes (${this.maxBytes})` }
-        : { bytes: stored.bytes, parts: [stored.key] };
+    let content: StoredText;
+    let redacted = false;
+    if (over)
+      content = { bytes: length, parts: [], omitted: `larger than snapshots.max_bytes (${this.maxBytes})` };
+    else if (text.length <= INLINE_CHARS) {
+      const clean = this.redact(text, secrets);
+      redacted = clean !== text;
+      content = { bytes: Buffer.byteLength(clean), parts: [], text: clean };
+    } else {
+      const stored = this.piece(text, secrets, writes);
+      redacted = stored.redacted;
+      content = { bytes: stored.bytes, parts: [stored.key] };
+    }
     const manifest: AnswerManifest = {
       v: 1,
       run: runId,
@@ -247,8 +256,8 @@ export class SnapshotWriter {
       at: this.clock(),
       status,
       ...("body" in answer ? { body: content } : { events: content }),
-      redacted: stored?.redacted === true ? 1 : 0,
-      redaction: this.redactionPiece(writes),
+      redacted: redacted ? 1 : 0,
+      ...this.redactionPiece(writes),
     };
     return this.finish(writes, manifestKey(runId, stepId, "a"), manifest, { runId, stepId, side: "a" });
   }
@@ -258,11 +267,15 @@ export class SnapshotWriter {
     for (const which of ["forwarded", "client"] as const) this.drop(memoryKey(which, runId));
   }
 
-  /** The redaction's address, its piece written with the first manifest (and again after a failure). */
-  private redactionPiece(writes: Writes): string {
+  /**
+   * The redaction's address, its piece written with the first manifest (and again after a
+   * failure); none when it is the one every gateway applies (credentials, no patterns).
+   */
+  private redactionPiece(writes: Writes): { redaction?: string } {
+    if (this.patterns.length === 0) return {};
     const { key, values } = this.redaction;
     this.write(key, values, writes);
-    return key;
+    return { redaction: key };
   }
 
   /** Writes a piece unless it is known stored or being written (then its write is waited on). */
@@ -286,16 +299,21 @@ export class SnapshotWriter {
     writes.list.push(written);
   }
 
+  /** What is stored of a text: credentials and redact.patterns taken out of every string in it. */
+  private redact(raw: string, secrets: readonly string[]): string {
+    return redactStrings(raw, (value) => {
+      let clean = scrubSecrets(value, secrets);
+      for (const pattern of this.patterns) clean = clean.replace(pattern, REDACTED);
+      return clean;
+    });
+  }
+
   private piece(
     raw: string,
     secrets: readonly string[],
     writes: Writes,
   ): { key: string; bytes: number; redacted: boolean } {
-    const text = redactStrings(raw, (value) => {
-      let clean = scrubSecrets(value, secrets);
-      for (const pattern of this.patterns) clean = clean.replace(pattern, REDACTED);
-      return clean;
-    });
+    const text = this.redact(raw, secrets);
     const { key, values } = storedValues(text);
     this.write(key, values, writes);
     return { key, bytes: Buffer.byteLength(text), redacted: text !== raw };
