@@ -2,6 +2,7 @@
 import { ConfigError } from "@holdfast/config";
 import { actionCommand, HOLD_USAGE, RESUME_USAGE, STOP_USAGE } from "./act.js";
 import { EXPORT_USAGE, exportRun } from "./bundle.js";
+import { DIFF_USAGE, diff } from "./diff.js";
 import { DEPLOY_USAGE, deploy, RUNS_USAGE, runs, WORKER_USAGE, workerCommand } from "./durable.js";
 import { CliError } from "./errors.js";
 import { APPROVE_USAGE, DENY_USAGE, gateCommand } from "./gate.js";
@@ -21,6 +22,7 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: 
   ls: { run: ls, usage: LS_USAGE },
   show: { run: show, usage: SHOW_USAGE },
   export: { run: exportRun, usage: EXPORT_USAGE },
+  diff: { run: diff, usage: DIFF_USAGE },
   query: { run: query, usage: QUERY_USAGE },
   hold: { run: actionCommand("hold"), usage: HOLD_USAGE },
   resume: { run: actionCommand("resume"), usage: RESUME_USAGE },

@@ -6,6 +6,7 @@ export {
   bundleStepShown,
   readBundle,
 } from "./bundle.js";
+export { diffRuns, lineDiff, renderDiff, type StepDiff } from "./diff.js";
 export { CliError } from "./errors.js";
 export { renderRun } from "./show.js";
 export { readStack, type StackFile } from "./stack.js";

@@ -1,6 +1,11 @@
 import type { Bus } from "@holdfast/bus";
 import type { RunView, StepView } from "@holdfast/events";
-import { SnapshotReader, type StepSnapshot, stepJson as snapshotJson } from "@holdfast/snapshots";
+import {
+  assembleAnswer,
+  SnapshotReader,
+  type StepSnapshot,
+  stepJson as snapshotJson,
+} from "@holdfast/snapshots";
 import { CliError } from "./errors.js";
 import { terminalSafe } from "./format.js";
 
@@ -92,9 +97,16 @@ export function renderStep(runId: string, shown: ShownStep): string {
     const content = answer.body ?? answer.events;
     const note = answer.redacted > 0 ? ", redacted" : "";
     if (answer.events !== undefined) {
+      const said = assembleAnswer(view.api, answer.text, true);
+      const calls = said.toolCalls.map((c) => `  tool call   ${c.name}(${c.arguments})`);
       lines.push(
         "",
-        `Answer: ${answer.status}, a stream of ${content?.bytes ?? 0} bytes${note}`,
+        `Answer: ${answer.status}, a stream of ${content?.bytes ?? 0} bytes${note}; put together:`,
+        "",
+        said.text,
+        ...calls,
+        "",
+        "Its events as received:",
         "",
         answer.text.trimEnd(),
       );

@@ -1,3 +1,4 @@
+export { type AssembledAnswer, assembleAnswer } from "./assemble.js";
 export { sseEvents, stepJson } from "./json.js";
 export { type Get, SnapshotReader, type StepSnapshot } from "./reader.js";
 export { pieceEnds, SPLIT_KEYS, splitPieces } from "./split.js";

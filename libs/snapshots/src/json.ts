@@ -1,4 +1,5 @@
 import type { StepView } from "@holdfast/events";
+import { assembleAnswer } from "./assemble.js";
 import type { StepSnapshot } from "./reader.js";
 
 /**
@@ -33,6 +34,8 @@ export function stepJson(runId: string, view: StepView, snapshot: StepSnapshot):
             ...(answer.events === undefined
               ? { body: parsed(answer.text) }
               : { events: sseEvents(answer.text) }),
+            // What it said, put together (a stream's deltas joined): text, tool calls, usage.
+            assembled: assembleAnswer(view.api, answer.text, answer.events !== undefined),
             bytes: (answer.body ?? answer.events)?.bytes ?? 0,
             redactedPieces: answer.redacted,
             storedAtMs: answer.at,

@@ -368,6 +368,13 @@ describe("approve and deny from the CLI", () => {
       1 + 1 + bundle.events.length + bundle.decisions.length + bundle.steps.length + 1,
     );
 
+    // The run against itself: every step the same, as the command prints it.
+    const same = await holdfast(["diff", "cli-gate", "cli-gate"]);
+    expect(same.code, same.stderr).toBe(0);
+    expect(same.stdout).toContain("step 2\n  model       ");
+    expect(same.stdout).toContain('tool calls  delete_branch({"branch":"main"})');
+    expect((await holdfast(["diff", "cli-gate", "no-such-run"])).stderr).toContain('no run named "no-such-run"');
+
     // Read back where no stack has ever run: an empty data directory.
     const empty = await makeTempDir("no-stack");
     try {

@@ -6,9 +6,11 @@ import {
   bundleRecords,
   bundleRun,
   bundleStepShown,
+  diffRuns,
   rawSide,
   readBundle,
   readStep,
+  renderDiff,
   renderRun,
   stepJson,
 } from "@holdfast/cli";
@@ -102,28 +104,39 @@ describe("snapshots: every step's exact request and answer, by content", () => {
       )
       .join("");
     expect(streamed).toBe(text);
+    const assembled = (
+      stepJson(runId, step) as { answer: { assembled: { text: string; outputTokens: number } } }
+    ).answer.assembled;
+    expect(assembled.text).toBe(text);
+    expect(assembled.outputTokens).toBeGreaterThan(0);
   });
 
   it("stores Anthropic Messages and OpenAI Responses steps, streamed and not", async () => {
     const from = stack.provider.requests.length;
     const runId = "snap-shapes";
     const anthropic = stack.anthropic({ headers: { "X-Holdfast-Run": runId } });
-    await anthropic.messages.create({
+    const texts: string[] = [];
+    const whole = await anthropic.messages.create({
       model: "claude-3-5-haiku-latest",
       max_tokens: 50,
       messages: [{ role: "user", content: "Hello from Messages." }],
     });
+    texts.push(whole.content.map((b) => (b.type === "text" ? b.text : "")).join(""));
     const events = await anthropic.messages.create({
       model: "claude-3-5-haiku-latest",
       max_tokens: 50,
       stream: true,
       messages: [{ role: "user", content: "Stream from Messages." }],
     });
-    for await (const _ of events) {
-      // drained
+    let streamedText = "";
+    for await (const event of events) {
+      if (event.type === "content_block_delta" && event.delta.type === "text_delta")
+        streamedText += event.delta.text;
     }
+    texts.push(streamedText);
     const openai = stack.client({ headers: { "X-Holdfast-Run": runId } });
-    await openai.responses.create({ model: "gpt-4o-mini", input: "Hello from Responses." });
+    const response = await openai.responses.create({ model: "gpt-4o-mini", input: "Hello from Responses." });
+    texts.push(response.output_text);
     await stack.settled(runId, 3);
     const sent = exchangesSince(from);
     expect(sent).toHaveLength(3);
@@ -132,7 +145,49 @@ describe("snapshots: every step's exact request and answer, by content", () => {
       expect(step.snapshot.missing).toEqual([]);
       expect(rawSide(step, "request")).toBe(sent[n - 1]!.rawBody);
       expect(rawSide(step, "answer")).toBe(sent[n - 1]!.responseBody);
+      // Put together as the SDK put it together.
+      const json = stepJson(runId, step) as { answer: { assembled: { text: string } } };
+      expect(json.answer.assembled.text).toBe(texts[n - 1]);
+      expect(texts[n - 1]!.length).toBeGreaterThan(0);
     }
+  });
+
+  it("diffs two runs step by step: what each model said, its tool calls and its cost", async () => {
+    const tools = [
+      { type: "function" as const, function: { name: "lookup", parameters: { type: "object" } } },
+    ];
+    const conversation = async (runId: string, second: string) => {
+      const client = stack.client({ headers: { "X-Holdfast-Run": runId } });
+      await client.chat.completions.create({
+        model: "gpt-4o-mini",
+        messages: [{ role: "user", content: "The same first question." }],
+      });
+      await client.chat.completions.create({
+        model: "gpt-4o-mini",
+        tools,
+        messages: [{ role: "user", content: second }],
+      });
+      await stack.settled(runId, 2);
+    };
+    await conversation("snap-diff-a", '[[call:lookup {"q":"cats","page":1}]]');
+    await conversation("snap-diff-b", '[[call:lookup {"page":1, "q":"dogs"}]]');
+    const diffs = await diffRuns(reader, "snap-diff-a", "snap-diff-b");
+    expect(diffs.map((d) => d.step)).toEqual([1, 2]);
+    // The same question, the same answer.
+    expect(diffs[0]!.text.every((t) => t.op === " ")).toBe(true);
+    expect(diffs[0]!.a?.model).toBe(diffs[0]!.b?.model);
+    // The tool calls differ in what they ask for, not in how their arguments are spelt.
+    expect(diffs[1]!.a?.toolCalls).toEqual([{ name: "lookup", arguments: '{"q":"cats","page":1}' }]);
+    expect(diffs[1]!.toolCallsEqual).toBe(false);
+    const text = renderDiff("snap-diff-a", "snap-diff-b", diffs);
+    expect(text).toContain('  tool calls  - lookup({"q":"cats","page":1})');
+    expect(text).toContain("  text        same");
+    // One step of each: the same call, its arguments spelt another way, is the same call.
+    await conversation("snap-diff-c", '[[call:lookup {"page":1, "q":"cats"}]]');
+    const one = await diffRuns(reader, "snap-diff-a", "snap-diff-c", 2);
+    expect(one).toHaveLength(1);
+    expect(one[0]!.b?.toolCalls[0]?.arguments).not.toBe(one[0]!.a?.toolCalls[0]?.arguments);
+    expect(one[0]!.toolCallsEqual).toBe(true);
   });
 
   it("stores what a conversation held redacted, and no key in any byte of the buckets", async () => {
