@@ -7,7 +7,7 @@ import { authenticatorFrom } from "./authenticator.js";
 import type { BucketName } from "./buckets.js";
 import { Consumers } from "./consumers.js";
 import { BusConfigurationError, BusUnavailableError } from "./errors.js";
-import { Buckets } from "./kv.js";
+import { type BucketLimits, Buckets } from "./kv.js";
 import { Link } from "./link.js";
 import { EventLog } from "./log.js";
 import type {
@@ -375,8 +375,8 @@ export class Bus {
   }
 
   /** Makes every bucket Holdfast keeps (or brings it to this version's settings): an admin's job. */
-  provisionBuckets(): Promise<void> {
-    return this.buckets.provisionBuckets();
+  provisionBuckets(limits?: BucketLimits): Promise<void> {
+    return this.buckets.provisionBuckets(limits);
   }
 
   /**

@@ -87,3 +87,39 @@ describe("a bucket", () => {
     }
   });
 });
+
+describe("the snapshot buckets' bound", () => {
+  it("refuses new values at snapshots.max_storage_bytes, keeps what it holds, and is brought to a new bound", async () => {
+    const other = await connectBus({ servers: natsUrl(), prefix: uniqueNamespace("kv"), name: "kv-bound" });
+    try {
+      await other.provisionBuckets({ snapshotMaxBytes: 64 * 1024 });
+      const value = "x".repeat(4 * 1024);
+      let stored = 0;
+      let refused: unknown;
+      for (let i = 0; i < 64 && refused === undefined; i++) {
+        await other.putValue("SNAPSHOT_PARTS", `piece-${i}`, value).then(
+          () => {
+            stored += 1;
+          },
+          (error: unknown) => {
+            refused = error;
+          },
+        );
+      }
+      expect(String(refused)).toMatch(/maximum bytes/i);
+      expect(stored).toBeGreaterThan(8);
+      // What it held is still there.
+      const parts = await other.keyValue("SNAPSHOT_PARTS");
+      expect((await parts.get("piece-0"))?.value).toBe(value);
+      expect((await other.bucketSize("SNAPSHOT_PARTS")).bytes).toBeLessThanOrEqual(64 * 1024);
+      // Other buckets have no such bound.
+      await other.putValue("GATEWAYS", "big", "y".repeat(128 * 1024));
+      // A larger bound, provisioned again, lets it take more.
+      await other.provisionBuckets({ snapshotMaxBytes: 1024 * 1024 });
+      await other.putValue("SNAPSHOT_PARTS", "after", value);
+      expect((await parts.get("after"))?.value).toBe(value);
+    } finally {
+      await other.close();
+    }
+  });
+});

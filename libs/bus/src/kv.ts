@@ -31,17 +31,28 @@ export class Buckets {
   }
 
   /** See Bus.provisionBuckets. */
-  async provisionBuckets(): Promise<void> {
-    for (const bucket of BUCKET_NAMES) await this.createBucket(bucket);
+  async provisionBuckets(limits: BucketLimits = {}): Promise<void> {
+    for (const bucket of BUCKET_NAMES) {
+      await this.createBucket(bucket, limits);
+      const maxBytes = maxBytesOf(bucket, limits);
+      if (maxBytes === undefined) continue;
+      // An existing bucket is brought to the bound asked for (making one only opens it).
+      const name = `KV_${this.bucketName(bucket)}`;
+      const { config } = await this.link.jsm.streams.info(name);
+      if (config.max_bytes !== maxBytes)
+        await this.link.jsm.streams.update(name, { ...config, max_bytes: maxBytes });
+    }
   }
 
-  private createBucket(bucket: BucketName): Promise<KV> {
+  private createBucket(bucket: BucketName, limits: BucketLimits = {}): Promise<KV> {
     const ttl = bucketTtlMs(bucket);
+    const maxBytes = maxBytesOf(bucket, limits);
     return new Kvm(this.link.js).create(this.bucketName(bucket), {
       history: 1,
       replicas: this.link.options.replicas ?? 1,
       storage: StorageType.File,
       ...(ttl === undefined ? {} : { ttl }),
+      ...(maxBytes === undefined ? {} : { max_bytes: maxBytes }),
     });
   }
 
@@ -178,4 +189,19 @@ function changeOf(entry: KvWatchEntry): KeyChange {
     // The watch's last entry of those it started with (an empty bucket's first is a change).
     caughtUp: entry.isUpdate || entry.delta === 0,
   };
+}
+
+/** Bounds on what buckets may hold, from the deployment's configuration. */
+export interface BucketLimits {
+  /**
+   * The most bytes each snapshot bucket keeps (snapshots.max_storage_bytes; -1: no bound).
+   * A bucket at its bound refuses new values (JetStream's discard-new, as every KV
+   * bucket): snapshots stop being stored, counted as failures, and nothing stored is lost.
+   */
+  readonly snapshotMaxBytes?: number;
+}
+
+function maxBytesOf(bucket: BucketName, limits: BucketLimits): number | undefined {
+  if (bucket !== "SNAPSHOT_PARTS" && bucket !== "SNAPSHOT_STEPS") return undefined;
+  return limits.snapshotMaxBytes;
 }

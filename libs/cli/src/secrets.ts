@@ -98,7 +98,7 @@ export async function provision(argv: string[]): Promise<void> {
   });
   try {
     await bus.provision();
-    await bus.provisionBuckets();
+    await bus.provisionBuckets({ snapshotMaxBytes: config.snapshots.max_storage_bytes });
   } finally {
     await bus.close();
   }

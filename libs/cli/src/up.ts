@@ -436,7 +436,7 @@ async function provision(
   });
   try {
     await bus.provision();
-    await bus.provisionBuckets();
+    await bus.provisionBuckets({ snapshotMaxBytes: config.snapshots.max_storage_bytes });
   } finally {
     await bus.close();
   }

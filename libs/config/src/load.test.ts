@@ -104,7 +104,7 @@ describe("loadConfig", () => {
         tool_gate_by_tag: {},
         max_repeated_tool_calls: 0,
         redact: { patterns: [] },
-        snapshots: { enabled: true, max_bytes: 33554432 },
+        snapshots: { enabled: true, max_bytes: 33554432, max_storage_bytes: 4294967296 },
         routes: {},
         routing: { breaker_failures: 3, breaker_open_s: 30, cooldown_s: 10 },
         predict: {

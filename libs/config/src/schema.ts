@@ -889,6 +889,11 @@ export const configSchema = z
             .describe(
               "Largest request or answer a snapshot keeps, in bytes; a larger one is recorded as not stored, with its size.",
             ),
+          max_storage_bytes: integer(-1, Number.MAX_SAFE_INTEGER)
+            .default(4 * 1024 * 1024 * 1024)
+            .describe(
+              "Most bytes each of the two snapshot buckets keeps on JetStream, so snapshots never take the disk the event log needs; past it new snapshots are not stored (counted in holdfast_snapshots_total) and nothing stored is lost; -1 for no bound. Set where the stream is provisioned (holdfast up, holdfast provision).",
+            ),
         },
         mapping,
       )
