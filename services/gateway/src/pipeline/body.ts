@@ -28,9 +28,8 @@ export class RequestBody {
     /** The body as the client sent it. */
     readonly client: Buffer,
   ) {
-    const raw = client;
     this.#value = value;
-    this.#raw = raw;
+    this.#raw = client;
   }
 
   /** The body as parsed (and as features amended it). Not to be changed in place. */
