@@ -1,5 +1,5 @@
 import { once } from "node:events";
-import { createWriteStream, readFileSync } from "node:fs";
+import { createWriteStream, readFileSync, statSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { type Bus, connectBus } from "@holdfast/bus";
 import {
@@ -33,6 +33,9 @@ with its request and answer exactly as stored (redacted), and the redaction that
 -o writes to FILE (default: standard output); --jsonl writes a line per record, as each is
 read, instead of one JSON document. holdfast show --bundle FILE [<step>] reads it back with
 no stack running. The format is described in docs/snapshots.md.`;
+
+/** The largest bundle `show --bundle` reads (a string JavaScript can hold, with room). */
+const MAX_BUNDLE_BYTES = 400 * 1024 * 1024;
 
 /** What a bundle says it is. */
 export const BUNDLE_FORMAT = "holdfast.run-bundle";
@@ -241,6 +244,11 @@ function bundleStep(step: number, stepId: string, snapshot: StepSnapshot): Bundl
 export function readBundle(path: string): Bundle {
   let text: string;
   try {
+    // A bundle past the longest string JavaScript holds cannot be read whole: said so.
+    if (statSync(path).size > MAX_BUNDLE_BYTES)
+      throw new Error(
+        `it is larger than ${MAX_BUNDLE_BYTES / 1024 / 1024} MiB; read its JSONL form a record at a time`,
+      );
     text = readFileSync(path, "utf8");
   } catch (error) {
     throw new CliError(`cannot read the bundle ${path}: ${(error as Error).message}`);
@@ -258,11 +266,63 @@ export function readBundle(path: string): Bundle {
   } catch (error) {
     throw new CliError(`${path} is not a Holdfast bundle: ${(error as Error).message}`);
   }
-  if (bundle.format !== BUNDLE_FORMAT || bundle.version !== BUNDLE_VERSION)
+  if (
+    bundle === null ||
+    typeof bundle !== "object" ||
+    bundle.format !== BUNDLE_FORMAT ||
+    bundle.version !== BUNDLE_VERSION
+  )
     throw new CliError(
-      `${path} is not a Holdfast bundle of version ${BUNDLE_VERSION} (format ${String(bundle.format)})`,
+      `${path} is not a Holdfast bundle of version ${BUNDLE_VERSION} (format ${String(bundle?.format)})`,
     );
+  const defect = bundleDefect(bundle);
+  if (defect !== undefined) throw new CliError(`${path} is not a bundle holdfast export wrote: ${defect}`);
   return bundle;
+}
+
+/** The largest quarantined message a bundle may carry (base64): the log's own bound is far below. */
+const MAX_QUARANTINED_CHARS = 16 * 1024 * 1024;
+
+/**
+ * What is wrong with a bundle's shape, if anything: a file is read as it was written, or
+ * not at all, never half-trusted (a length that is no string's would be allocated whole).
+ */
+function bundleDefect(bundle: Bundle): string | undefined {
+  const isObject = (v: unknown): v is Record<string, unknown> =>
+    typeof v === "object" && v !== null && !Array.isArray(v);
+  const isCount = (v: unknown) => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+  if (typeof bundle.runId !== "string") return "its runId is not a string";
+  if (!Array.isArray(bundle.events) || !Array.isArray(bundle.steps) || !Array.isArray(bundle.quarantined))
+    return "its events, steps and quarantined are not all lists";
+  for (const [i, e] of bundle.events.entries()) {
+    if (!isObject(e) || !isCount(e.streamSequence) || !isObject(e.envelope))
+      return `event ${i + 1} is malformed`;
+    if (e.unknown !== undefined && e.unknown !== "type" && e.unknown !== "version")
+      return `event ${i + 1} is malformed`;
+  }
+  for (const [i, q] of bundle.quarantined.entries()) {
+    if (
+      !isObject(q) ||
+      typeof q.data !== "string" ||
+      q.data.length > MAX_QUARANTINED_CHARS ||
+      !isCount(q.streamSequence)
+    )
+      return `quarantined message ${i + 1} is malformed`;
+  }
+  for (const [i, s] of bundle.steps.entries()) {
+    if (!isObject(s) || !isCount(s.step) || typeof s.stepId !== "string" || !Array.isArray(s.missing))
+      return `step record ${i + 1} is malformed`;
+    const side = (v: unknown, fields: readonly string[]) =>
+      v === null ||
+      (isObject(v) &&
+        typeof v.text === "string" &&
+        isCount(v.bytes) &&
+        fields.every((f) => v[f] !== undefined) &&
+        (v.clientText === undefined || typeof v.clientText === "string"));
+    if (!side(s.request, ["api"]) || !side(s.answer, ["status", "streamed"]))
+      return `step record ${i + 1} is malformed`;
+  }
+  return undefined;
 }
 
 /** The records of a JSONL bundle as one document, synchronously. */
@@ -312,6 +372,12 @@ export function bundleStepShown(bundle: Bundle, view: RunView, n: number): Shown
   const stored = bundle.steps.find((s) => s.step === n);
   if (stepView === undefined || stored === undefined) {
     throw new CliError(`the bundle's run has no step ${n} (it has ${bundle.steps.length})`);
+  }
+  // Its texts are that step's only if the events say so: an edited bundle is refused, not paired up.
+  if (stored.stepId !== stepView.stepId) {
+    throw new CliError(
+      `the bundle's step ${n} is ${stored.stepId}, not the step its events name (${stepView.stepId})`,
+    );
   }
   const { request, answer } = stored;
   const base = { v: 1 as const, run: bundle.runId, step: stored.stepId };

@@ -26,8 +26,9 @@ const CREDENTIAL = new RegExp(
     // only where a run of word characters starts (a match inside one starts at its start
     // too), so a long run without a mask is read once, not once per character.
     String.raw`(?<![\w\-])[\w\-]*(?:\*{3,}|\*+(?:\.{3}|…))(?:[\w\-.*…]*[\w*])?`,
-    // JSON Web Tokens.
-    String.raw`\beyJ[\w\-]+\.[\w\-]+\.[\w\-]*`,
+    // JSON Web Tokens. Tried only where a run of word characters and dashes starts: from
+    // every "eyJ" of a long run the rest of it would be read again.
+    String.raw`(?<![\w\-])eyJ[\w\-]+\.[\w\-]+\.[\w\-]*`,
   ].join("|"),
   "gi",
 );

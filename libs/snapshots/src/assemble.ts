@@ -16,6 +16,13 @@ const obj = (value: unknown): Json => (typeof value === "object" && value !== nu
 const arr = (value: unknown): unknown[] => (Array.isArray(value) ? value : []);
 const str = (value: unknown): string => (typeof value === "string" ? value : "");
 const num = (value: unknown): number => (typeof value === "number" && Number.isFinite(value) ? value : 0);
+/** The most tool calls or content blocks one answer is put together from; an index past it is a provider's nonsense. */
+const MAX_INDEX = 1_024;
+/** A provider's index of a tool call or block, or undefined when it is none a real answer has. */
+const indexOf = (value: unknown): number | undefined => {
+  const index = num(value);
+  return Number.isInteger(index) && index >= 0 && index < MAX_INDEX ? index : undefined;
+};
 
 /**
  * An answer as stored (a body, or a stream's events) put together: OpenAI Chat
@@ -68,7 +75,7 @@ function chatStream(events: { data: unknown }[]): AssembledAnswer {
   let finishReason = "";
   let inputTokens = 0;
   let outputTokens = 0;
-  const calls: { name: string; arguments: string }[] = [];
+  const calls = new Map<number, { name: string; arguments: string }>();
   for (const { data } of events) {
     const chunk = obj(data);
     model ||= str(chunk.model);
@@ -81,14 +88,17 @@ function chatStream(events: { data: unknown }[]): AssembledAnswer {
     text += str(delta.content);
     for (const call of arr(delta.tool_calls)) {
       const c = obj(call);
-      const index = num(c.index);
+      const index = indexOf(c.index);
+      if (index === undefined) continue;
       const fn = obj(c.function);
-      calls[index] ??= { name: "", arguments: "" };
-      calls[index]!.name += str(fn.name);
-      calls[index]!.arguments += str(fn.arguments);
+      const found = calls.get(index) ?? { name: "", arguments: "" };
+      found.name += str(fn.name);
+      found.arguments += str(fn.arguments);
+      calls.set(index, found);
     }
   }
-  return { model, text, toolCalls: calls.filter(Boolean), finishReason, inputTokens, outputTokens };
+  const toolCalls = [...calls.entries()].sort(([a], [b]) => a - b).map(([, call]) => call);
+  return { model, text, toolCalls, finishReason, inputTokens, outputTokens };
 }
 
 function responsesBody(body: Json): AssembledAnswer {
@@ -136,7 +146,7 @@ function messagesStream(events: { data: unknown }[]): AssembledAnswer {
   let finishReason = "";
   let inputTokens = 0;
   let outputTokens = 0;
-  const blocks: { kind: string; name: string; json: string }[] = [];
+  const blocks = new Map<number, { kind: string; name: string; json: string }>();
   for (const { data } of events) {
     const e = obj(data);
     if (e.type === "message_start") {
@@ -145,13 +155,15 @@ function messagesStream(events: { data: unknown }[]): AssembledAnswer {
       inputTokens = num(obj(message.usage).input_tokens);
     } else if (e.type === "content_block_start") {
       const block = obj(e.content_block);
-      blocks[num(e.index)] = { kind: str(block.type), name: str(block.name), json: "" };
+      const index = indexOf(e.index);
+      if (index !== undefined) blocks.set(index, { kind: str(block.type), name: str(block.name), json: "" });
       text += str(block.text);
     } else if (e.type === "content_block_delta") {
       const delta = obj(e.delta);
       if (delta.type === "text_delta") text += str(delta.text);
       else if (delta.type === "input_json_delta") {
-        const block = blocks[num(e.index)];
+        const index = indexOf(e.index);
+        const block = index === undefined ? undefined : blocks.get(index);
         if (block !== undefined) block.json += str(delta.partial_json);
       }
     } else if (e.type === "message_delta") {
@@ -162,8 +174,10 @@ function messagesStream(events: { data: unknown }[]): AssembledAnswer {
   return {
     model,
     text,
-    toolCalls: blocks
-      .filter((b) => b?.kind === "tool_use")
+    toolCalls: [...blocks.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([, b]) => b)
+      .filter((b) => b.kind === "tool_use")
       .map((b) => ({ name: b.name, arguments: b.json === "" ? "{}" : b.json })),
     finishReason,
     inputTokens,

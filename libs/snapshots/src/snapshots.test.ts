@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { SnapshotReader } from "./reader.js";
+import { redactStrings } from "./redact.js";
 import { MIN_PIECE_CHARS, splitPieces } from "./split.js";
 import { CHUNK_CHARS, contentKey, manifestKey } from "./store.js";
 import { MAX_PIECES, SnapshotWriter } from "./writer.js";
@@ -170,6 +171,34 @@ describe("SnapshotWriter and SnapshotReader", () => {
     expect(parsed.messages[3].tool_calls[0].function.arguments).toBe(
       '{"user":"ann",[redacted],"api_key":"[redacted]"}',
     );
+  });
+
+  it("redacts a credential by the key it is under, a number by a pattern, and keeps every text it cleans what it was", () => {
+    const clean = (value: string) => value.replace(/\b\d{16}\b/g, "[redacted]");
+    const body = JSON.stringify({
+      tools: [{ type: "mcp", authorization: "ya29.a0AfH6SM", headers: { "X-Api-Key": "c0ffee1234" } }],
+      input: [{ role: "user", content: "pay" }],
+      card: 4111111111111111,
+      logprobs: [{ token: "Hello", logprob: -0.1 }],
+      password: "",
+    });
+    const stored = redactStrings(body, clean);
+    expect(JSON.parse(stored)).toEqual({
+      tools: [{ type: "mcp", authorization: "[redacted]", headers: { "X-Api-Key": "[redacted]" } }],
+      input: [{ role: "user", content: "pay" }],
+      card: "[redacted]",
+      logprobs: [{ token: "Hello", logprob: -0.1 }],
+      password: "",
+    });
+    // A stream: each data line that is JSON, as JSON; the framing as it is.
+    const stream =
+      'event: x\ndata: {"delta":"my card 4111111111111111","api_key":"k-123"}\n\ndata: [DONE]\n\n';
+    expect(redactStrings(stream, clean)).toBe(
+      'event: x\ndata: {"delta":"my card [redacted]","api_key":"[redacted]"}\n\ndata: [DONE]\n\n',
+    );
+    // A text that is no JSON (a quote opening a run of escaped quotes) is cleaned as it is.
+    const hostile = `"${'\\"'.repeat(200_000)}`;
+    expect(redactStrings(hostile, (v) => v)).toBe(hostile);
   });
 
   it("stores the client's request beside the forwarded one only where Holdfast changed it", async () => {
