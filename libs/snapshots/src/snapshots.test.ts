@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { SnapshotReader } from "./reader.js";
 import { redactStrings } from "./redact.js";
-import { MIN_PIECE_CHARS, splitPieces } from "./split.js";
+import { MIN_PIECE_CHARS, pieceEnds, pieceEndsAfter, splitPieces } from "./split.js";
 import { CHUNK_CHARS, contentKey, manifestKey } from "./store.js";
 import { MAX_PIECES, SnapshotWriter } from "./writer.js";
 
@@ -47,6 +47,22 @@ describe("splitPieces", () => {
       `,{"content":[1,2]} ,{"content":"${long}"}`,
       '],"tools":[],"n":1e3 }\n',
     ]);
+  });
+
+  it("cuts a text read on from a shared beginning exactly as read whole", () => {
+    const bodies = conversation(60, 700).map((body, i) =>
+      // Some steps add tools after the messages, as agents that gain tools do.
+      i % 7 === 3 ? body.replace(/}$/, `,"tools":[{"type":"function","function":{"name":"t${i}"}}]}`) : body,
+    );
+    for (let i = 1; i < bodies.length; i++) {
+      const before = pieceEnds(bodies[i - 1]!);
+      const whole = pieceEnds(bodies[i]!);
+      // Every cut the two share (all but the last piece's, when the text grew by its end).
+      let shared = 0;
+      while (shared < before.length - 1 && bodies[i]!.startsWith(bodies[i - 1]!.slice(0, before[shared])))
+        shared += 1;
+      expect(pieceEndsAfter(bodies[i]!, before, shared)).toEqual(whole);
+    }
   });
 
   it("keeps a text that is not a JSON object whole", () => {

@@ -34,6 +34,19 @@ export function pieceEnds(text: string): number[] {
   }
 }
 
+/**
+ * The same as pieceEnds(text), given that `text` starts with the text of `shared` cuts
+ * another text was cut at (`ends`, its first `shared`): only what follows is read.
+ */
+export function pieceEndsAfter(text: string, ends: readonly number[], shared: number): number[] {
+  if (shared === 0) return pieceEnds(text);
+  try {
+    return new Scanner(text).resume(ends.slice(0, shared));
+  } catch {
+    return [text.length];
+  }
+}
+
 /** The pieces themselves, in order. */
 export function splitPieces(text: string): string[] {
   const ends = pieceEnds(text);
@@ -52,7 +65,7 @@ const WS = new Set([0x20, 0x0a, 0x0d, 0x09]);
 
 class Scanner {
   private pos = 0;
-  private readonly ends: number[] = [];
+  private ends: number[] = [];
 
   constructor(private readonly text: string) {}
 
@@ -66,6 +79,23 @@ class Scanner {
       this.pos += 1;
       return this.finish();
     }
+    return this.members();
+  }
+
+  /**
+   * The rest of the object from a cut `ends` already made (the last of them): where a
+   * split array's element, or its end, starts. What comes before is not read again.
+   */
+  resume(ends: readonly number[]): number[] {
+    this.ends = [...ends];
+    this.pos = ends[ends.length - 1]!;
+    this.elements();
+    return this.afterValue() ? this.finish() : this.members();
+  }
+
+  /** Members from a key on, to the object's end. */
+  private members(): number[] {
+    const t = this.text;
     for (;;) {
       this.space();
       const keyStart = this.pos;
@@ -74,37 +104,49 @@ class Scanner {
       this.space();
       this.expect(0x3a); // :
       this.space();
-      if (SPLIT_KEYS.has(key) && t.charCodeAt(this.pos) === 0x5b) this.array();
-      else this.value();
-      this.space();
-      const c = t.charCodeAt(this.pos);
-      this.pos += 1;
-      if (c === 0x2c) continue; // ,
-      if (c === 0x7d) return this.finish(); // }
-      throw new NotJson();
+      if (SPLIT_KEYS.has(key) && t.charCodeAt(this.pos) === 0x5b) {
+        this.expect(0x5b); // [
+        this.space();
+        if (t.charCodeAt(this.pos) === 0x5d) this.pos += 1;
+        else {
+          this.cut(this.pos);
+          this.elements();
+        }
+      } else this.value();
+      if (this.afterValue()) return this.finish();
     }
   }
 
-  /** A split array: a piece from each element's start (its comma's, past the first) to the next. */
-  private array(): void {
-    const t = this.text;
-    this.expect(0x5b); // [
+  /** After a member's value: true at the object's end, false before the next member. */
+  private afterValue(): boolean {
     this.space();
-    if (t.charCodeAt(this.pos) === 0x5d) {
-      this.pos += 1;
-      return;
-    }
-    this.cut(this.pos);
+    const c = this.text.charCodeAt(this.pos);
+    this.pos += 1;
+    if (c === 0x2c) return false; // ,
+    if (c === 0x7d) return true; // }
+    throw new NotJson();
+  }
+
+  /**
+   * A split array's elements from one's start (or a comma, or the closing bracket) to
+   * past its closing bracket: a piece from each element's start (its comma's, past the
+   * first) to the next.
+   */
+  private elements(): void {
+    const t = this.text;
     for (;;) {
-      this.value();
       this.space();
-      const c = t.charCodeAt(this.pos);
+      let c = t.charCodeAt(this.pos);
+      if (c !== 0x2c && c !== 0x5d) {
+        this.value();
+        this.space();
+        c = t.charCodeAt(this.pos);
+      }
       // A comma starts the next element's piece; the closing bracket, the text after the array.
-      if (c === 0x2c || c === 0x5d) this.cut(this.pos);
+      if (c !== 0x2c && c !== 0x5d) throw new NotJson();
+      this.cut(this.pos);
       this.pos += 1;
       if (c === 0x5d) return;
-      if (c !== 0x2c) throw new NotJson();
-      this.space();
     }
   }
 

@@ -1,6 +1,6 @@
 import { scrubSecrets } from "@holdfast/providers";
 import { redactStrings } from "./redact.js";
-import { pieceEnds } from "./split.js";
+import { pieceEndsAfter } from "./split.js";
 import {
   type AnswerManifest,
   INLINE_CHARS,
@@ -184,12 +184,13 @@ export class SnapshotWriter {
         redacted: 0,
       };
     }
-    const ends = capped(pieceEnds(text));
     const found = this.runs.get(memoryKey(which, runId));
     // A call admitted twice (after a hold) is the same step: it never builds on itself.
     const prev =
       found !== undefined && found.step !== stepId && found.secrets === secretsTag ? found : undefined;
-    const shared = prev === undefined ? 0 : sharedPieces(prev, text, ends);
+    const shared = prev === undefined ? 0 : sharedPieces(prev, text);
+    // What the last request shared is cut as it was: only what follows is read.
+    const ends = capped(pieceEndsAfter(text, prev?.ends ?? [], shared));
     const keys: string[] = prev === undefined ? [] : prev.keys.slice(0, shared);
     const sizes: number[] = prev === undefined ? [] : prev.sizes.slice(0, shared);
     let redacted = 0;
@@ -377,21 +378,20 @@ function capped(ends: number[]): number[] {
 }
 
 /**
- * How many of `prev`'s pieces start `text` too, cut alike: the last piece (the text after
- * the arrays) is never shared, since what follows it differs.
+ * How many of `prev`'s pieces start `text` too (the last, the text after the arrays, never:
+ * what follows it differs). A conversation that grew by its end shares all the others,
+ * which one native prefix compare tells; otherwise the longest run is found by halving.
  */
-function sharedPieces(prev: Remembered, text: string, ends: readonly number[]): number {
-  let lo = 0;
-  let hi = Math.min(prev.ends.length - 1, ends.length - 1);
-  // The longest run of pieces whose text and cuts agree: found by halving (each test is a
-  // native prefix compare), then checked cut by cut.
+function sharedPieces(prev: Remembered, text: string): number {
   const agrees = (n: number) => n === 0 || text.startsWith(prev.text.slice(0, prev.ends[n - 1]));
+  let hi = prev.ends.length - 1;
+  if (agrees(hi)) return hi;
+  let lo = 0;
+  hi -= 1;
   while (lo < hi) {
     const mid = Math.ceil((lo + hi) / 2);
     if (agrees(mid)) lo = mid;
     else hi = mid - 1;
   }
-  let n = 0;
-  while (n < lo && ends[n] === prev.ends[n]) n += 1;
-  return n;
+  return lo;
 }

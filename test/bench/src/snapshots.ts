@@ -19,7 +19,8 @@
 //   <step> --raw` as a command (a Node.js process starting included);
 // - how long `holdfast export` takes for that run, and the bundle's size.
 //
-// BENCH_STEPS (200), BENCH_ROUNDS (4), BENCH_QUESTION_BYTES (600) change the run.
+// BENCH_STEPS (200), BENCH_ROUNDS (4), BENCH_QUESTION_BYTES (2,000: a tool result of a few
+// hundred tokens, as an agent step carries) change the run.
 import { type ChildProcess, execFile } from "node:child_process";
 import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
@@ -33,7 +34,7 @@ import { ROOT, readerHeaders, startExtraGateway, startProvider, startUp } from "
 
 const STEPS = Number(process.env.BENCH_STEPS ?? 200);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
-const QUESTION_BYTES = Number(process.env.BENCH_QUESTION_BYTES ?? 600);
+const QUESTION_BYTES = Number(process.env.BENCH_QUESTION_BYTES ?? 2_000);
 const run = promisify(execFile);
 
 type Side = "direct" | "off" | "on";
