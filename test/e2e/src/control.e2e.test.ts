@@ -373,7 +373,9 @@ describe("approve and deny from the CLI", () => {
     expect(same.code, same.stderr).toBe(0);
     expect(same.stdout).toContain("step 2\n  model       ");
     expect(same.stdout).toContain('tool calls  delete_branch({"branch":"main"})');
-    expect((await holdfast(["diff", "cli-gate", "no-such-run"])).stderr).toContain('no run named "no-such-run"');
+    expect((await holdfast(["diff", "cli-gate", "no-such-run"])).stderr).toContain(
+      'no run named "no-such-run"',
+    );
 
     // Read back where no stack has ever run: an empty data directory.
     const empty = await makeTempDir("no-stack");
