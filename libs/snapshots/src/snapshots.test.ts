@@ -217,6 +217,38 @@ describe("SnapshotWriter and SnapshotReader", () => {
     expect(redactStrings(hostile, (v) => v)).toBe(hostile);
   });
 
+  it("redacts a credential a stream spreads over its deltas, keeping every event and the rest of the text", async () => {
+    const parts = bucket();
+    const manifests = bucket();
+    const writer = new SnapshotWriter({ putPart: parts.put, putManifest: manifests.put, patterns: [] });
+    const key = "sk-proj-Qx9Zr2Lw4PmN7vB3yT8kAa1Bb2Cc";
+    const said = `Your key is ${key}, keep it safe.`;
+    const chunk = (content: string) =>
+      `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content } }] })}\n\n`;
+    const pieces = said.match(/.{1,4}/g)!;
+    const events = `${pieces.map(chunk).join("")}data: [DONE]\n\n`;
+    await writer.answer("r", "s1", 200, { events }, [key]);
+    const stored = (await new SnapshotReader(parts.get, manifests.get).step("r", "s1")).answer!;
+    const joined = stored.text
+      .split("\n")
+      .filter((line) => line.startsWith("data: {"))
+      .map((line) => JSON.parse(line.slice(6)).choices[0].delta.content as string)
+      .join("");
+    // Each event's own scrub takes what it can see ("sk-p"), the joined text the rest.
+    expect(joined).toMatch(/^Your key is (\[redacted\])+, keep it safe\.$/);
+    for (let i = 8; i < key.length; i += 4) expect(stored.text).not.toContain(key.slice(i - 8, i));
+    // Every event is still there, in its place.
+    expect(stored.text.split("\n\n").length).toBe(events.split("\n\n").length);
+    expect(stored.redacted).toBe(1);
+    // A stream with nothing to hide is stored as it came.
+    const plain = `${"Nothing to hide here."
+      .match(/.{1,4}/g)!
+      .map(chunk)
+      .join("")}data: [DONE]\n\n`;
+    await writer.answer("r", "s2", 200, { events: plain }, [key]);
+    expect((await new SnapshotReader(parts.get, manifests.get).step("r", "s2")).answer!.text).toBe(plain);
+  });
+
   it("stores the client's request beside the forwarded one only where Holdfast changed it", async () => {
     const parts = bucket();
     const manifests = bucket();

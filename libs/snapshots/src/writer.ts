@@ -10,6 +10,7 @@ import {
   type StoredText,
   storedValues,
 } from "./store.js";
+import { redactStream } from "./stream.js";
 
 /**
  * Puts a value under a key of one bucket; rejects when it was not stored. `deferred`: it
@@ -242,11 +243,11 @@ export class SnapshotWriter {
     if (over)
       content = { bytes: length, parts: [], omitted: `larger than snapshots.max_bytes (${this.maxBytes})` };
     else if (text.length <= INLINE_CHARS) {
-      const clean = this.redact(text, secrets);
+      const clean = this.redact(text, secrets, "events" in answer);
       redacted = clean !== text;
       content = { bytes: Buffer.byteLength(clean), parts: [], text: clean };
     } else {
-      const stored = this.piece(text, secrets, writes);
+      const stored = this.piece(text, secrets, writes, "events" in answer);
       redacted = stored.redacted;
       content = { bytes: stored.bytes, parts: [stored.key] };
     }
@@ -300,21 +301,27 @@ export class SnapshotWriter {
     writes.list.push(written);
   }
 
-  /** What is stored of a text: credentials and redact.patterns taken out of every string in it. */
-  private redact(raw: string, secrets: readonly string[]): string {
-    return redactStrings(raw, (value) => {
-      let clean = scrubSecrets(value, secrets);
-      for (const pattern of this.patterns) clean = clean.replace(pattern, REDACTED);
-      return clean;
-    });
+  /**
+   * What is stored of a text: credentials and redact.patterns taken out of every string in
+   * it, and, for a stream, out of the text its events carry joined.
+   */
+  private redact(raw: string, secrets: readonly string[], stream = false): string {
+    const clean = (value: string) => {
+      let cleaned = scrubSecrets(value, secrets);
+      for (const pattern of this.patterns) cleaned = cleaned.replace(pattern, REDACTED);
+      return cleaned;
+    };
+    const text = redactStrings(raw, clean);
+    return stream ? redactStream(text, clean) : text;
   }
 
   private piece(
     raw: string,
     secrets: readonly string[],
     writes: Writes,
+    stream = false,
   ): { key: string; bytes: number; redacted: boolean } {
-    const text = this.redact(raw, secrets);
+    const text = this.redact(raw, secrets, stream);
     const { key, values } = storedValues(text);
     this.write(key, values, writes);
     return { key, bytes: Buffer.byteLength(text), redacted: text !== raw };

@@ -196,7 +196,17 @@ describe("snapshots: every step's exact request and answer, by content", () => {
     const client = stack.client({ headers: { "X-Holdfast-Run": runId } });
     const content = `My SSN is ${SSN} and my other key is ${PASTED_KEY}.`;
     await client.chat.completions.create({ model: "gpt-4o-mini", messages: [{ role: "user", content }] });
-    await stack.settled(runId, 1);
+    // The fake answers by quoting the question: streamed, the key comes back a few
+    // characters an event, in no one event whole.
+    const stream = await client.chat.completions.create({
+      model: "gpt-4o-mini",
+      stream: true,
+      messages: [{ role: "user", content }],
+    });
+    let echoed = "";
+    for await (const chunk of stream) echoed += chunk.choices[0]?.delta.content ?? "";
+    expect(echoed).toContain(PASTED_KEY);
+    await stack.settled(runId, 2);
     // The traffic is never changed: the provider got what the agent sent.
     expect(exchangesSince(from)[0]!.rawBody).toContain(content);
     const step = await shown(runId, 1);
