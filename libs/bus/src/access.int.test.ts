@@ -95,6 +95,7 @@ const started = (runId: string, sequence: number): EventPayload => ({
     budgetLeases: [],
     prediction: undefined,
     route: undefined,
+    origin: undefined,
   },
 });
 

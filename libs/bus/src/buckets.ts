@@ -39,3 +39,13 @@ export const BUCKET_NAMES = Object.keys(BUCKETS) as BucketName[];
 export function bucketTtlMs(bucket: BucketName): number | undefined {
   return (BUCKETS[bucket] as { readonly ttlMs?: number }).ttlMs;
 }
+
+/** Bounds on what buckets may hold, from the deployment's configuration. */
+export interface BucketLimits {
+  /**
+   * The most bytes each snapshot bucket keeps (snapshots.max_storage_bytes; -1: no bound).
+   * A bucket at its bound refuses new values (JetStream's discard-new, as every KV
+   * bucket): snapshots stop being stored, counted as failures, and nothing stored is lost.
+   */
+  readonly snapshotMaxBytes?: number;
+}

@@ -45,6 +45,7 @@ function started(step: number): EventPayload {
       budgetLeases: [],
       prediction: undefined,
       route: undefined,
+      origin: undefined,
     },
   };
 }

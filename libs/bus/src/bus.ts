@@ -4,10 +4,10 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { type ConnectionOptions, connect, errors, type NatsConnection } from "@nats-io/transport-node";
 import { inboxPrefix, type Principal } from "./access.js";
 import { authenticatorFrom } from "./authenticator.js";
-import type { BucketName } from "./buckets.js";
+import type { BucketLimits, BucketName } from "./buckets.js";
 import { Consumers } from "./consumers.js";
 import { BusConfigurationError, BusUnavailableError } from "./errors.js";
-import { type BucketLimits, Buckets } from "./kv.js";
+import { Buckets } from "./kv.js";
 import { Link } from "./link.js";
 import { EventLog } from "./log.js";
 import type {

@@ -1,6 +1,6 @@
 import { JetStreamApiCodes, JetStreamApiError, StorageType } from "@nats-io/jetstream";
 import { type KV, type KvEntry, Kvm, type KvWatchEntry } from "@nats-io/kv";
-import { BUCKET_NAMES, type BucketName, bucketTtlMs } from "./buckets.js";
+import { BUCKET_NAMES, type BucketLimits, type BucketName, bucketTtlMs } from "./buckets.js";
 import { type BusError, BusRejectedError, BusUnavailableError, KeyChangedError } from "./errors.js";
 import { isApiError, isPermissionError, type Link, publishFailed } from "./link.js";
 import type { KeyChange, KeyEntry, KeyValue, KeyWatch } from "./model.js";
@@ -189,16 +189,6 @@ function changeOf(entry: KvWatchEntry): KeyChange {
     // The watch's last entry of those it started with (an empty bucket's first is a change).
     caughtUp: entry.isUpdate || entry.delta === 0,
   };
-}
-
-/** Bounds on what buckets may hold, from the deployment's configuration. */
-export interface BucketLimits {
-  /**
-   * The most bytes each snapshot bucket keeps (snapshots.max_storage_bytes; -1: no bound).
-   * A bucket at its bound refuses new values (JetStream's discard-new, as every KV
-   * bucket): snapshots stop being stored, counted as failures, and nothing stored is lost.
-   */
-  readonly snapshotMaxBytes?: number;
 }
 
 function maxBytesOf(bucket: BucketName, limits: BucketLimits): number | undefined {

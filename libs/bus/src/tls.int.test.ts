@@ -91,6 +91,7 @@ describe("NATS over mutual TLS", () => {
             budgetLeases: [],
             prediction: undefined,
             route: undefined,
+            origin: undefined,
           },
         },
       });

@@ -9,6 +9,7 @@ import { APPROVE_USAGE, DENY_USAGE, gateCommand } from "./gate.js";
 import { INIT_USAGE, init } from "./init.js";
 import { LS_USAGE, ls } from "./ls.js";
 import { QUERY_USAGE, query } from "./query.js";
+import { COMPARE_USAGE, compare, FORK_USAGE, fork, REPLAY_USAGE, replay } from "./replay.js";
 import { LIFT_USAGE, lift, RULES_USAGE, rules } from "./rules.js";
 import { CREDENTIALS_USAGE, credentials, PROVISION_USAGE, provision } from "./secrets.js";
 import { SHOW_USAGE, show } from "./show.js";
@@ -23,6 +24,9 @@ const COMMANDS: Record<string, { run: (argv: string[]) => Promise<void>; usage: 
   show: { run: show, usage: SHOW_USAGE },
   export: { run: exportRun, usage: EXPORT_USAGE },
   diff: { run: diff, usage: DIFF_USAGE },
+  replay: { run: replay, usage: REPLAY_USAGE },
+  fork: { run: fork, usage: FORK_USAGE },
+  compare: { run: compare, usage: COMPARE_USAGE },
   query: { run: query, usage: QUERY_USAGE },
   hold: { run: actionCommand("hold"), usage: HOLD_USAGE },
   resume: { run: actionCommand("resume"), usage: RESUME_USAGE },

@@ -125,6 +125,7 @@ export {
   Selector,
   StepCompleted,
   StepFailed,
+  StepOrigin,
   StepOutcome,
   StepRecorded,
   StepRetried,

@@ -47,6 +47,7 @@ function started(
         budgetLeases: leases,
         prediction: undefined,
         route: undefined,
+        origin: undefined,
       },
     },
     at,

@@ -48,6 +48,24 @@ export class HoldfastKeyRequiredError extends GatewayError {
   }
 }
 
+/**
+ * A call that says it comes from a recorded step (X-Holdfast-Origin: replay, fork,
+ * compare) without the control token, or with a wrong one: such a call is never held,
+ * gated or budgeted, so only an operator may make one. Nothing was forwarded or recorded.
+ */
+export class OriginNotAuthorizedError extends GatewayError {
+  override readonly name = "OriginNotAuthorizedError";
+  readonly code = "origin_not_authorized";
+  readonly status = 401;
+  readonly type = "authentication_error";
+  readonly retryable = false;
+  constructor(why: string) {
+    super(
+      `A call sent again from a recorded step (X-Holdfast-Origin) needs the control token in X-Holdfast-Control-Token: ${why}. Nothing was sent to the provider.`,
+    );
+  }
+}
+
 /** The call's X-Holdfast-Key is no tenant's (`tenants.<tenant>.keys_sha256`). Nothing was forwarded or recorded. */
 export class HoldfastKeyUnknownError extends GatewayError {
   override readonly name = "HoldfastKeyUnknownError";

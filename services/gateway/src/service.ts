@@ -43,6 +43,7 @@ import { Reaper } from "./liveness/reaper.js";
 import { callSnapshots } from "./pipeline/capture.js";
 import type { GatewayFeature } from "./pipeline/hooks.js";
 import { inOrder } from "./pipeline/order.js";
+import { originReader } from "./pipeline/origin.js";
 import { Waiting } from "./pipeline/wait.js";
 import { predictFeature } from "./predict/feature.js";
 import { type RateWindowsApi, type Reservation, SharedSlices } from "./predict/shared.js";
@@ -330,6 +331,7 @@ export async function startGateway(
     maxAnswerBytes: config.gateway.max_answer_bytes,
     maxEventBytes: config.gateway.max_event_bytes,
     ...(snapshots === undefined ? {} : { snapshots: callSnapshots(snapshots, config.snapshots.max_bytes) }),
+    originOf: originReader({ ...config.control, host: config.gateway.host }),
     limits: config.http,
     ledger,
     upstreams,

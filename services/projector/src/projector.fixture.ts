@@ -87,6 +87,7 @@ export async function call(runId: string, step: number, at?: number) {
         budgetLeases: [],
         prediction: undefined,
         route: undefined,
+        origin: undefined,
       },
     },
     at,

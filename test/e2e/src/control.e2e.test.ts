@@ -398,4 +398,97 @@ describe("approve and deny from the CLI", () => {
       await empty[Symbol.asyncDispose]();
     }
   });
+
+  it("replays, compares and forks a recorded step through the gateway: under eval, with its origin, never held or gated", async () => {
+    // A standing rule that holds every run tagged eval, and the gate's rule on delete_*:
+    // neither applies to an operator's call from a recorded step.
+    expect((await holdfast(["hold", "--tag", "eval", "--reason", "no evals now"])).code).toBe(0);
+    try {
+      const replayed = await holdfast(["replay", "cli-gate", "1", "--model", "gpt-4o", "--api-key", "sk-x"]);
+      expect(replayed.code, replayed.stderr).toBe(0);
+      const newRun = /as run (\S+)/.exec(replayed.stdout)?.[1];
+      expect(newRun).toMatch(/^replay-1-of-cli-gate-/);
+      expect(replayed.stdout).toContain("  model       - gpt-4o-mini\n              + gpt-4o");
+      // The gated tool call came back, delivered: the gate did not hold it.
+      expect(replayed.stdout).toContain('tool calls  delete_branch({"branch":"main"})');
+      const run = (await shown(newRun!)) as unknown as {
+        status: string;
+        tag: string;
+        steps: { origin: { kind: string; run_id: string; step: number } | null; status: string }[];
+      };
+      expect(run.tag).toBe("eval");
+      expect(run.status).not.toBe("held");
+      expect(run.steps).toMatchObject([
+        { status: "completed", origin: { kind: "replay", run_id: "cli-gate", step: 1 } },
+      ]);
+
+      const compared = await holdfast([
+        "compare",
+        "demo-agent",
+        "1",
+        "--model",
+        "gpt-4o",
+        "--api-key",
+        "sk-x",
+        "--json",
+      ]);
+      expect(compared.code, compared.stderr).toBe(0);
+      const diff = JSON.parse(compared.stdout) as {
+        kind: string;
+        diff: { a: { model: string }; b: { model: string }; text: { op: string }[] };
+      };
+      expect(diff.kind).toBe("compare");
+      expect(diff.diff.a.model).toBe("gpt-4o-mini");
+      expect(diff.diff.b.model).toBe("gpt-4o");
+
+      const forked = await holdfast([
+        "fork",
+        "demo-agent",
+        "1",
+        "--set",
+        'messages.1.content="A forked question."',
+        "--as",
+        "forked-demo",
+        "--api-key",
+        "sk-x",
+      ]);
+      expect(forked.code, forked.stderr).toBe(0);
+      expect(forked.stdout).toContain("A forked question.");
+      expect((await shown("forked-demo")) as unknown as { steps: { origin: unknown }[] }).toMatchObject({
+        steps: [{ origin: { kind: "fork", run_id: "demo-agent", step: 1 } }],
+      });
+    } finally {
+      await holdfast(["resume", "--tag", "eval"]);
+    }
+
+    // Only the control token makes a call from a recorded step: none, a wrong one or the
+    // read-only one is refused before anything is recorded or sent.
+    const presented: Record<string, string>[] = [
+      {},
+      { "x-holdfast-control-token": "guessed" },
+      { "x-holdfast-control-token": token("read") },
+    ];
+    for (const headers of presented) {
+      const response = await fetch(`${stack().gatewayUrl}/chat/completions`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          authorization: "Bearer sk-x",
+          "x-holdfast-run": "forged-eval",
+          "x-holdfast-tag": "eval",
+          "x-holdfast-origin": "replay",
+          "x-holdfast-origin-run": "cli-gate",
+          "x-holdfast-origin-step": "1",
+          ...headers,
+        },
+        body: JSON.stringify({
+          model: "gpt-4o-mini",
+          messages: [{ role: "user", content: "let me through" }],
+        }),
+      });
+      expect(response.status).toBe(401);
+      expect(JSON.stringify(await response.json())).toContain("needs the control token");
+    }
+    expect((await holdfast(["show", "forged-eval"])).stderr).toContain('no run named "forged-eval"');
+  });
 });

@@ -45,6 +45,7 @@ async function orphan(runId: string, step: number, previousStreamSeq: number): P
         budgetLeases: [],
         prediction: undefined,
         route: undefined,
+        origin: undefined,
         messageCount: 1,
         upstream: stack.provider.url,
         gateway: "gateway-that-died#0badc0",

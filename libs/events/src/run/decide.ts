@@ -15,6 +15,7 @@ import {
   type Selector,
   StepCompleted,
   StepFailed,
+  type StepOrigin,
   type StepOutcome,
   type Trip,
   type UnparkReason,
@@ -53,6 +54,8 @@ export interface StartStep {
   readonly prediction?: Prediction;
   /** Where a call asking for a routed alias went, and why. */
   readonly route?: RouteChoice;
+  /** The recorded step an operator sent this call again from (replay, fork, compare). */
+  readonly origin?: StepOrigin;
   /** The run's tag as this call names it (a standing rule may select on it). */
   readonly tag: string;
   readonly limits: ConfiguredLimits;
@@ -701,6 +704,7 @@ function decideStart(command: StartStep, state: RunState, nowMs: number): EventP
         budgetLeases: [...command.budgetLeases],
         prediction: command.prediction,
         route: command.route,
+        origin: command.origin,
       },
     },
   ];

@@ -43,6 +43,7 @@ describe("StartStep", () => {
           budgetLeases: [],
           prediction: undefined,
           route: undefined,
+          origin: undefined,
         },
       });
   });

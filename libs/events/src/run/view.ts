@@ -46,6 +46,8 @@ export interface StepView {
   messageCount: number;
   /** The conversation prefix hash of this call (model, system prompt, first message): what `hold --prompt` selects on. */
   promptHash: string;
+  /** The recorded step an operator sent this call again from (replay, fork, compare), if one did. */
+  origin: { kind: string; runId: string; step: number } | null;
   /** The gateway process that handled the call (instance id and boot id). */
   gateway: string;
   startedMs: number;
@@ -542,6 +544,8 @@ export function describeRun(runId: string, history: Iterable<StoredEnvelope> | R
         stream: e.stream,
         messageCount: e.messageCount,
         promptHash: e.promptHash,
+        origin:
+          e.origin === undefined ? null : { kind: e.origin.kind, runId: e.origin.runId, step: e.origin.step },
         gateway: e.gateway,
         startedMs: event.timestampMs,
         finishedMs: null,

@@ -127,6 +127,8 @@ export function budgetFeature(options: BudgetFeatureOptions): {
       // Asked again for the same call (parked then released, a run busy, a rewrite): what
       // the last asking reserved goes back first, or it would count twice.
       giveBack(call);
+      // An operator's call from a recorded step is metered under `eval`, never budgeted.
+      if (call.origin !== undefined) return CONTINUE;
       const keys = options.keysFor(call.run.tag || options.ledger.cached(call.run.runId)?.tag || "");
       if (keys.length === 0) return CONTINUE;
       // The operator set this window's limits: budgets do not hold it until the next.

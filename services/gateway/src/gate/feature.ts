@@ -32,6 +32,8 @@ export function gateFeature(options: GateFeatureOptions): GatewayFeature {
   let waiting: Waiting;
 
   const hook = (call: Call, answer: Answer): Verdict | Promise<Verdict> => {
+    // An operator's call from a recorded step is delivered as answered: it is evidence, not an action.
+    if (call.origin !== undefined) return CONTINUE;
     if (answer.summary.toolCalls.length === 0 && gate.maxRepeats === 0) return CONTINUE;
     const state = ledger.cached(call.run.runId);
     const judged: GatedAnswer = {

@@ -1,4 +1,5 @@
 import {
+  NO_LIMITS,
   RunBusyError,
   RunHeldError,
   type RunState,
@@ -210,8 +211,10 @@ function startCommand(call: CallState, deps: PipelineDeps): StartStep {
       prediction: call.prediction,
       ...(call.route === undefined ? {} : { route: call.route.choice }),
       tag: call.labels.tag,
-      limits: deps.limitsFor(call.labels.tag),
-      rules: deps.rules(),
+      // An operator's call from a recorded step: no limit, and no standing rule, applies.
+      ...(call.origin === undefined
+        ? { limits: deps.limitsFor(call.labels.tag), rules: deps.rules() }
+        : { limits: NO_LIMITS, rules: [], origin: { ...call.origin } }),
     },
     call.secrets,
   );

@@ -20,6 +20,7 @@ import type { CallSnapshots } from "./capture.js";
 import { asGatewayError, type Ending, type FinishDeps, finish, refused } from "./finish.js";
 import { forward } from "./forward.js";
 import type { PipelineHooks } from "./hooks.js";
+import type { CallOrigin } from "./origin.js";
 import { relay } from "./relay.js";
 import { CallState } from "./state.js";
 import type { Waiting } from "./wait.js";
@@ -54,6 +55,8 @@ export interface PipelineDeps {
   maxEventBytes: number;
   /** Stores each step's request and answer (snapshots.enabled), or nothing. */
   snapshots?: CallSnapshots;
+  /** An operator's call sent again from a recorded step, read from its headers and checked (origin.ts). */
+  originOf?: (headers: RequestHeaders, tag: string) => CallOrigin | undefined;
 }
 
 /**
@@ -100,12 +103,11 @@ export async function handleCall(
     left = true;
     call?.clientGone();
   });
-  const run = await deps.resolveRun(
-    new RequestHeaders(request.raw.rawHeaders),
-    value,
-    view,
-    request.keyTenant,
-  );
+  const headers = new RequestHeaders(request.raw.rawHeaders);
+  const run = await deps.resolveRun(headers, value, view, request.keyTenant);
+  // Checked before anything is recorded: a call claiming an operator's origin without the
+  // control token is refused, never taken for an agent's.
+  const origin = deps.originOf?.(headers, run.tag);
   call = new CallState(
     shape,
     view,
@@ -120,6 +122,7 @@ export async function handleCall(
     raw.length,
   );
   if (left) call.clientGone();
+  call.origin = origin;
   call.capturing = deps.snapshots?.maxChars ?? 0;
   // From here the gateway writes the answer itself (a held call gets keepalives before
   // anything else), so every ending is answered by finish, in the call's API's shape.

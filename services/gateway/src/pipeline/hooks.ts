@@ -7,6 +7,7 @@ import type { GatewayError } from "../errors.js";
 import type { ResolvedRun } from "../identify/resolve.js";
 import type { Upstream } from "../upstream/upstream.js";
 import type { RequestBody } from "./body.js";
+import type { CallOrigin } from "./origin.js";
 import type { Waiting } from "./wait.js";
 import type { ResponseWriter } from "./writer.js";
 
@@ -46,6 +47,11 @@ export interface Call {
   cancel(reason: Cancellation): void;
   /** The request body, parsed once, as features amended it. */
   readonly body: RequestBody;
+  /**
+   * An operator's call sent again from a recorded step (replay, fork, compare), checked
+   * against the control token: holds, the gate and budgets let it by.
+   */
+  readonly origin: CallOrigin | undefined;
   /** The body as forwarded to the provider (its model a route target's). */
   readonly upstreamBody: Buffer;
   /** Input tokens estimated from the body sent (about four characters a token; a compaction lowers it). */

@@ -9,6 +9,7 @@ import type { Upstream } from "../upstream/upstream.js";
 import { type RequestBody, tokensOf } from "./body.js";
 import type { Finishing } from "./finish.js";
 import type { Call, Cancellation, Destination, StartNotes } from "./hooks.js";
+import type { CallOrigin } from "./origin.js";
 import { ResponseWriter } from "./writer.js";
 
 const CLIENT_GONE: Cancellation = Object.freeze({ kind: "client_gone" });
@@ -53,6 +54,8 @@ export class CallState implements Call, Finishing {
   captured: { body: string } | { events: string; omitted: number } | undefined;
   /** Its request's snapshot is on its way. */
   snapshotted = false;
+  /** An operator's call sent again from a recorded step: never held, gated or budgeted. */
+  origin: CallOrigin | undefined;
 
   constructor(
     readonly shape: ApiShape,

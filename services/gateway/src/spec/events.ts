@@ -94,6 +94,7 @@ export function run(runId: string, tag = "") {
             budgetLeases: [],
             prediction: undefined,
             route: undefined,
+            origin: undefined,
           },
         }),
         // As the decider writes it (version 2): what it shares with a failure is in `outcome`.
