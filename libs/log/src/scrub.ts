@@ -11,6 +11,8 @@ export const SECRET_HEADERS = [
   "x-goog-api-key",
   // A tenant's Holdfast gateway key.
   "x-holdfast-key",
+  // The control token an operator's replay, fork or compare carries to the gateway.
+  "x-holdfast-control-token",
   "cookie",
   "set-cookie",
 ] as const;

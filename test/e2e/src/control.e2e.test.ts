@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { once } from "node:events";
-import { appendFileSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { appendFileSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -490,5 +490,14 @@ describe("approve and deny from the CLI", () => {
       expect(JSON.stringify(await response.json())).toContain("needs the control token");
     }
     expect((await holdfast(["show", "forged-eval"])).stderr).toContain('no run named "forged-eval"');
+    // The control token the replays carried is in no log and no byte of the stack's store.
+    const control = Buffer.from(token("control"));
+    const files = readdirSync(dir.path, { recursive: true, withFileTypes: true })
+      .filter(
+        (entry) => entry.isFile() && !join(entry.parentPath, entry.name).includes(`${dir.path}/credentials`),
+      )
+      .map((entry) => join(entry.parentPath, entry.name));
+    expect(files.length).toBeGreaterThan(10);
+    for (const file of files) expect(readFileSync(file).includes(control), file).toBe(false);
   });
 });

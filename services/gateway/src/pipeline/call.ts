@@ -163,7 +163,8 @@ const KEY_HEADERS = ["x-api-key", "api-key", "x-goog-api-key"] as const;
 /**
  * Credentials in this request, so that anything echoing them can be scrubbed: the
  * provider's key first (what the provider is sent; "" when the call has none), then a
- * tenant's Holdfast key, which is no provider's key but is never recorded either.
+ * tenant's Holdfast key and an operator's control token, which are no provider's keys but
+ * are never recorded either.
  */
 function credentialsOf(headers: IncomingHttpHeaders): string[] {
   const found: string[] = [];
@@ -178,6 +179,12 @@ function credentialsOf(headers: IncomingHttpHeaders): string[] {
   if (typeof holdfastKey === "string" && holdfastKey.trim() !== "") {
     if (secrets.length === 0) secrets.push("");
     secrets.push(holdfastKey.trim());
+  }
+  // An operator's call from a recorded step carries the control token: never recorded either.
+  const controlToken = headers["x-holdfast-control-token"];
+  if (typeof controlToken === "string" && controlToken.trim() !== "") {
+    if (secrets.length === 0) secrets.push("");
+    secrets.push(controlToken.trim());
   }
   return secrets;
 }
