@@ -14,10 +14,10 @@ import {
 import { Envelope } from "@holdfast/proto";
 import {
   type AnswerManifest,
+  openSnapshots,
   patternDigest,
   type Redaction,
   type RequestManifest,
-  SnapshotReader,
   type StepSnapshot,
 } from "@holdfast/snapshots";
 import { COMMON_OPTIONS, stackConfig } from "./common.js";
@@ -172,15 +172,8 @@ export async function* bundleRecords(
     yield { kind: "event", ...eventRecord(event.envelope, event.streamSequence) };
   for (const event of history.quarantined) yield { kind: "quarantined", event: quarantinedJson(event) };
   for (const decision of view.control) yield { kind: "decision", decision };
-  const [parts, manifests] = await Promise.all([
-    bus.keyValue("SNAPSHOT_PARTS"),
-    bus.keyValue("SNAPSHOT_STEPS"),
-  ]);
   // One reader for the whole run: a conversation's steps share most of their pieces.
-  const reader = new SnapshotReader(
-    async (key) => (await parts.get(key))?.value,
-    async (key) => (await manifests.get(key))?.value,
-  );
+  const reader = await openSnapshots(bus);
   const digests = new Set<string>();
   let credentials = "";
   for (const step of view.steps) {

@@ -1,7 +1,12 @@
 import { parseArgs } from "node:util";
 import { type Bus, connectBus } from "@holdfast/bus";
 import { describeRun, type RunView, type StepView } from "@holdfast/events";
-import { type AssembledAnswer, assembleAnswer, SnapshotReader } from "@holdfast/snapshots";
+import {
+  type AssembledAnswer,
+  assembleAnswer,
+  openSnapshots,
+  type SnapshotReader,
+} from "@holdfast/snapshots";
 import { COMMON_OPTIONS, stackConfig } from "./common.js";
 import { CliError } from "./errors.js";
 import { nanoUsd, terminalSafe } from "./format.js";
@@ -59,14 +64,7 @@ export async function diff(argv: string[]): Promise<void> {
 /** Both runs' steps (or step `only` of each), their answers read from the snapshots and compared. */
 export async function diffRuns(bus: Bus, runA: string, runB: string, only?: number): Promise<StepDiff[]> {
   const [a, b] = await Promise.all([runOf(bus, runA), runOf(bus, runB)]);
-  const [parts, manifests] = await Promise.all([
-    bus.keyValue("SNAPSHOT_PARTS"),
-    bus.keyValue("SNAPSHOT_STEPS"),
-  ]);
-  const reader = new SnapshotReader(
-    async (key) => (await parts.get(key))?.value,
-    async (key) => (await manifests.get(key))?.value,
-  );
+  const reader = await openSnapshots(bus);
   const last = Math.max(a.steps.length, b.steps.length);
   const numbers = only === undefined ? Array.from({ length: last }, (_, i) => i + 1) : [only];
   if (only !== undefined && !a.steps.some((s) => s.step === only) && !b.steps.some((s) => s.step === only))

@@ -2,7 +2,7 @@ import type { Bus } from "@holdfast/bus";
 import type { RunView, StepView } from "@holdfast/events";
 import {
   assembleAnswer,
-  SnapshotReader,
+  openSnapshots,
   type StepSnapshot,
   stepJson as snapshotJson,
 } from "@holdfast/snapshots";
@@ -27,14 +27,7 @@ export async function readStep(bus: Bus, state: RunView, n: number): Promise<Sho
       `run ${JSON.stringify(state.runId)} has no step ${n} (it has ${state.steps.length}: 1 to ${state.steps.length})`,
     );
   }
-  const [parts, manifests] = await Promise.all([
-    bus.keyValue("SNAPSHOT_PARTS"),
-    bus.keyValue("SNAPSHOT_STEPS"),
-  ]);
-  const reader = new SnapshotReader(
-    async (key) => (await parts.get(key))?.value,
-    async (key) => (await manifests.get(key))?.value,
-  );
+  const reader = await openSnapshots(bus);
   return { view, snapshot: await reader.step(state.runId, view.stepId) };
 }
 

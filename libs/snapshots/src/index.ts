@@ -1,6 +1,6 @@
 export { type AssembledAnswer, assembleAnswer } from "./assemble.js";
 export { sseEvents, stepJson } from "./json.js";
-export { type Get, SnapshotReader, type StepSnapshot } from "./reader.js";
+export { type Get, openSnapshots, SnapshotReader, type StepSnapshot } from "./reader.js";
 export { pieceEnds, SPLIT_KEYS, splitPieces } from "./split.js";
 export {
   type AnswerManifest,

@@ -1,3 +1,4 @@
+import type { Bus } from "@holdfast/bus";
 import {
   type AnswerManifest,
   contentKey,
@@ -176,4 +177,16 @@ export class SnapshotReader {
     if (contentKey(text) !== key) throw new Error(`the piece ${key} does not hash to its address`);
     return text;
   }
+}
+
+/** A reader over a deployment's snapshot buckets, as the bus opens them. */
+export async function openSnapshots(bus: Pick<Bus, "keyValue">): Promise<SnapshotReader> {
+  const [parts, manifests] = await Promise.all([
+    bus.keyValue("SNAPSHOT_PARTS"),
+    bus.keyValue("SNAPSHOT_STEPS"),
+  ]);
+  return new SnapshotReader(
+    async (key) => (await parts.get(key))?.value,
+    async (key) => (await manifests.get(key))?.value,
+  );
 }
