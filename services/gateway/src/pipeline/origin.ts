@@ -1,7 +1,7 @@
 import { AccessPolicy, bindingProblem, type ControlAccessConfig } from "@holdfast/access";
 import { runIdDefect } from "@holdfast/events";
 import { InvalidRequestError, OriginNotAuthorizedError } from "../errors.js";
-import type { RequestHeaders } from "../http/headers.js";
+import { DuplicateHeaderError, type RequestHeaders, UndecodableHeaderError } from "../http/headers.js";
 
 /** Where an operator's call was sent again from: a recorded step of a run. */
 export interface CallOrigin {
@@ -28,7 +28,19 @@ export function originReader(
   const policy = new AccessPolicy(control, { name: "the gateway's calls from recorded steps", readOnly: "" });
   // With no control token, the control API is open only on loopback: so is this.
   const open = !policy.required && bindingProblem(control) === undefined;
-  return (headers, tag) => {
+  return (raw, tag) => {
+    // A header sent twice with different values, or bytes that are no text: the client's error.
+    const headers = {
+      get: (name: string) => {
+        try {
+          return raw.get(name);
+        } catch (error) {
+          if (error instanceof DuplicateHeaderError || error instanceof UndecodableHeaderError)
+            throw new InvalidRequestError(error.message, { cause: error });
+          throw error;
+        }
+      },
+    };
     const kind = headers.get("x-holdfast-origin");
     if (kind === undefined) return undefined;
     if (!KINDS.has(kind))
